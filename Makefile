@@ -1,0 +1,99 @@
+# aahd — the one build. `make` builds every program into build/; `make test` runs the whole suite;
+# `make run` serves the demo model; `make bench` prints the benchmarks. SAN=1 builds with ASan+UBSan.
+
+BUILD   ?= build
+CC      ?= cc
+CXX     ?= c++
+PREFIX  ?= /usr/local
+CACHE   ?= .cache
+
+ifeq ($(SAN),1)
+BUILD   := $(BUILD)/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+PKGS     := jansson libpcre2-8 libutf8proc
+DEPFLAGS := -MMD -MP
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla -Werror
+OPT      ?= -O2
+CFLAGS   += -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -pthread -I. $(SANFLAGS) \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CXXFLAGS += -std=c++17 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -fPIC -pthread -I. $(SANFLAGS)
+LDFLAGS  += -pthread $(SANFLAGS)
+LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lsentencepiece -lstdc++ -lm
+SERVER_LIBS := $(shell pkg-config --libs libmicrohttpd libsystemd 2>/dev/null)
+CHECK_LIBS  := $(shell pkg-config --libs check 2>/dev/null)
+
+# Kernels compiled for one instruction set are picked at run time, so one binary runs on any x86-64.
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
+
+LIB_C   := $(wildcard models/*.c kernels/*.c kernels/cpu/*.c engine/*.c)
+LIB_CC  := $(wildcard models/*.cc)
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CC:%.cc=$(BUILD)/obj/%.o)
+SERVER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c))
+TOOLS   := $(patsubst tools/aah_%.c,$(BUILD)/aah-%,$(wildcard tools/aah_*.c))
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
+
+.PHONY: all deps test test-unit run bench fuzz clean install
+all: $(BUILD)/aahd $(TOOLS)
+
+deps:
+	@sh deploy/deps.sh
+
+$(BUILD)/libaah.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/aahd: $(SERVER_OBJ) $(BUILD)/libaah.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LIBS)
+$(BUILD)/aah-%: $(BUILD)/obj/tools/aah_%.o $(BUILD)/libaah.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+# Fuzz targets: replayed over their corpus plus mutations by a plain driver in `make test`;
+# `make fuzz` builds real libFuzzer binaries with clang into $(BUILD)/fuzz/.
+$(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+fuzz: $(BUILD)/libaah.a
+	@mkdir -p $(BUILD)/fuzz
+	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
+	    $$f $(LIB_C) $(LIB_CC:%.cc=) -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
+	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
+
+test: deps all $(TESTS) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) sh tests/run_tests.sh
+
+run: deps all
+	@sh tools/run_demo.sh $(BUILD) $(CACHE)
+
+bench: deps all
+	@sh tools/bench.sh $(BUILD) $(CACHE)
+
+install: all
+	install -D -m 755 $(BUILD)/aahd $(DESTDIR)$(PREFIX)/bin/aahd
+	for t in $(TOOLS); do install -D -m 755 $$t $(DESTDIR)$(PREFIX)/bin/$$(basename $$t); done
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs the Debian packages aahd builds and tests with, when any is missing.
+# Called by `make run` and `make test`; safe to run again (it does nothing when all is there).
+set -eu
+
+PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev
+check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang"
+
+missing=""
+for p in $PKGS; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing="$missing $p"
+	fi
+done
+
+if [ -n "$missing" ]; then
+	echo "deps.sh: installing:$missing"
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi

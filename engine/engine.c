@@ -1,0 +1,386 @@
+/* engine/engine.c — the Qwen3 / Llama forward pass, written against kernels/backend.h so that any backend runs it.
+ * Per layer: x += Wo·attn(rope(norm_q(Wq·n(x))), rope(norm_k(Wk·n(x))), Wv·n(x));  x += Wd·(silu(Wg·n(x)) ⊙ Wu·n(x)). */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kv_cache.h"
+#include "models/model.h"
+
+typedef struct layer_tensors {
+	aah_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+} layer_tensors;
+
+struct engine {
+	model_files mf;
+	model_config cfg;
+	engine_params p;
+	aah_backend *be;
+	char desc[128];
+
+	/* weights, imported into the backend (in place on the CPU) */
+	aah_tensor embed, norm, lm_head;
+	layer_tensors *layers;         /* n_layers */
+	float *inv_freq;               /* head_dim / 2, host */
+
+	/* per-sequence state */
+	kv_cache kv;
+	int32_t *seq_len;              /* max_seqs */
+	bool *seq_used;                /* max_seqs */
+	int32_t *windows;              /* (n_layers, n_kv) attention window of each KV head */
+
+	/* per-step scratch in backend memory: rows = max_batch_tokens */
+	float *x;                      /* (rows, hidden) residual stream */
+	float *xn;                     /* (rows, hidden) normalised / projected */
+	float *q, *att;                /* (rows, n_heads · head_dim) */
+	float *k, *v;                  /* (rows, n_kv · head_dim) */
+	float *gate, *up;              /* (rows, intermediate) */
+	float *xs;                     /* (logit_rows, hidden) rows that need logits */
+	float *logits;                 /* (logit_rows, vocab) */
+	int32_t logit_rows;
+
+	/* per-step scratch on the host */
+	int32_t *ids, *pos;            /* rows */
+	int32_t *lrow;                 /* rows: chunk rows that need logits */
+	int64_t *ldst;                 /* rows: their row in the caller's logits */
+	aah_attn_seq *aseqs;           /* rows (a chunk has at most one span per token) */
+	int32_t *span_seq;             /* rows: the sequence of each span */
+
+	uint64_t attn_work;
+};
+
+static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, char *err, size_t err_len)
+{
+	int64_t rows = s->n_dims >= 2 ? s->shape[0] : 1;
+	int64_t cols = s->n_dims >= 2 ? s->shape[1] : s->shape[0];
+	if (e->be->iface.weight_import(e->be, t, s->data, (aah_dtype)s->dtype, rows, cols) != 0) {
+		snprintf(err, err_len, "%s: backend %s cannot hold tensor '%s'", e->mf.dir, e->be->iface.name, s->name);
+		return -1;
+	}
+	return 0;
+}
+
+static int import_weights(engine *e, char *err, size_t err_len)
+{
+	const model_weights *w = &e->mf.w;
+	const int32_t L = e->cfg.n_layers;
+	e->layers = calloc((size_t)L, sizeof *e->layers);
+	if (!e->layers) {
+		snprintf(err, err_len, "out of memory");
+		return -1;
+	}
+	int rc = import_weight(e, &e->embed, w->embed, err, err_len) | import_weight(e, &e->norm, w->norm, err, err_len) |
+	         import_weight(e, &e->lm_head, w->lm_head, err, err_len);
+	for (int32_t l = 0; l < L && rc == 0; l++) {
+		const model_layer_weights *s = &w->layers[l];
+		layer_tensors *t = &e->layers[l];
+		rc |= import_weight(e, &t->attn_norm, s->attn_norm, err, err_len);
+		rc |= import_weight(e, &t->wq, s->wq, err, err_len);
+		rc |= import_weight(e, &t->wk, s->wk, err, err_len);
+		rc |= import_weight(e, &t->wv, s->wv, err, err_len);
+		rc |= import_weight(e, &t->wo, s->wo, err, err_len);
+		rc |= import_weight(e, &t->ffn_norm, s->ffn_norm, err, err_len);
+		rc |= import_weight(e, &t->w_gate, s->w_gate, err, err_len);
+		rc |= import_weight(e, &t->w_up, s->w_up, err, err_len);
+		rc |= import_weight(e, &t->w_down, s->w_down, err, err_len);
+		if (e->cfg.qk_norm) {
+			rc |= import_weight(e, &t->q_norm, s->q_norm, err, err_len);
+			rc |= import_weight(e, &t->k_norm, s->k_norm, err, err_len);
+		}
+	}
+	return rc ? -1 : 0;
+}
+
+static int alloc_scratch(engine *e, char *err, size_t err_len)
+{
+	const model_config *c = &e->cfg;
+	const size_t rows = (size_t)e->p.max_batch_tokens;
+	const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+	int64_t lr = (64 << 20) / ((int64_t)c->vocab_size * 4);   /* ≈ 64 MiB of logits per pass */
+	e->logit_rows = lr < 1 ? 1 : lr > (int64_t)rows ? (int32_t)rows : (int32_t)lr;
+	struct { float **p; size_t n; } bufs[] = {
+		{ &e->x, rows * c->hidden_size }, { &e->xn, rows * c->hidden_size }, { &e->q, rows * qd },
+		{ &e->att, rows * qd }, { &e->k, rows * kvd }, { &e->v, rows * kvd },
+		{ &e->gate, rows * c->intermediate_size }, { &e->up, rows * c->intermediate_size },
+		{ &e->xs, (size_t)e->logit_rows * c->hidden_size }, { &e->logits, (size_t)e->logit_rows * c->vocab_size },
+	};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+		*bufs[i].p = e->be->iface.buf_alloc(e->be, bufs[i].n * sizeof(float));
+		if (!*bufs[i].p) {
+			snprintf(err, err_len, "out of backend memory for %zu scratch floats", bufs[i].n);
+			return -1;
+		}
+	}
+	e->ids = malloc(rows * sizeof *e->ids);
+	e->pos = malloc(rows * sizeof *e->pos);
+	e->lrow = malloc(rows * sizeof *e->lrow);
+	e->ldst = malloc(rows * sizeof *e->ldst);
+	e->aseqs = malloc(rows * sizeof *e->aseqs);
+	e->span_seq = malloc(rows * sizeof *e->span_seq);
+	if (!e->ids || !e->pos || !e->lrow || !e->ldst || !e->aseqs || !e->span_seq) {
+		snprintf(err, err_len, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+int engine_init(engine **out, const char *model_dir, const engine_params *p, char *err, size_t err_len)
+{
+	*out = NULL;
+	engine *e = calloc(1, sizeof *e);
+	if (!e) {
+		snprintf(err, err_len, "out of memory");
+		return -1;
+	}
+	if (model_files_load(&e->mf, model_dir, err, err_len) != 0) {
+		free(e);
+		return -1;
+	}
+	e->cfg = e->mf.config;
+	const model_config *c = &e->cfg;
+	e->p = *p;
+	if (e->p.max_seqs <= 0)
+		e->p.max_seqs = 8;
+	if (e->p.max_batch_tokens <= 0)
+		e->p.max_batch_tokens = 512;
+	if (e->p.ctx_len <= 0)
+		e->p.ctx_len = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
+	if (e->p.ctx_len > c->max_position_embeddings) {
+		snprintf(err, err_len, "context length %d exceeds the model's max_position_embeddings %d", e->p.ctx_len,
+		         c->max_position_embeddings);
+		goto fail;
+	}
+	aah_backend_params bp = { .n_threads = e->p.n_threads };
+	e->be = aah_backend_cpu_init(&bp);
+	if (!e->be) {
+		snprintf(err, err_len, "cannot start the CPU backend");
+		goto fail;
+	}
+	snprintf(e->desc, sizeof e->desc, "cpu (%s)", aah_backend_cpu_isa(e->be));
+	if (import_weights(e, err, err_len) != 0)
+		goto fail;
+	e->inv_freq = malloc((size_t)c->head_dim / 2 * sizeof(float));
+	e->seq_len = calloc((size_t)e->p.max_seqs, sizeof *e->seq_len);
+	e->seq_used = calloc((size_t)e->p.max_seqs, sizeof *e->seq_used);
+	size_t heads = (size_t)c->n_layers * c->n_kv_heads;
+	e->windows = malloc(heads * sizeof *e->windows);
+	if (!e->inv_freq || !e->seq_len || !e->seq_used || !e->windows) {
+		snprintf(err, err_len, "out of memory");
+		goto fail;
+	}
+	model_config_rope_freqs(c, e->inv_freq);
+	/* Full attention: every KV head sees (and keeps) the whole context. */
+	for (size_t i = 0; i < heads; i++)
+		e->windows[i] = e->p.ctx_len;
+	size_t page_bytes = (size_t)2 * AAH_PAGE_LEN * (size_t)c->head_dim * aah_dtype_size(e->p.kv_dtype);
+	int64_t per_seq_pages = (int64_t)heads * ((e->p.ctx_len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1);
+	int64_t n_pages = e->p.kv_budget_bytes > 0 ? e->p.kv_budget_bytes / (int64_t)page_bytes
+	                                           : per_seq_pages * e->p.max_seqs;
+	if (kv_cache_init(&e->kv, e->be, c->n_layers, c->n_kv_heads, c->head_dim, e->p.kv_dtype, e->windows,
+	                  e->p.max_seqs, n_pages, err, err_len) != 0)
+		goto fail;
+	if (alloc_scratch(e, err, err_len) != 0)
+		goto fail;
+	*out = e;
+	return 0;
+fail:
+	engine_free(e);
+	return -1;
+}
+
+void engine_free(engine *e)
+{
+	if (!e)
+		return;
+	if (e->be) {
+		float **bufs[] = { &e->x, &e->xn, &e->q, &e->att, &e->k, &e->v, &e->gate, &e->up, &e->xs, &e->logits };
+		for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+			if (*bufs[i])
+				e->be->iface.buf_free(e->be, *bufs[i]);
+		if (e->kv.pool.data)
+			kv_cache_free(&e->kv, e->be);
+		e->be->iface.free(e->be);
+	}
+	free(e->layers);
+	free(e->inv_freq);
+	free(e->seq_len);
+	free(e->seq_used);
+	free(e->windows);
+	free(e->ids);
+	free(e->pos);
+	free(e->lrow);
+	free(e->ldst);
+	free(e->aseqs);
+	free(e->span_seq);
+	model_files_free(&e->mf);
+	free(e);
+}
+
+const model_config *engine_config(const engine *e) { return &e->cfg; }
+int32_t engine_ctx_len(const engine *e) { return e->p.ctx_len; }
+aah_backend *engine_backend(engine *e) { return e->be; }
+const char *engine_backend_desc(const engine *e) { return e->desc; }
+uint64_t engine_attention_work(const engine *e) { return e->attn_work; }
+
+int32_t engine_seq_open(engine *e)
+{
+	for (int32_t i = 0; i < e->p.max_seqs; i++)
+		if (!e->seq_used[i]) {
+			e->seq_used[i] = true;
+			e->seq_len[i] = 0;
+			return i;
+		}
+	return -1;
+}
+
+void engine_seq_close(engine *e, int32_t seq)
+{
+	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
+		return;
+	kv_cache_release(&e->kv, seq);
+	e->seq_used[seq] = false;
+	e->seq_len[seq] = 0;
+}
+
+int32_t engine_seq_len(const engine *e, int32_t seq)
+{
+	return seq >= 0 && seq < e->p.max_seqs ? e->seq_len[seq] : 0;
+}
+
+int64_t engine_seq_kv_bytes(const engine *e, int32_t seq)
+{
+	return seq >= 0 && seq < e->p.max_seqs ? e->kv.seq_pages[seq] * (int64_t)e->kv.page_bytes : 0;
+}
+
+/* One chunk of at most max_batch_tokens rows: e->ids, e->pos filled; spans in e->aseqs; n_logit rows of
+ * e->lrow to be written to the caller's rows e->ldst. */
+static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit, float *logits_out)
+{
+	aah_backend *b = e->be;
+	const aah_backend_iface *f = &b->iface;
+	const model_config *c = &e->cfg;
+	const int32_t hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+	const float scale = 1.0f / sqrtf((float)hd);
+
+	f->get_rows(b, e->x, &e->embed, e->ids, n);
+	for (int32_t l = 0; l < c->n_layers; l++) {
+		const layer_tensors *t = &e->layers[l];
+		f->rmsnorm(b, e->xn, e->x, &t->attn_norm, n, c->rms_norm_eps);
+		f->matmul(b, e->q, e->xn, n, &t->wq);
+		f->matmul(b, e->k, e->xn, n, &t->wk);
+		f->matmul(b, e->v, e->xn, n, &t->wv);
+		if (c->qk_norm) {
+			f->rmsnorm(b, e->q, e->q, &t->q_norm, n * nh, c->rms_norm_eps);
+			f->rmsnorm(b, e->k, e->k, &t->k_norm, n * nkv, c->rms_norm_eps);
+		}
+		f->rope(b, e->q, n, nh, hd, e->pos, e->inv_freq);
+		f->rope(b, e->k, n, nkv, hd, e->pos, e->inv_freq);
+		for (int32_t s = 0; s < n_spans; s++) {
+			e->aseqs[s].rings = kv_cache_rings(&e->kv, e->span_seq[s], l);
+			e->aseqs[s].ring_stride = e->kv.ring_stride;
+			e->aseqs[s].n_slots = kv_cache_slots(&e->kv, l);
+			e->aseqs[s].windows = e->windows + (int64_t)l * nkv;
+		}
+		e->attn_work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale);
+		f->kv_store(b, &e->kv.pool, e->k, e->v, e->aseqs, n_spans, nkv);
+		f->matmul(b, e->xn, e->att, n, &t->wo);
+		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
+		f->rmsnorm(b, e->xn, e->x, &t->ffn_norm, n, c->rms_norm_eps);
+		f->matmul(b, e->gate, e->xn, n, &t->w_gate);
+		f->matmul(b, e->up, e->xn, n, &t->w_up);
+		f->swiglu(b, e->gate, e->gate, e->up, (int64_t)n * c->intermediate_size);
+		f->matmul(b, e->xn, e->gate, n, &t->w_down);
+		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
+	}
+	/* Logits only for the rows that asked, a pass of logit_rows at a time. */
+	aah_tensor xt = { e->x, AAH_DTYPE_F32, e->p.max_batch_tokens, c->hidden_size };
+	for (int32_t r = 0; r < n_logit; r += e->logit_rows) {
+		int32_t nr = n_logit - r < e->logit_rows ? n_logit - r : e->logit_rows;
+		f->get_rows(b, e->xs, &xt, e->lrow + r, nr);
+		f->rmsnorm(b, e->xs, e->xs, &e->norm, nr, c->rms_norm_eps);
+		f->matmul(b, e->logits, e->xs, nr, &e->lm_head);
+		for (int32_t i = 0; i < nr; i++)
+			f->buf_read(b, logits_out + e->ldst[r + i] * c->vocab_size, e->logits + (int64_t)i * c->vocab_size,
+			            (size_t)c->vocab_size * sizeof(float));
+	}
+}
+
+static int validate_items(const engine *e, const engine_item *items, int32_t n_items, char *err, size_t err_len)
+{
+	int64_t pages_needed = 0;
+	for (int32_t i = 0; i < n_items; i++) {
+		const engine_item *it = &items[i];
+		if (it->seq < 0 || it->seq >= e->p.max_seqs || !e->seq_used[it->seq]) {
+			snprintf(err, err_len, "sequence %d is not open", it->seq);
+			return -1;
+		}
+		for (int32_t j = 0; j < i; j++)
+			if (items[j].seq == it->seq) {
+				snprintf(err, err_len, "sequence %d appears twice in one batch", it->seq);
+				return -1;
+			}
+		if (it->n_tokens < 1) {
+			snprintf(err, err_len, "an item needs at least one token");
+			return -1;
+		}
+		if ((int64_t)e->seq_len[it->seq] + it->n_tokens > e->p.ctx_len) {
+			snprintf(err, err_len, "%d + %d tokens exceed the context length %d", e->seq_len[it->seq], it->n_tokens,
+			         e->p.ctx_len);
+			return -1;
+		}
+		for (int32_t j = 0; j < it->n_tokens; j++)
+			if (it->tokens[j] < 0 || it->tokens[j] >= e->cfg.vocab_size) {
+				snprintf(err, err_len, "token id %d is out of range [0, %d)", it->tokens[j], e->cfg.vocab_size);
+				return -1;
+			}
+		pages_needed += kv_cache_pages_for(&e->kv, e->seq_len[it->seq] + it->n_tokens) - e->kv.seq_pages[it->seq];
+	}
+	if (pages_needed > e->kv.n_free) {
+		snprintf(err, err_len, "KV cache full: %lld pages needed, %d free", (long long)pages_needed, e->kv.n_free);
+		return -1;
+	}
+	return 0;
+}
+
+int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len)
+{
+	if (validate_items(e, items, n_items, err, err_len) != 0)
+		return -1;
+	for (int32_t i = 0; i < n_items; i++)
+		if (kv_cache_reserve(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens) != 0) {
+			snprintf(err, err_len, "KV cache full");   /* cannot happen after validate_items */
+			return -1;
+		}
+	const int32_t cap = e->p.max_batch_tokens;
+	int32_t n = 0, n_spans = 0, n_logit = 0;
+	int64_t dst = 0;
+	for (int32_t i = 0; i < n_items; i++) {
+		const engine_item *it = &items[i];
+		for (int32_t j = 0; j < it->n_tokens; j++) {
+			if (j == 0 || n == 0) {   /* a new span: a new item, or the item continues into a new chunk */
+				aah_attn_seq *s = &e->aseqs[n_spans];
+				s->row0 = n;
+				s->n_new = 0;
+				s->pos0 = e->seq_len[it->seq];
+				e->span_seq[n_spans++] = it->seq;
+			}
+			e->ids[n] = it->tokens[j];
+			e->pos[n] = e->seq_len[it->seq]++;
+			e->aseqs[n_spans - 1].n_new++;
+			if (it->all_logits || j == it->n_tokens - 1) {
+				e->lrow[n_logit] = n;
+				e->ldst[n_logit++] = dst++;
+			}
+			if (++n == cap) {
+				forward_chunk(e, n, n_spans, n_logit, logits);
+				n = n_spans = n_logit = 0;
+			}
+		}
+	}
+	if (n > 0)
+		forward_chunk(e, n, n_spans, n_logit, logits);
+	return 0;
+}

@@ -1,0 +1,67 @@
+/* engine/engine.h — the model forward pass over a batch of sequences, with a paged KV cache, on one backend.
+ * One thread owns an engine (DESIGN.md: the engine thread); nothing here is thread-safe. */
+#ifndef AAH_ENGINE_H
+#define AAH_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "models/model_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct engine_params {
+	int32_t n_threads;          /* CPU threads; 0 = online cores */
+	int32_t max_seqs;           /* sequences open at once; 0 = 8 */
+	int32_t ctx_len;            /* positions per sequence; 0 = min(max_position_embeddings, 4096) */
+	int32_t max_batch_tokens;   /* tokens per forward chunk (scratch rows); 0 = 512 */
+	aah_dtype kv_dtype;         /* KV element type; the CPU reference uses f32 */
+	int64_t kv_budget_bytes;    /* page pool size; 0 = room for max_seqs full contexts */
+} engine_params;
+
+typedef struct engine engine;
+
+/* Loads the model in dir and prepares the backend. Returns 0 and *out, or -1 with a message in err.
+ * Free with engine_free. */
+int engine_init(engine **out, const char *model_dir, const engine_params *p, char *err, size_t err_len);
+void engine_free(engine *e);
+
+const model_config *engine_config(const engine *e);
+int32_t engine_ctx_len(const engine *e);
+aah_backend *engine_backend(engine *e);
+/* Human-readable backend description, e.g. "cpu (avx512, 2 threads)". */
+const char *engine_backend_desc(const engine *e);
+
+/* Opens a sequence (an empty KV cache slot). Returns its id, or -1 when all max_seqs are open. */
+int32_t engine_seq_open(engine *e);
+/* Closes it and returns its pages to the pool. */
+void engine_seq_close(engine *e, int32_t seq);
+/* Positions the sequence holds so far. */
+int32_t engine_seq_len(const engine *e, int32_t seq);
+/* Bytes of KV pages the sequence holds now. */
+int64_t engine_seq_kv_bytes(const engine *e, int32_t seq);
+
+typedef struct engine_item {
+	int32_t seq;
+	const int32_t *tokens;      /* n_tokens ≥ 1 ids appended to the sequence */
+	int32_t n_tokens;
+	bool all_logits;            /* logits after every token, else only after the last */
+} engine_item;
+
+/* Runs the forward pass for every item (different sequences), appending their tokens, and writes logits
+ * (host memory) in item order: n_tokens rows for an all_logits item, else 1; each row vocab_size floats.
+ * Validates everything first (open sequence, ids in range, context length, free pages): on error nothing
+ * changes, it returns -1 and says why in err. */
+int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len);
+
+/* Attention query·key products done since init (the work counter of the backend). */
+uint64_t engine_attention_work(const engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,130 @@
+/* engine/kv_cache.c — page rings and the free list of the paged KV cache (see kv_cache.h).
+ * Only bookkeeping lives here; the backend reads and writes the pages themselves. */
+#include "engine/kv_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, int32_t head_dim, aah_dtype type,
+                  const int32_t *capacity, int32_t max_seqs, int64_t n_pages, char *err, size_t err_len)
+{
+	memset(c, 0, sizeof *c);
+	if (n_pages < 1 || n_pages > INT32_MAX) {
+		snprintf(err, err_len, "KV cache: %lld pages is out of range", (long long)n_pages);
+		return -1;
+	}
+	c->n_layers = n_layers;
+	c->n_kv = n_kv;
+	c->max_seqs = max_seqs;
+	c->page_bytes = (size_t)2 * AAH_PAGE_LEN * (size_t)head_dim * aah_dtype_size(type);
+	size_t heads = (size_t)n_layers * (size_t)n_kv;
+	c->capacity = malloc(heads * sizeof *c->capacity);
+	c->n_slots = malloc(heads * sizeof *c->n_slots);
+	c->seq_pages = calloc((size_t)max_seqs, sizeof *c->seq_pages);
+	c->free_pages = malloc((size_t)n_pages * sizeof *c->free_pages);
+	if (!c->capacity || !c->n_slots || !c->seq_pages || !c->free_pages)
+		goto oom;
+	for (size_t i = 0; i < heads; i++) {
+		c->capacity[i] = capacity[i];
+		c->n_slots[i] = (capacity[i] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1;
+		if (c->n_slots[i] > c->ring_stride)
+			c->ring_stride = c->n_slots[i];
+	}
+	size_t n_ring = (size_t)max_seqs * heads * (size_t)c->ring_stride;
+	c->rings = malloc(n_ring * sizeof *c->rings);
+	if (!c->rings)
+		goto oom;
+	memset(c->rings, 0xff, n_ring * sizeof *c->rings);   /* -1 */
+	c->n_free = (int32_t)n_pages;
+	for (int32_t i = 0; i < c->n_free; i++)
+		c->free_pages[i] = c->n_free - 1 - i;
+	c->pool.type = type;
+	c->pool.head_dim = head_dim;
+	c->pool.n_pages = (int32_t)n_pages;
+	c->pool.data = b->iface.buf_alloc(b, (size_t)n_pages * c->page_bytes);
+	if (!c->pool.data) {
+		snprintf(err, err_len, "KV cache: cannot allocate %lld pages (%.1f MiB)", (long long)n_pages,
+		         (double)n_pages * (double)c->page_bytes / (1 << 20));
+		kv_cache_free(c, b);
+		return -1;
+	}
+	return 0;
+oom:
+	snprintf(err, err_len, "KV cache: out of memory for the page tables");
+	kv_cache_free(c, b);
+	return -1;
+}
+
+void kv_cache_free(kv_cache *c, aah_backend *b)
+{
+	if (c->pool.data)
+		b->iface.buf_free(b, c->pool.data);
+	free(c->capacity);
+	free(c->n_slots);
+	free(c->rings);
+	free(c->seq_pages);
+	free(c->free_pages);
+	memset(c, 0, sizeof *c);
+}
+
+int64_t kv_cache_pages_for(const kv_cache *c, int64_t len)
+{
+	int64_t pages = 0;
+	for (int64_t i = 0; i < (int64_t)c->n_layers * c->n_kv; i++) {
+		/* positions [0, len) touch ceil(len / P) logical pages; the ring keeps at most n_slots of them */
+		int64_t lp = (len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+		pages += lp < c->n_slots[i] ? lp : c->n_slots[i];
+	}
+	return pages;
+}
+
+/* The logical pages of [pos0, pos0 + n) that a ring of `slots` keeps after the write: [lo, hi]. */
+static void kept_pages(int64_t pos0, int64_t n, int64_t slots, int64_t *lo, int64_t *hi)
+{
+	*hi = (pos0 + n - 1) / AAH_PAGE_LEN;
+	*lo = pos0 / AAH_PAGE_LEN;
+	if (*lo < *hi - slots + 1)
+		*lo = *hi - slots + 1;
+}
+
+int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)
+{
+	if (n <= 0)
+		return 0;
+	int32_t *rings = c->rings + (int64_t)seq * c->n_layers * c->n_kv * c->ring_stride;
+	int64_t need = 0;
+	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv; h++) {
+		int64_t lo, hi, slots = c->n_slots[h];
+		kept_pages(pos0, n, slots, &lo, &hi);
+		for (int64_t lp = lo; lp <= hi; lp++)
+			need += rings[h * c->ring_stride + lp % slots] < 0;
+	}
+	if (need > c->n_free)
+		return -1;
+	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv; h++) {
+		int64_t lo, hi, slots = c->n_slots[h];
+		kept_pages(pos0, n, slots, &lo, &hi);
+		for (int64_t lp = lo; lp <= hi; lp++) {
+			int32_t *slot = &rings[h * c->ring_stride + lp % slots];
+			if (*slot < 0)
+				*slot = c->free_pages[--c->n_free];
+		}
+	}
+	c->seq_pages[seq] += need;
+	c->pages_used += need;
+	return 0;
+}
+
+void kv_cache_release(kv_cache *c, int32_t seq)
+{
+	int64_t n = (int64_t)c->n_layers * c->n_kv * c->ring_stride;
+	int32_t *rings = c->rings + (int64_t)seq * n;
+	for (int64_t i = 0; i < n; i++)
+		if (rings[i] >= 0) {
+			c->free_pages[c->n_free++] = rings[i];
+			rings[i] = -1;
+		}
+	c->pages_used -= c->seq_pages[seq];
+	c->seq_pages[seq] = 0;
+}

@@ -1,0 +1,59 @@
+/* engine/kv_cache.h — the paged KV cache: one page pool in backend memory and, for every sequence, layer and
+ * KV head, a ring of page ids sized by that head's capacity. Pages enter on first use and leave when the
+ * sequence closes; a ring that wraps overwrites its oldest page in place, so memory stays ≤ capacity + a page. */
+#ifndef AAH_KV_CACHE_H
+#define AAH_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kv_cache {
+	aah_kv_pool pool;          /* pages in backend memory */
+	size_t page_bytes;         /* 2 · AAH_PAGE_LEN · head_dim · element size */
+	int32_t n_layers, n_kv;
+	int32_t max_seqs;
+	int32_t ring_stride;       /* the largest n_slots: each (seq, layer, head) ring is this long in `rings` */
+	int32_t *capacity;         /* (n_layers, n_kv) positions each head keeps at most */
+	int32_t *n_slots;          /* (n_layers, n_kv) ceil(capacity / AAH_PAGE_LEN) + 1 */
+	int32_t *rings;            /* (max_seqs, n_layers, n_kv, ring_stride) page id, -1 = none */
+	int64_t *seq_pages;        /* (max_seqs) pages each sequence holds */
+	int32_t *free_pages;       /* stack of free page ids; the lowest ids on top, so few pages get touched */
+	int32_t n_free;
+	int64_t pages_used;
+} kv_cache;
+
+/* capacity: (n_layers, n_kv). n_pages: the pool size. Allocates the pool through the backend (the CPU's
+ * memory is committed by the OS only as pages are written). Returns 0, or -1 with a message. */
+int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, int32_t head_dim, aah_dtype type,
+                  const int32_t *capacity, int32_t max_seqs, int64_t n_pages, char *err, size_t err_len);
+void kv_cache_free(kv_cache *c, aah_backend *b);
+
+/* Pages a sequence of `len` positions holds at most (admission control). */
+int64_t kv_cache_pages_for(const kv_cache *c, int64_t len);
+
+/* Gives seq the pages that positions [pos0, pos0 + n) will be written to (those its rings keep).
+ * Returns 0, or -1 when the pool has too few free pages (then nothing is taken). */
+int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n);
+/* Returns every page of seq to the pool. */
+void kv_cache_release(kv_cache *c, int32_t seq);
+
+/* (n_kv, ring_stride) page ids of seq at layer; n_slots of layer. */
+static inline const int32_t *kv_cache_rings(const kv_cache *c, int32_t seq, int32_t layer)
+{
+	return c->rings + (((int64_t)seq * c->n_layers + layer) * c->n_kv) * c->ring_stride;
+}
+static inline const int32_t *kv_cache_slots(const kv_cache *c, int32_t layer)
+{
+	return c->n_slots + (int64_t)layer * c->n_kv;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,187 @@
+/* engine/sampler.c — token selection (see sampler.h). Filters apply in the order of llama.cpp and vLLM:
+ * penalties, temperature, top-k, then top-p over the sorted remainder, then min-p; then a draw. */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro_next(uint64_t *s)
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+int sampler_init(sampler *s, const sampler_params *p, int32_t n_vocab)
+{
+	memset(s, 0, sizeof *s);
+	s->p = *p;
+	s->n_vocab = n_vocab;
+	uint64_t x = p->seed;
+	for (int i = 0; i < 4; i++)
+		s->rng[i] = splitmix64(&x);
+	s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
+	s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
+	s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+	if (!s->probs || !s->idx || !s->counts) {
+		sampler_free(s);
+		return -1;
+	}
+	return 0;
+}
+
+void sampler_free(sampler *s)
+{
+	free(s->probs);
+	free(s->idx);
+	free(s->counts);
+	s->probs = NULL;
+	s->idx = NULL;
+	s->counts = NULL;
+}
+
+void sampler_accept(sampler *s, int32_t token)
+{
+	if (token >= 0 && token < s->n_vocab)
+		s->counts[token]++;
+}
+
+int32_t sampler_argmax(const float *logits, int32_t n)
+{
+	int32_t best = 0;
+	for (int32_t i = 1; i < n; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	return best;
+}
+
+static const float *cmp_probs;
+/* Descending probability, then ascending id: a total order, so the result never depends on qsort. */
+static int cmp_desc(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	float px = cmp_probs[x], py = cmp_probs[y];
+	if (px != py)
+		return px > py ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Sorts ids by (probs desc, id asc). qsort has no context argument in C11; the sampler runs on one thread
+ * (the engine's), so a file-level pointer is safe here. */
+static void sort_candidates(int32_t *ids, int32_t n, const float *probs)
+{
+	cmp_probs = probs;
+	qsort(ids, (size_t)n, sizeof *ids, cmp_desc);
+}
+
+int32_t sampler_sample(sampler *s, const float *logits)
+{
+	const int32_t n = s->n_vocab;
+	float *p = s->probs;
+	const sampler_params *sp = &s->p;
+	for (int32_t i = 0; i < n; i++) {
+		float l = logits[i];
+		if (s->counts[i] > 0)
+			l -= sp->presence_penalty + sp->frequency_penalty * (float)s->counts[i];
+		p[i] = l;
+	}
+	if (sp->temperature <= 0)
+		return sampler_argmax(p, n);
+
+	/* softmax(l / T) */
+	float mx = p[sampler_argmax(p, n)];
+	double sum = 0;
+	for (int32_t i = 0; i < n; i++) {
+		p[i] = expf((p[i] - mx) / sp->temperature);
+		sum += p[i];
+	}
+	for (int32_t i = 0; i < n; i++)
+		p[i] = (float)(p[i] / sum);
+
+	/* Candidates: every id, unless top-k or top-p needs an order; then only the ids that can be in it. */
+	int32_t nc = 0;
+	if ((sp->top_k > 0 && sp->top_k < n) || (sp->top_p > 0 && sp->top_p < 1)) {
+		/* Find a threshold t with the mass of {p ≥ t} ≥ top_p and |{p ≥ t}| ≥ top_k (when set), so the
+		 * kept prefix of the sorted order lies inside it; then sort only that set. */
+		float pmax = 1.0f / (float)n;
+		for (int32_t i = 0; i < n; i++)
+			if (p[i] > pmax)
+				pmax = p[i];
+		float t = pmax * 0.5f;
+		for (;;) {
+			double mass = 0;
+			nc = 0;
+			for (int32_t i = 0; i < n; i++)
+				if (p[i] >= t) {
+					s->idx[nc++] = i;
+					mass += p[i];
+				}
+			bool mass_ok = !(sp->top_p > 0 && sp->top_p < 1) || mass >= sp->top_p;
+			bool k_ok = !(sp->top_k > 0 && sp->top_k < n) || nc >= sp->top_k;
+			if ((mass_ok && k_ok) || t == 0)
+				break;
+			t = t > 1e-30f ? t * 0.125f : 0;
+		}
+		sort_candidates(s->idx, nc, p);
+		if (sp->top_k > 0 && nc > sp->top_k)
+			nc = sp->top_k;
+		if (sp->top_p > 0 && sp->top_p < 1) {
+			double cum = 0, total = 0;
+			for (int32_t i = 0; i < nc; i++)
+				total += p[s->idx[i]];
+			for (int32_t i = 0; i < nc; i++) {
+				cum += p[s->idx[i]];
+				if (cum >= sp->top_p * total) {
+					nc = i + 1;
+					break;
+				}
+			}
+		}
+	} else {
+		for (int32_t i = 0; i < n; i++)
+			s->idx[i] = i;
+		nc = n;
+	}
+	if (sp->min_p > 0) {
+		float best = 0;
+		for (int32_t i = 0; i < nc; i++)
+			if (p[s->idx[i]] > best)
+				best = p[s->idx[i]];
+		int32_t kept = 0;
+		for (int32_t i = 0; i < nc; i++)
+			if (p[s->idx[i]] >= sp->min_p * best)
+				s->idx[kept++] = s->idx[i];
+		nc = kept;
+	}
+	double total = 0;
+	for (int32_t i = 0; i < nc; i++)
+		total += p[s->idx[i]];
+	double u = (double)(xoshiro_next(s->rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+	double cum = 0;
+	for (int32_t i = 0; i < nc; i++) {
+		cum += p[s->idx[i]];
+		if (u < cum)
+			return s->idx[i];
+	}
+	return s->idx[nc - 1];
+}

@@ -1,0 +1,125 @@
+/* kernels/backend.h — the one interface the engine calls to compute.
+ * A backend is an opaque handle over a small vtable (after ggml-backend); it owns its buffers. */
+#ifndef AAH_BACKEND_H
+#define AAH_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum aah_dtype {
+	AAH_DTYPE_F32 = 0,
+	AAH_DTYPE_F16 = 1,
+	AAH_DTYPE_BF16 = 2,
+} aah_dtype;
+
+size_t aah_dtype_size(aah_dtype t);
+const char *aah_dtype_name(aah_dtype t);
+
+/* A row-major matrix in a backend's memory: rows × cols elements of `type`.
+ * Weights are [out_features, in_features], as PyTorch stores them. */
+typedef struct aah_tensor {
+	void *data;
+	aah_dtype type;
+	int64_t rows, cols;
+} aah_tensor;
+
+/* The KV cache is a pool of pages. One page holds AAH_PAGE_LEN consecutive positions of one KV head:
+ * K [AAH_PAGE_LEN][head_dim] followed by V [AAH_PAGE_LEN][head_dim], in the pool's element type.
+ * A (sequence, layer, KV head) owns a ring of n_slots page ids: position p lives in page
+ * ring[(p / AAH_PAGE_LEN) % n_slots], row p % AAH_PAGE_LEN. n_slots = ceil(capacity / AAH_PAGE_LEN) + 1, so a
+ * ring holds the newest `capacity` positions and at most one page more. The engine keeps the rings
+ * (engine/kv_cache.c); the backend only reads and writes pages. */
+#define AAH_PAGE_LEN 16
+
+typedef struct aah_kv_pool {
+	void *data;         /* (n_pages, 2, AAH_PAGE_LEN, head_dim) in backend memory */
+	aah_dtype type;
+	int32_t n_pages;
+	int32_t head_dim;
+} aah_kv_pool;
+
+/* One sequence's part of an attention call. Its query rows are q rows [row0, row0 + n_new),
+ * at positions pos0 … pos0 + n_new - 1. Positions below pos0 are read from the pages; the new positions'
+ * keys and values are read from the k and v matrices of the call (and stored by kv_store afterwards),
+ * so a chunk of any length may attend to itself before it is written into a ring that may wrap. */
+typedef struct aah_attn_seq {
+	int32_t row0;
+	int32_t n_new;
+	int32_t pos0;
+	int32_t ring_stride;      /* distance between two KV heads' rings in `rings` */
+	const int32_t *rings;     /* (n_kv_heads, ring_stride) page ids for this layer; host memory */
+	const int32_t *n_slots;   /* (n_kv_heads) ring length per KV head for this layer */
+	const int32_t *windows;   /* (n_kv_heads) window W per KV head for this layer: keys p-W+1 … p, W ≤ capacity */
+} aah_attn_seq;
+
+typedef struct aah_backend aah_backend;
+
+/* Every op writes its output first. Activations are f32 in backend memory. Optional members may be NULL. */
+typedef struct aah_backend_iface {
+	const char *name;
+	void (*free)(aah_backend *b);
+
+	/* Memory. buf_alloc returns NULL on failure; the caller frees with buf_free. */
+	void *(*buf_alloc)(aah_backend *b, size_t bytes);
+	void (*buf_free)(aah_backend *b, void *p);
+	void (*buf_write)(aah_backend *b, void *dst, const void *src_host, size_t bytes);
+	void (*buf_read)(aah_backend *b, void *dst_host, const void *src, size_t bytes);
+
+	/* Makes a host weight (e.g. memory-mapped) usable by this backend. The CPU backend uses it in place;
+	 * others copy. Returns 0, or -1 when out of memory. Release with weight_release. */
+	int (*weight_import)(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type,
+	                     int64_t rows, int64_t cols);
+	void (*weight_release)(aah_backend *b, aah_tensor *t);
+
+	/* out[i, :] = table[ids[i], :] as f32; ids in host memory, each in [0, table.rows). */
+	void (*get_rows)(aah_backend *b, float *out, const aah_tensor *table, const int32_t *ids, int32_t n);
+	/* out[i, :] = x[i, :] / rms(x[i, :]) * w;  x, out (n_rows, dim); w (1, dim). out may equal x. */
+	void (*rmsnorm)(aah_backend *b, float *out, const float *x, const aah_tensor *w, int32_t n_rows, float eps);
+	/* out (n, w.rows) = x (n, w.cols) · wᵀ, f32 accumulation. */
+	void (*matmul)(aah_backend *b, float *out, const float *x, int32_t n, const aah_tensor *w);
+	/* NEOX rotary embedding in place: x (n_rows, n_heads, head_dim); row i at position pos[i] (host);
+	 * for j < head_dim/2: θ = pos·inv_freq[j] (host, head_dim/2 values), (x_j, x_{j+d/2}) rotated by θ. */
+	void (*rope)(aah_backend *b, float *x, int32_t n_rows, int32_t n_heads, int32_t head_dim,
+	             const int32_t *pos, const float *inv_freq);
+	/* out[i] = silu(gate[i]) · up[i], n elements. out may equal gate. */
+	void (*swiglu)(aah_backend *b, float *out, const float *gate, const float *up, int64_t n);
+	/* x[i] += y[i], n elements. */
+	void (*add)(aah_backend *b, float *x, const float *y, int64_t n);
+
+	/* Windowed causal attention (grouped-query): q, out (rows, n_heads·head_dim); k, v (rows, n_kv·head_dim)
+	 * for the new positions. Query head h reads KV head h / (n_heads / n_kv). Returns the number of
+	 * query·key products computed (the work counter). scale = 1/sqrt(head_dim) normally. */
+	uint64_t (*attention)(aah_backend *b, float *out, const float *q, const float *k, const float *v,
+	                      const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs,
+	                      int32_t n_heads, int32_t n_kv, float scale);
+	/* Writes the new positions' k, v rows into the pages. Positions older than a ring can hold are
+	 * skipped (the ring keeps the newest n_slots pages). */
+	void (*kv_store)(aah_backend *b, const aah_kv_pool *pool, const float *k, const float *v,
+	                 const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv);
+
+	/* Waits until all queued work is done (no-op on the CPU). */
+	void (*synchronize)(aah_backend *b);
+} aah_backend_iface;
+
+struct aah_backend {
+	aah_backend_iface iface;
+	void *context;
+};
+
+typedef struct aah_backend_params {
+	int32_t n_threads;   /* CPU: 0 = number of online cores */
+} aah_backend_params;
+
+/* Creates the CPU backend; NULL when out of memory. Free with b->iface.free(b). */
+aah_backend *aah_backend_cpu_init(const aah_backend_params *p);
+/* The instruction set the CPU backend's kernels use: "avx512", "avx2" or "generic". */
+const char *aah_backend_cpu_isa(const aah_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

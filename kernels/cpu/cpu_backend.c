@@ -1,0 +1,488 @@
+/* kernels/cpu/cpu_backend.c — the CPU backend: the reference every other backend is tested against, and the
+ * embedded default. Weights are used in place (memory-mapped); activations are f32; loops run on a thread pool. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/threadpool.h"
+
+#define MAX_THREADS 256
+
+/* Per-worker scratch, grown (never shrunk) when a call needs more; steady-state steps allocate nothing. */
+typedef struct cpu_scratch {
+	float *buf;
+	size_t cap;   /* floats */
+} cpu_scratch;
+
+typedef struct cpu_ctx {
+	threadpool *tp;
+	const cpu_kernels *k;
+	int32_t n_threads;
+	cpu_scratch scratch[MAX_THREADS];
+} cpu_ctx;
+
+static cpu_ctx *ctx_of(aah_backend *b)
+{
+	return (cpu_ctx *)b->context;
+}
+
+/* Makes every worker's scratch at least n floats. Returns false when out of memory. */
+static bool scratch_reserve(cpu_ctx *c, size_t n)
+{
+	for (int32_t i = 0; i < c->n_threads; i++) {
+		cpu_scratch *s = &c->scratch[i];
+		if (s->cap >= n)
+			continue;
+		float *p = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+		if (!p)
+			return false;
+		free(s->buf);
+		s->buf = p;
+		s->cap = n;
+	}
+	return true;
+}
+
+/* [lo, hi) of n items for worker i of nt, in multiples of `align`. */
+static void split_range(int64_t n, int64_t align, int32_t i, int32_t nt, int64_t *lo, int64_t *hi)
+{
+	int64_t blocks = (n + align - 1) / align;
+	int64_t b0 = blocks * i / nt, b1 = blocks * (i + 1) / nt;
+	*lo = b0 * align < n ? b0 * align : n;
+	*hi = b1 * align < n ? b1 * align : n;
+}
+
+/* ---- memory ---- */
+
+static void *cpu_buf_alloc(aah_backend *b, size_t bytes)
+{
+	return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static void cpu_buf_free(aah_backend *b, void *p)
+{
+	free(p);
+}
+
+static void cpu_buf_copy(aah_backend *b, void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+}
+
+static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type, int64_t rows,
+                             int64_t cols)
+{
+	out->data = (void *)host;
+	out->type = type;
+	out->rows = rows;
+	out->cols = cols;
+	return 0;
+}
+
+static void cpu_weight_release(aah_backend *b, aah_tensor *t)
+{
+	t->data = NULL;
+}
+
+static void cpu_synchronize(aah_backend *b)
+{
+}
+
+/* ---- element-wise and row ops ---- */
+
+static void cpu_get_rows(aah_backend *b, float *out, const aah_tensor *table, const int32_t *ids, int32_t n)
+{
+	const cpu_kernels *k = ctx_of(b)->k;
+	size_t row_bytes = (size_t)table->cols * aah_dtype_size(table->type);
+	for (int32_t i = 0; i < n; i++)
+		k->to_f32(out + (int64_t)i * table->cols, (const char *)table->data + (size_t)ids[i] * row_bytes,
+		          table->type, table->cols);
+}
+
+typedef struct rmsnorm_job {
+	float *out;
+	const float *x;
+	const aah_tensor *w;
+	int32_t n_rows;
+	float eps;
+	const cpu_kernels *k;
+	cpu_ctx *c;
+} rmsnorm_job;
+
+static void rmsnorm_worker(void *p, int32_t ti, int32_t nt)
+{
+	rmsnorm_job *j = p;
+	const int64_t d = j->w->cols;
+	float *wf = j->c->scratch[ti].buf;   /* the weight as f32 */
+	j->k->to_f32(wf, j->w->data, j->w->type, d);
+	int64_t lo, hi;
+	split_range(j->n_rows, 1, ti, nt, &lo, &hi);
+	for (int64_t r = lo; r < hi; r++) {
+		const float *x = j->x + r * d;
+		float *o = j->out + r * d;
+		double ss = 0;   /* a double sum keeps long rows exact to float rounding */
+		for (int64_t i = 0; i < d; i++)
+			ss += (double)x[i] * x[i];
+		float inv = (float)(1.0 / sqrt(ss / (double)d + (double)j->eps));
+		for (int64_t i = 0; i < d; i++)
+			o[i] = x[i] * inv * wf[i];
+	}
+}
+
+static void cpu_rmsnorm(aah_backend *b, float *out, const float *x, const aah_tensor *w, int32_t n_rows, float eps)
+{
+	cpu_ctx *c = ctx_of(b);
+	rmsnorm_job j = { out, x, w, n_rows, eps, c->k, c };
+	if (!scratch_reserve(c, (size_t)w->cols))
+		abort();   /* a few KB: out of memory here is not recoverable */
+	if ((int64_t)n_rows * w->cols < 32768)
+		rmsnorm_worker(&j, 0, 1);
+	else
+		threadpool_run(c->tp, rmsnorm_worker, &j);
+}
+
+static void cpu_rope(aah_backend *b, float *x, int32_t n_rows, int32_t n_heads, int32_t head_dim,
+                     const int32_t *pos, const float *inv_freq)
+{
+	const int32_t half = head_dim / 2;
+	float cs[512], sn[512];
+	for (int32_t r = 0; r < n_rows; r++) {
+		for (int32_t j = 0; j < half; j++) {
+			double th = (double)pos[r] * (double)inv_freq[j];
+			cs[j] = (float)cos(th);
+			sn[j] = (float)sin(th);
+		}
+		for (int32_t h = 0; h < n_heads; h++) {
+			float *v = x + ((int64_t)r * n_heads + h) * head_dim;
+			for (int32_t j = 0; j < half; j++) {
+				float a = v[j], bb = v[j + half];
+				v[j] = a * cs[j] - bb * sn[j];
+				v[j + half] = a * sn[j] + bb * cs[j];
+			}
+		}
+	}
+}
+
+static void cpu_swiglu(aah_backend *b, float *out, const float *gate, const float *up, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float g = gate[i];
+		out[i] = g / (1.0f + expf(-g)) * up[i];
+	}
+}
+
+static void cpu_add(aah_backend *b, float *x, const float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+/* ---- matmul ---- */
+
+typedef struct matmul_job {
+	float *out;
+	const float *x;
+	int32_t n;
+	const aah_tensor *w;
+	const cpu_kernels *k;
+	cpu_ctx *c;
+	int64_t token_block;
+} matmul_job;
+
+/* Few activation rows: stream the weights once per four rows (memory-bound decode). */
+static void matmul_gemv_worker(void *p, int32_t ti, int32_t nt)
+{
+	matmul_job *j = p;
+	const int64_t M = j->w->rows, K = j->w->cols;
+	int64_t lo, hi;
+	split_range(M, 16, ti, nt, &lo, &hi);
+	if (lo >= hi)
+		return;
+	for (int32_t i = 0; i < j->n; i += 4) {
+		int32_t nn = j->n - i < 4 ? j->n - i : 4;
+		j->k->gemv(j->out + (int64_t)i * M, M, j->x + (int64_t)i * K, nn, j->w->data, j->w->type, K, lo, hi);
+	}
+}
+
+/* Many activation rows: convert C weight rows to an f32 panel once, then run R × C register tiles over a
+ * block of activation rows that stays in L2. out (n, M), x (n, K). */
+static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
+{
+	matmul_job *j = p;
+	const cpu_kernels *k = j->k;
+	const int64_t M = j->w->rows, K = j->w->cols;
+	const int32_t R = k->tile_rows, C = k->tile_cols;
+	const size_t es = aah_dtype_size(j->w->type);
+	int64_t lo, hi;
+	split_range(M, C, ti, nt, &lo, &hi);
+	float *panel_buf = j->c->scratch[ti].buf;
+	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
+		int64_t tn = j->n - tb < j->token_block ? j->n - tb : j->token_block;
+		const float *xb = j->x + tb * K;
+		float *ob = j->out + tb * M;
+		for (int64_t mb = lo; mb < hi; mb += C) {
+			int64_t c = hi - mb < C ? hi - mb : C;
+			const char *wsrc = (const char *)j->w->data + (size_t)mb * (size_t)K * es;
+			const float *panel;
+			if (j->w->type == AAH_DTYPE_F32) {
+				panel = (const float *)wsrc;
+			} else {
+				k->to_f32(panel_buf, wsrc, j->w->type, c * K);
+				panel = panel_buf;
+			}
+			int64_t r = 0;
+			if (c == C)
+				for (; r + R <= tn; r += R)
+					k->tile(ob + r * M + mb, M, xb + r * K, K, panel, K);
+			for (; r < tn; r++)
+				for (int64_t cc = 0; cc < c; cc++)
+					ob[r * M + mb + cc] = k->dot(xb + r * K, panel + cc * K, K);
+		}
+	}
+}
+
+static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, const aah_tensor *w)
+{
+	cpu_ctx *c = ctx_of(b);
+	matmul_job j = { out, x, n, w, c->k, c, 0 };
+	if (n < 2 * c->k->tile_rows) {
+		threadpool_run(c->tp, matmul_gemv_worker, &j);
+		return;
+	}
+	/* Keep about 1 MiB of activation rows hot in L2 while the panels stream past them. */
+	int64_t tb = (1 << 20) / (w->cols * (int64_t)sizeof(float));
+	tb = tb / c->k->tile_rows * c->k->tile_rows;
+	j.token_block = tb < c->k->tile_rows ? c->k->tile_rows : tb;
+	if (!scratch_reserve(c, (size_t)c->k->tile_cols * (size_t)w->cols))
+		abort();   /* a panel is C rows of one weight: out of memory here is not recoverable */
+	threadpool_run(c->tp, matmul_tile_worker, &j);
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+	float *out;
+	const float *q, *k, *v;
+	const aah_kv_pool *pool;
+	const aah_attn_seq *seqs;
+	int32_t n_seqs;
+	int32_t n_heads, n_kv, head_dim;
+	float scale;
+	int64_t total_units;    /* Σ n_new · n_heads */
+	cpu_ctx *c;
+	uint64_t work[MAX_THREADS];
+} attn_job;
+
+/* Pointer to the key (or value, which = 1) of position pos of KV head kvh in a page ring, as f32;
+ * converts into tmp when the pool is not f32. */
+static const float *page_row(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t pos, int which,
+                             float *tmp)
+{
+	const int32_t hd = j->head_dim;
+	int32_t page = s->rings[(int64_t)kvh * s->ring_stride + (pos / AAH_PAGE_LEN) % s->n_slots[kvh]];
+	size_t es = aah_dtype_size(j->pool->type);
+	size_t off = (((size_t)page * 2 + (size_t)which) * AAH_PAGE_LEN + (size_t)(pos % AAH_PAGE_LEN)) * (size_t)hd;
+	const char *src = (const char *)j->pool->data + off * es;
+	if (j->pool->type == AAH_DTYPE_F32)
+		return (const float *)src;
+	j->c->k->to_f32(tmp, src, j->pool->type, hd);
+	return tmp;
+}
+
+static void attn_worker(void *p, int32_t ti, int32_t nt)
+{
+	attn_job *j = p;
+	const cpu_kernels *k = j->c->k;
+	const int32_t hd = j->head_dim, group = j->n_heads / j->n_kv;
+	const int64_t q_stride = (int64_t)j->n_heads * hd, kv_stride = (int64_t)j->n_kv * hd;
+	float *tmp = j->c->scratch[ti].buf;        /* hd floats for a converted row */
+	float *scores = tmp + hd;                  /* then one score per key */
+	int64_t lo, hi;
+	split_range(j->total_units, 1, ti, nt, &lo, &hi);
+	uint64_t work = 0;
+	int64_t unit = 0;
+	for (int32_t si = 0; si < j->n_seqs && unit < hi; si++) {
+		const aah_attn_seq *s = &j->seqs[si];
+		int64_t units = (int64_t)s->n_new * j->n_heads;
+		if (unit + units <= lo) {
+			unit += units;
+			continue;
+		}
+		int64_t u0 = lo > unit ? lo - unit : 0, u1 = hi - unit < units ? hi - unit : units;
+		for (int64_t u = u0; u < u1; u++) {
+			int32_t i = (int32_t)(u / j->n_heads), h = (int32_t)(u % j->n_heads), kvh = h / group;
+			int64_t pos = (int64_t)s->pos0 + i;
+			int64_t w = s->windows[kvh];
+			int64_t first = pos - w + 1 > 0 ? pos - w + 1 : 0;
+			const float *qv = j->q + (int64_t)(s->row0 + i) * q_stride + (int64_t)h * hd;
+			float mx = -INFINITY;
+			int64_t nk = pos - first + 1;
+			for (int64_t t = first; t <= pos; t++) {
+				const float *kr = t < s->pos0 ? page_row(j, s, kvh, t, 0, tmp)
+				                              : j->k + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
+				float sc = k->dot(qv, kr, hd) * j->scale;
+				scores[t - first] = sc;
+				if (sc > mx)
+					mx = sc;
+			}
+			double sum = 0;
+			for (int64_t t = 0; t < nk; t++) {
+				scores[t] = expf(scores[t] - mx);
+				sum += scores[t];
+			}
+			float inv = (float)(1.0 / sum);
+			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)h * hd;
+			memset(o, 0, (size_t)hd * sizeof(float));
+			for (int64_t t = first; t <= pos; t++) {
+				const float *vr = t < s->pos0 ? page_row(j, s, kvh, t, 1, tmp)
+				                              : j->v + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
+				k->axpy(o, scores[t - first] * inv, vr, hd);
+			}
+			work += (uint64_t)nk;
+		}
+		unit += units;
+	}
+	j->work[ti] = work;
+}
+
+static uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const float *k, const float *v,
+                              const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_heads,
+                              int32_t n_kv, float scale)
+{
+	cpu_ctx *c = ctx_of(b);
+	attn_job j = { .out = out, .q = q, .k = k, .v = v, .pool = pool, .seqs = seqs, .n_seqs = n_seqs,
+	               .n_heads = n_heads, .n_kv = n_kv, .head_dim = pool->head_dim, .scale = scale, .c = c };
+	int64_t max_keys = 1;
+	for (int32_t i = 0; i < n_seqs; i++) {
+		j.total_units += (int64_t)seqs[i].n_new * n_heads;
+		int64_t last = (int64_t)seqs[i].pos0 + seqs[i].n_new;
+		if (last > max_keys)
+			max_keys = last;   /* a window never exceeds the positions so far */
+	}
+	if (!scratch_reserve(c, (size_t)(pool->head_dim + max_keys)))
+		abort();
+	if (j.total_units < 4 * c->n_threads)
+		attn_worker(&j, 0, 1);
+	else
+		threadpool_run(c->tp, attn_worker, &j);
+	uint64_t total = 0;
+	for (int32_t i = 0; i < c->n_threads; i++)
+		total += j.work[i];
+	return total;
+}
+
+static void store_row(const aah_kv_pool *pool, int32_t page, int which, int64_t row, const float *src,
+                      int32_t hd)
+{
+	size_t off = (((size_t)page * 2 + (size_t)which) * AAH_PAGE_LEN + (size_t)row) * (size_t)hd;
+	switch (pool->type) {
+	case AAH_DTYPE_F32:
+		memcpy((float *)pool->data + off, src, (size_t)hd * sizeof(float));
+		break;
+	case AAH_DTYPE_BF16:
+		for (int32_t i = 0; i < hd; i++)
+			((uint16_t *)pool->data)[off + i] = cpu_f32_to_bf16(src[i]);
+		break;
+	case AAH_DTYPE_F16:
+		for (int32_t i = 0; i < hd; i++)
+			((uint16_t *)pool->data)[off + i] = cpu_f32_to_f16(src[i]);
+		break;
+	}
+}
+
+static void cpu_kv_store(aah_backend *b, const aah_kv_pool *pool, const float *k, const float *v,
+                         const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv)
+{
+	const int32_t hd = pool->head_dim;
+	const int64_t stride = (int64_t)n_kv * hd;
+	for (int32_t si = 0; si < n_seqs; si++) {
+		const aah_attn_seq *s = &seqs[si];
+		if (s->n_new <= 0)
+			continue;
+		int64_t last = (int64_t)s->pos0 + s->n_new - 1;
+		for (int32_t h = 0; h < n_kv; h++) {
+			int64_t slots = s->n_slots[h];
+			int64_t keep_from = (last / AAH_PAGE_LEN - slots + 1) * AAH_PAGE_LEN;   /* oldest page the ring keeps */
+			for (int32_t i = 0; i < s->n_new; i++) {
+				int64_t pos = (int64_t)s->pos0 + i;
+				if (pos < keep_from)
+					continue;
+				int32_t page = s->rings[(int64_t)h * s->ring_stride + (pos / AAH_PAGE_LEN) % slots];
+				const float *kr = k + (int64_t)(s->row0 + i) * stride + (int64_t)h * hd;
+				const float *vr = v + (int64_t)(s->row0 + i) * stride + (int64_t)h * hd;
+				store_row(pool, page, 0, pos % AAH_PAGE_LEN, kr, hd);
+				store_row(pool, page, 1, pos % AAH_PAGE_LEN, vr, hd);
+			}
+		}
+	}
+}
+
+static void cpu_free(aah_backend *b)
+{
+	if (!b)
+		return;
+	cpu_ctx *c = ctx_of(b);
+	if (c) {
+		threadpool_free(c->tp);
+		for (int32_t i = 0; i < MAX_THREADS; i++)
+			free(c->scratch[i].buf);
+		free(c);
+	}
+	free(b);
+}
+
+static const aah_backend_iface cpu_iface = {
+	/* .name = */ "cpu",
+	/* .free = */ cpu_free,
+	/* .buf_alloc = */ cpu_buf_alloc,
+	/* .buf_free = */ cpu_buf_free,
+	/* .buf_write = */ cpu_buf_copy,
+	/* .buf_read = */ cpu_buf_copy,
+	/* .weight_import = */ cpu_weight_import,
+	/* .weight_release = */ cpu_weight_release,
+	/* .get_rows = */ cpu_get_rows,
+	/* .rmsnorm = */ cpu_rmsnorm,
+	/* .matmul = */ cpu_matmul,
+	/* .rope = */ cpu_rope,
+	/* .swiglu = */ cpu_swiglu,
+	/* .add = */ cpu_add,
+	/* .attention = */ cpu_attention,
+	/* .kv_store = */ cpu_kv_store,
+	/* .synchronize = */ cpu_synchronize,
+};
+
+aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
+{
+	int32_t n = p && p->n_threads > 0 ? p->n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	if (n > MAX_THREADS)
+		n = MAX_THREADS;
+	aah_backend *b = calloc(1, sizeof *b);
+	cpu_ctx *c = calloc(1, sizeof *c);
+	if (!b || !c) {
+		free(b);
+		free(c);
+		return NULL;
+	}
+	c->n_threads = n;
+	c->k = cpu_kernels_select();
+	c->tp = threadpool_init(n);
+	if (!c->tp) {
+		free(b);
+		free(c);
+		return NULL;
+	}
+	b->iface = cpu_iface;
+	b->context = c;
+	return b;
+}
+
+const char *aah_backend_cpu_isa(const aah_backend *b)
+{
+	return ((const cpu_ctx *)b->context)->k->isa;
+}

@@ -1,0 +1,58 @@
+/* models/model_config.h — a model's shape and hyper-parameters, read from Hugging Face config.json.
+ * Qwen3 (q/k RMSNorm per head) and the Llama family (no q/k norm); anything else is refused. */
+#ifndef AAH_MODEL_CONFIG_H
+#define AAH_MODEL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum model_arch { MODEL_ARCH_QWEN3 = 0, MODEL_ARCH_LLAMA = 1 } model_arch;
+
+typedef enum model_rope_scaling {
+	MODEL_ROPE_NONE = 0,
+	MODEL_ROPE_LINEAR = 1,     /* positions divided by factor */
+	MODEL_ROPE_LLAMA3 = 2,     /* Llama 3.1 frequency-dependent scaling */
+} model_rope_scaling;
+
+typedef struct model_config {
+	model_arch arch;
+	int32_t vocab_size;
+	int32_t hidden_size;
+	int32_t n_layers;
+	int32_t n_heads;            /* query heads */
+	int32_t n_kv_heads;
+	int32_t head_dim;           /* config head_dim, else hidden_size / n_heads */
+	int32_t intermediate_size;
+	int32_t max_position_embeddings;
+	float rms_norm_eps;
+	float rope_theta;
+	model_rope_scaling rope_scaling;
+	float rope_factor;                   /* linear and llama3 */
+	float rope_low_freq_factor;          /* llama3 */
+	float rope_high_freq_factor;         /* llama3 */
+	int32_t rope_original_max_pos;       /* llama3 */
+	bool tie_word_embeddings;
+	bool qk_norm;               /* true for Qwen3 */
+	int32_t bos_token_id;       /* -1 when absent */
+	int32_t eos_token_id;       /* -1 when absent (the first, when config gives a list) */
+} model_config;
+
+/* Parses config.json text. Returns 0, or -1 with a plain message in err (e.g. "config.json: hidden_act
+ * 'gelu' is not supported (only silu)"). Validates: positive sizes, n_heads % n_kv_heads == 0, even
+ * head_dim, known architecture / model_type, hidden_act silu, no attention bias. */
+int model_config_parse(model_config *c, const char *json, size_t len, char *err, size_t err_len);
+/* Reads and parses dir/config.json. */
+int model_config_load(model_config *c, const char *dir, char *err, size_t err_len);
+
+/* Fills inv_freq[head_dim/2] with the rotary inverse frequencies, scaling included. */
+void model_config_rope_freqs(const model_config *c, float *inv_freq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

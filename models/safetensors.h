@@ -1,0 +1,63 @@
+/* models/safetensors.h — memory-mapped safetensors files (single or sharded), validated before use.
+ * Tensors point into the mapping; nothing is copied. */
+#ifndef AAH_SAFETENSORS_H
+#define AAH_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_dtype { ST_F32 = 0, ST_F16 = 1, ST_BF16 = 2 } st_dtype;   /* same values as aah_dtype */
+
+#define ST_MAX_DIMS 4
+#define ST_MAX_HEADER (100u << 20)   /* header length bound: 100 MiB */
+
+typedef struct st_tensor {
+	char *name;                  /* owned by the st_set */
+	st_dtype dtype;
+	int32_t n_dims;
+	int64_t shape[ST_MAX_DIMS];
+	const void *data;            /* inside the mapping */
+	size_t nbytes;
+	int32_t file;                /* index into st_set.files */
+} st_tensor;
+
+typedef struct st_file {
+	char *path;
+	void *map;
+	size_t size;
+} st_file;
+
+typedef struct st_set {
+	st_file *files;
+	int32_t n_files;
+	st_tensor *tensors;          /* sorted by name */
+	int32_t n_tensors;
+} st_set;
+
+/* Parses one file's header. json: the header bytes (not NUL-terminated), data_len: bytes after the header.
+ * On success fills *out (malloc'd array; names malloc'd; data = offsets cast to pointers relative to 0,
+ * i.e. (const void *)begin) and returns 0. On any problem writes a message into err and returns -1.
+ * Checks: valid JSON object, known dtype, shape × element size == byte span, spans inside data_len and
+ * non-overlapping, no duplicate names. Free with st_tensors_free. */
+int st_parse_header(const char *json, size_t json_len, size_t data_len, st_tensor **out, int32_t *n_out,
+                    char *err, size_t err_len);
+void st_tensors_free(st_tensor *t, int32_t n);
+
+/* Opens `model.safetensors` or the shards named by `model.safetensors.index.json` in dir.
+ * Returns 0, or -1 with a message naming the file (and tensor) in err. Close with st_close. */
+int st_open_dir(st_set *s, const char *dir, char *err, size_t err_len);
+/* Opens one file. */
+int st_open_file(st_set *s, const char *path, char *err, size_t err_len);
+void st_close(st_set *s);
+
+/* NULL when absent. */
+const st_tensor *st_find(const st_set *s, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

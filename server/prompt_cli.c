@@ -1,0 +1,146 @@
+/* server/prompt_cli.c — the command-line prompt runner (see prompt_cli.h): tokenise or parse ids, prefill in
+ * one forward call, then decode token by token with the sampler, timing both phases. */
+#include "server/prompt_cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "models/tokenizer.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Parses "1,2,3" into a malloc'd array (caller frees). Returns the count, or -1 with a message. */
+static int64_t parse_ids(const char *s, int32_t **out, char *err, size_t err_len)
+{
+	int64_t cap = 16, n = 0;
+	int32_t *ids = malloc((size_t)cap * sizeof *ids);
+	if (!ids)
+		return -1;
+	const char *p = s;
+	while (*p) {
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (end == p || errno || v < 0 || v > INT32_MAX) {
+			snprintf(err, err_len, "--prompt-ids: '%s' is not a list of token ids", s);
+			free(ids);
+			return -1;
+		}
+		if (n == cap) {
+			int32_t *grown = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+			if (!grown) {
+				free(ids);
+				return -1;
+			}
+			ids = grown;
+		}
+		ids[n++] = (int32_t)v;
+		p = end;
+		while (*p == ',' || *p == ' ')
+			p++;
+	}
+	*out = ids;
+	return n;
+}
+
+int prompt_cli_run(const prompt_cli_args *a)
+{
+	char err[512] = "";
+	tokenizer *tok = tokenizer_load(a->model_dir, err, sizeof err);
+	if (!tok && a->prompt_text) {
+		fprintf(stderr, "aahd: %s\n", err);
+		return 1;
+	}
+	int32_t *prompt = NULL;
+	int64_t n_prompt;
+	if (a->prompt_ids) {
+		n_prompt = parse_ids(a->prompt_ids, &prompt, err, sizeof err);
+	} else {
+		size_t len = strlen(a->prompt_text);
+		int64_t cap = (int64_t)len + 8;
+		prompt = malloc((size_t)cap * sizeof *prompt);
+		n_prompt = prompt ? tokenizer_encode(tok, a->prompt_text, len, true, prompt, cap, err, sizeof err) : -1;
+	}
+	if (n_prompt <= 0) {
+		fprintf(stderr, "aahd: %s\n", n_prompt == 0 ? "the prompt is empty" : err);
+		free(prompt);
+		tokenizer_free(tok);
+		return 2;
+	}
+
+	engine *e;
+	if (engine_init(&e, a->model_dir, &a->engine, err, sizeof err) != 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		free(prompt);
+		tokenizer_free(tok);
+		return 1;
+	}
+	const int32_t vocab = engine_config(e)->vocab_size;
+	float *logits = malloc((size_t)vocab * sizeof *logits);
+	int32_t *out = malloc(((size_t)a->n_predict + 1) * sizeof *out);
+	sampler smp;
+	int rc = 1;
+	if (!logits || !out || sampler_init(&smp, &a->sampling, vocab) != 0) {
+		fprintf(stderr, "aahd: out of memory\n");
+		goto done;
+	}
+	int32_t seq = engine_seq_open(e);
+	double t0 = now_s();
+	engine_item it = { seq, prompt, (int32_t)n_prompt, false };
+	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		rc = 2;
+		goto done_sampler;
+	}
+	double t1 = now_s();
+	int32_t n_out = 0;
+	while (n_out < a->n_predict) {
+		int32_t id = sampler_sample(&smp, logits);
+		sampler_accept(&smp, id);
+		out[n_out++] = id;
+		if (n_out == a->n_predict)
+			break;
+		engine_item step = { seq, &id, 1, false };
+		if (engine_forward(e, &step, 1, logits, err, sizeof err) != 0) {
+			fprintf(stderr, "aahd: stopped after %d tokens: %s\n", n_out, err);
+			break;
+		}
+	}
+	double t2 = now_s();
+	for (int32_t i = 0; i < n_out; i++)
+		printf("%s%d", i ? "," : "", out[i]);
+	printf("\n");
+	if (!a->quiet) {
+		if (tok) {
+			int64_t n = tokenizer_decode(tok, out, n_out, false, NULL, 0);
+			char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+			if (text) {
+				tokenizer_decode(tok, out, n_out, false, text, n);
+				text[n] = 0;
+				printf("%s\n", text);
+				free(text);
+			}
+		}
+		fprintf(stderr, "aahd: %s; prompt %lld tokens in %.3f s (%.1f tokens/s); %d generated in %.3f s (%.1f tokens/s)\n",
+		        engine_backend_desc(e), (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), n_out, t2 - t1,
+		        n_out > 1 ? (double)(n_out - 1) / (t2 - t1) : 0.0);
+	}
+	rc = 0;
+done_sampler:
+	sampler_free(&smp);
+done:
+	free(logits);
+	free(out);
+	free(prompt);
+	engine_free(e);
+	tokenizer_free(tok);
+	return rc;
+}

@@ -1,0 +1,148 @@
+/* tests/check_golden.c — the engine against reference logits from an independent implementation (llama.cpp,
+ * checked against a float64 pass): two small Qwen3 models, 7 prompts, every prompt position and 24 greedy steps. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+#define LOGIT_TOL 0.01
+#define MARGIN_MIN 0.05
+
+static const char *testdata(void)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	return d && *d ? d : "tests/data";
+}
+
+/* The ways the engine may be run; each must match the reference. */
+typedef struct run_cfg {
+	const char *isa;           /* AAH_CPU_ISA */
+	int32_t threads;
+	int32_t max_batch;         /* small values split the prompt into chunks */
+	int token_by_token;        /* feed the prompt one token per forward call */
+} run_cfg;
+
+static const run_cfg cfgs[] = {
+	{ "avx512", 2, 512, 0 }, { "avx2", 2, 512, 0 }, { "generic", 1, 512, 0 },
+	{ "avx512", 2, 7, 0 }, { "avx2", 1, 64, 0 }, { "avx512", 2, 512, 1 },
+};
+static const char *models[] = { "qwen3-small-a", "qwen3-small-b" };
+
+static double max_diff_seen;
+
+/* Checks our logits row against a reference top-10 array [[id, logit], …]. */
+static void check_top(const float *row, json_t *top, const char *what, const char *prompt, int pos)
+{
+	size_t i;
+	json_t *pair;
+	json_array_foreach(top, i, pair) {
+		int id = (int)json_integer_value(json_array_get(pair, 0));
+		double ref = json_number_value(json_array_get(pair, 1));
+		double d = fabs((double)row[id] - ref);
+		if (d > max_diff_seen)
+			max_diff_seen = d;
+		ck_assert_msg(d <= LOGIT_TOL, "%s '%s' position %d token %d: logit %.5f, reference %.5f (diff %.5f)", what,
+		              prompt, pos, id, row[id], ref, d);
+	}
+}
+
+static void run_model(const char *model, const run_cfg *rc)
+{
+	char dir[1024], path[1100];
+	snprintf(dir, sizeof dir, "%s/%s", testdata(), model);
+	snprintf(path, sizeof path, "%s/%s.ref.json", testdata(), model);
+	json_error_t jerr;
+	json_t *ref = json_load_file(path, 0, &jerr);
+	ck_assert_msg(ref != NULL, "%s: %s", path, jerr.text);
+	if (rc->isa)
+		setenv("AAH_CPU_ISA", rc->isa, 1);
+
+	engine_params p = { .n_threads = rc->threads, .max_seqs = 2, .max_batch_tokens = rc->max_batch,
+	                    .kv_dtype = AAH_DTYPE_F32 };
+	engine *e;
+	char err[512];
+	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(e)->vocab_size;
+
+	size_t pi;
+	json_t *pr;
+	json_array_foreach(json_object_get(ref, "prompts"), pi, pr) {
+		const char *name = json_string_value(json_object_get(pr, "name"));
+		json_t *jids = json_object_get(pr, "prompt_ids"), *gen = json_object_get(pr, "gen_ids");
+		int32_t n = (int32_t)json_array_size(jids), ng = (int32_t)json_array_size(gen);
+		int32_t *ids = malloc((size_t)n * sizeof *ids);
+		for (int32_t i = 0; i < n; i++)
+			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+		float *logits = malloc((size_t)n * V * sizeof *logits);
+		int32_t seq = engine_seq_open(e);
+		ck_assert_int_ge(seq, 0);
+		if (rc->token_by_token) {
+			for (int32_t i = 0; i < n; i++) {
+				engine_item it = { seq, &ids[i], 1, false };
+				ck_assert_msg(engine_forward(e, &it, 1, logits + (int64_t)i * V, err, sizeof err) == 0, "%s", err);
+			}
+		} else {
+			engine_item it = { seq, ids, n, true };
+			ck_assert_msg(engine_forward(e, &it, 1, logits, err, sizeof err) == 0, "%s", err);
+		}
+		json_t *ptop = json_object_get(pr, "prompt_top");
+		for (int32_t i = 0; i < n; i++)
+			check_top(logits + (int64_t)i * V, json_array_get(ptop, (size_t)i), "prompt", name, i);
+
+		/* Greedy steps: feed the reference's tokens so that every step is compared, and require our argmax to
+		 * equal them until the first step whose reference margin is too thin to decide. */
+		json_t *gtop = json_object_get(pr, "gen_top"), *gmargin = json_object_get(pr, "gen_margin");
+		float *row = malloc((size_t)V * sizeof *row);
+		memcpy(row, logits + (int64_t)(n - 1) * V, (size_t)V * sizeof *row);
+		int greedy_ok = 1;
+		for (int32_t k = 0; k < ng; k++) {
+			check_top(row, json_array_get(gtop, (size_t)k), "generation", name, k);
+			int32_t want = (int32_t)json_integer_value(json_array_get(gen, (size_t)k));
+			if (json_number_value(json_array_get(gmargin, (size_t)k)) < MARGIN_MIN)
+				greedy_ok = 0;
+			if (greedy_ok)
+				ck_assert_msg(sampler_argmax(row, V) == want, "'%s' greedy step %d: ours %d, reference %d", name, k,
+				              sampler_argmax(row, V), want);
+			engine_item it = { seq, &want, 1, false };
+			ck_assert_msg(engine_forward(e, &it, 1, row, err, sizeof err) == 0, "%s", err);
+		}
+		check_top(row, json_object_get(pr, "after_last_top"), "after last", name, ng);
+		engine_seq_close(e, seq);
+		free(row);
+		free(logits);
+		free(ids);
+	}
+	engine_free(e);
+	json_decref(ref);
+	unsetenv("AAH_CPU_ISA");
+}
+
+START_TEST(test_golden)
+{
+	int m = _i % 2;
+	const run_cfg *rc = &cfgs[_i / 2];
+	max_diff_seen = 0;
+	run_model(models[m], rc);
+	printf("golden %s isa=%s threads=%d batch=%d%s: max |logit diff| %.2e\n", models[m], rc->isa, rc->threads,
+	       rc->max_batch, rc->token_by_token ? " token-by-token" : "", max_diff_seen);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("golden");
+	TCase *tc = tcase_create("reference_logits");
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_golden, 0, (int)(2 * sizeof cfgs / sizeof cfgs[0]));
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
