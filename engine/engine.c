@@ -225,6 +225,24 @@ aah_backend *engine_backend(engine *e) { return e->be; }
 const char *engine_backend_desc(const engine *e) { return e->desc; }
 uint64_t engine_attention_work(const engine *e) { return e->attn_work; }
 
+static int64_t tensor_bytes(const aah_tensor *t)
+{
+	return t->data ? t->rows * t->cols * (int64_t)aah_dtype_size(t->type) : 0;
+}
+
+int64_t engine_weight_bytes_per_token(const engine *e)
+{
+	int64_t n = tensor_bytes(&e->norm) + tensor_bytes(&e->lm_head);
+	for (int32_t l = 0; l < e->cfg.n_layers; l++) {
+		const layer_tensors *t = &e->layers[l];
+		const aah_tensor *all[] = { &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->q_norm, &t->k_norm,
+		                            &t->ffn_norm, &t->w_gate, &t->w_up, &t->w_down };
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			n += tensor_bytes(all[i]);
+	}
+	return n;
+}
+
 int32_t engine_seq_open(engine *e)
 {
 	for (int32_t i = 0; i < e->p.max_seqs; i++)

@@ -58,6 +58,9 @@ typedef struct engine_item {
  * changes, it returns -1 and says why in err. */
 int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len);
 
+/* Weight bytes one decode step reads: every layer's matrices and norms, the final norm and the output head. */
+int64_t engine_weight_bytes_per_token(const engine *e);
+
 /* Attention query·key products done since init (the work counter of the backend). */
 uint64_t engine_attention_work(const engine *e);
 

@@ -183,6 +183,8 @@ static void cpu_add(aah_backend *b, float *x, const float *y, int64_t n)
 
 /* ---- matmul ---- */
 
+#define MATMUL_KC 256   /* K slice of the tiled matmul: C · 256 floats of panel = 4 KiB for C = 4 */
+
 typedef struct matmul_job {
 	float *out;
 	const float *x;
@@ -234,11 +236,14 @@ static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 				k->to_f32(panel_buf, wsrc, j->w->type, c * K);
 				panel = panel_buf;
 			}
-			int64_t r = 0;
-			if (c == C)
-				for (; r + R <= tn; r += R)
-					k->tile(ob + r * M + mb, M, xb + r * K, K, panel, K);
-			for (; r < tn; r++)
+			/* K in slices whose panel part (C · KC floats) stays in L1 across every row tile of the block */
+			int64_t r_full = c == C ? tn / R * R : 0;
+			for (int64_t kb = 0; kb < K && r_full > 0; kb += MATMUL_KC) {
+				int64_t kn = K - kb < MATMUL_KC ? K - kb : MATMUL_KC;
+				for (int64_t r = 0; r < r_full; r += R)
+					k->tile(ob + r * M + mb, M, xb + r * K + kb, K, panel + kb, K, kn, kb > 0);
+			}
+			for (int64_t r = r_full; r < tn; r++)
 				for (int64_t cc = 0; cc < c; cc++)
 					ob[r * M + mb + cc] = k->dot(xb + r * K, panel + cc * K, K);
 		}

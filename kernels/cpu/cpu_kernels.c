@@ -66,14 +66,15 @@ static void to_f32_generic(float *dst, const void *src, aah_dtype t, int64_t cou
 
 #define GEN_R 2
 #define GEN_C 2
-static void tile_generic(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t K)
+static void tile_generic(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp,
+                         int64_t kn, int accumulate)
 {
 	for (int r = 0; r < GEN_R; r++)
 		for (int c = 0; c < GEN_C; c++) {
 			float s = 0;
-			for (int64_t k = 0; k < K; k++)
-				s += x[r * ldx + k] * panel[c * K + k];
-			out[r * ldo + c] = s;
+			for (int64_t k = 0; k < kn; k++)
+				s += x[r * ldx + k] * panel[c * ldp + k];
+			out[r * ldo + c] = accumulate ? out[r * ldo + c] + s : s;
 		}
 }
 

@@ -18,8 +18,10 @@ typedef struct cpu_kernels {
 	             int64_t m0, int64_t m1);
 	/* dst[i] = (float)src[i], count elements. */
 	void (*to_f32)(float *dst, const void *src, aah_dtype t, int64_t count);
-	/* out[r·ldo + c] = Σ_k x[r·ldx + k] · panel[c·K + k] for the full R × C tile; all f32. */
-	void (*tile)(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t K);
+	/* out[r·ldo + c] (+)= Σ_{k<kn} x[r·ldx + k] · panel[c·ldp + k] for the full R × C tile; all f32.
+	 * accumulate: add to out instead of overwriting it (the matmul walks K in L1-sized slices). */
+	void (*tile)(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp, int64_t kn,
+	             int accumulate);
 	float (*dot)(const float *a, const float *b, int64_t n);
 	/* y[i] += a · x[i] */
 	void (*axpy)(float *y, float a, const float *x, int64_t n);

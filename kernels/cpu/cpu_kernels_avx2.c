@@ -5,28 +5,29 @@
 #include <immintrin.h>
 #include <string.h>
 
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+#define PREFETCH_ELEMS 512
+
 /* 8 stored elements at w + i → 8 floats. */
-static inline __m256 load8(const void *w, aah_dtype t, int64_t i)
+INLINE __m256 load8(const void *w, aah_dtype t, int64_t i)
 {
-	switch (t) {
-	case AAH_DTYPE_BF16: {
+	if (t == AAH_DTYPE_BF16) {
 		__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
 		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 	}
-	case AAH_DTYPE_F16:
+	if (t == AAH_DTYPE_F16)
 		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
-	default:
-		return _mm256_loadu_ps((const float *)w + i);
-	}
+	return _mm256_loadu_ps((const float *)w + i);
 }
 
-static inline float load1(const void *w, aah_dtype t, int64_t i)
+INLINE float load1(const void *w, aah_dtype t, int64_t i)
 {
-	switch (t) {
-	case AAH_DTYPE_BF16: return cpu_bf16_to_f32(((const uint16_t *)w)[i]);
-	case AAH_DTYPE_F16: return cpu_f16_to_f32(((const uint16_t *)w)[i]);
-	default: return ((const float *)w)[i];
-	}
+	if (t == AAH_DTYPE_BF16)
+		return cpu_bf16_to_f32(((const uint16_t *)w)[i]);
+	if (t == AAH_DTYPE_F16)
+		return cpu_f16_to_f32(((const uint16_t *)w)[i]);
+	return ((const float *)w)[i];
 }
 
 static inline float hsum8(__m256 v)
@@ -37,49 +38,67 @@ static inline float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-/* Two weight rows against up to four activation rows at once: 8 accumulators, w read once. */
+#define GR 2   /* weight rows per gemv pass: 2 rows × 4 activation rows = 8 of the 16 registers */
+
+/* GR weight rows (of type T) against N activation rows, the weights read once. Loops have constant bounds
+ * and are unrolled so that the accumulators stay in registers. */
+INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
+                       int64_t K, int64_t m, int rows)
+{
+	const size_t es = T == AAH_DTYPE_F32 ? 4 : 2;
+	const char *wr[GR];
+	UNROLL for (int j = 0; j < GR; j++)
+		wr[j] = (const char *)w + (size_t)(m + (j < rows ? j : 0)) * (size_t)K * es;
+	__m256 acc[GR][4];
+	UNROLL for (int j = 0; j < GR; j++)
+		UNROLL for (int i = 0; i < 4; i++)
+			acc[j][i] = _mm256_setzero_ps();
+	const int64_t K8 = K & ~(int64_t)7;
+	for (int64_t k = 0; k < K8; k += 8) {
+		__m256 wv[GR];
+		UNROLL for (int j = 0; j < GR; j++) {
+			_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
+			wv[j] = load8(wr[j], T, k);
+		}
+		UNROLL for (int i = 0; i < N; i++) {
+			__m256 xv = _mm256_loadu_ps(x + i * K + k);
+			UNROLL for (int j = 0; j < GR; j++)
+				acc[j][i] = _mm256_fmadd_ps(wv[j], xv, acc[j][i]);
+		}
+	}
+	UNROLL for (int i = 0; i < N; i++)
+		UNROLL for (int j = 0; j < GR; j++)
+			if (j < rows) {
+				float s = hsum8(acc[j][i]);
+				for (int64_t k = K8; k < K; k++)
+					s += x[i * K + k] * load1(wr[j], T, k);
+				out[i * ldo + m + j] = s;
+			}
+}
+
+INLINE void gemv_typed(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
+                       int64_t K, int64_t m0, int64_t m1)
+{
+	for (int64_t m = m0; m < m1; m += GR)
+		gemv_block(out, ldo, x, N, w, T, K, m, m1 - m < GR ? (int)(m1 - m) : GR);
+}
+
+#define GEMV_CASES(T) \
+	switch (n) { \
+	case 1: gemv_typed(out, ldo, x, 1, w, T, K, m0, m1); return; \
+	case 2: gemv_typed(out, ldo, x, 2, w, T, K, m0, m1); return; \
+	case 3: gemv_typed(out, ldo, x, 3, w, T, K, m0, m1); return; \
+	default: gemv_typed(out, ldo, x, 4, w, T, K, m0, m1); return; \
+	}
+
 static void gemv_avx2(float *out, int64_t ldo, const float *x, int32_t n, const void *w, aah_dtype t, int64_t K,
                       int64_t m0, int64_t m1)
 {
-	const size_t es = aah_dtype_size(t);
-	const int64_t K8 = K & ~(int64_t)7;
-	int64_t m = m0;
-	for (; m + 2 <= m1; m += 2) {
-		const char *w0 = (const char *)w + (size_t)m * (size_t)K * es;
-		const char *w1 = w0 + (size_t)K * es;
-		__m256 acc[2][4];
-		for (int i = 0; i < 4; i++)
-			acc[0][i] = acc[1][i] = _mm256_setzero_ps();
-		for (int64_t k = 0; k < K8; k += 8) {
-			__m256 a = load8(w0, t, k), b = load8(w1, t, k);
-			for (int32_t i = 0; i < n; i++) {
-				__m256 xv = _mm256_loadu_ps(x + i * K + k);
-				acc[0][i] = _mm256_fmadd_ps(a, xv, acc[0][i]);
-				acc[1][i] = _mm256_fmadd_ps(b, xv, acc[1][i]);
-			}
-		}
-		for (int32_t i = 0; i < n; i++) {
-			float s0 = hsum8(acc[0][i]), s1 = hsum8(acc[1][i]);
-			for (int64_t k = K8; k < K; k++) {
-				s0 += x[i * K + k] * load1(w0, t, k);
-				s1 += x[i * K + k] * load1(w1, t, k);
-			}
-			out[i * ldo + m] = s0;
-			out[i * ldo + m + 1] = s1;
-		}
-	}
-	for (; m < m1; m++) {
-		const char *w0 = (const char *)w + (size_t)m * (size_t)K * es;
-		for (int32_t i = 0; i < n; i++) {
-			__m256 acc = _mm256_setzero_ps();
-			for (int64_t k = 0; k < K8; k += 8)
-				acc = _mm256_fmadd_ps(load8(w0, t, k), _mm256_loadu_ps(x + i * K + k), acc);
-			float s = hsum8(acc);
-			for (int64_t k = K8; k < K; k++)
-				s += x[i * K + k] * load1(w0, t, k);
-			out[i * ldo + m] = s;
-		}
-	}
+	if (t == AAH_DTYPE_BF16)
+		GEMV_CASES(AAH_DTYPE_BF16)
+	if (t == AAH_DTYPE_F16)
+		GEMV_CASES(AAH_DTYPE_F16)
+	GEMV_CASES(AAH_DTYPE_F32)
 }
 
 static void to_f32_avx2(float *dst, const void *src, aah_dtype t, int64_t count)
@@ -98,29 +117,30 @@ static void to_f32_avx2(float *dst, const void *src, aah_dtype t, int64_t count)
 #define R 2
 #define C 4
 /* R × C dot products over K; K need not be a multiple of 8. */
-static void tile_avx2(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t K)
+static void tile_avx2(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp,
+                      int64_t K, int accumulate)
 {
 	__m256 acc[R][C];
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++)
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int c = 0; c < C; c++)
 			acc[r][c] = _mm256_setzero_ps();
 	const int64_t K8 = K & ~(int64_t)7;
 	for (int64_t k = 0; k < K8; k += 8) {
 		__m256 p[C];
-		for (int c = 0; c < C; c++)
-			p[c] = _mm256_loadu_ps(panel + c * K + k);
-		for (int r = 0; r < R; r++) {
+		UNROLL for (int c = 0; c < C; c++)
+			p[c] = _mm256_loadu_ps(panel + c * ldp + k);
+		UNROLL for (int r = 0; r < R; r++) {
 			__m256 xv = _mm256_loadu_ps(x + r * ldx + k);
-			for (int c = 0; c < C; c++)
+			UNROLL for (int c = 0; c < C; c++)
 				acc[r][c] = _mm256_fmadd_ps(xv, p[c], acc[r][c]);
 		}
 	}
-	for (int r = 0; r < R; r++)
-		for (int c = 0; c < C; c++) {
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int c = 0; c < C; c++) {
 			float s = hsum8(acc[r][c]);
 			for (int64_t k = K8; k < K; k++)
-				s += x[r * ldx + k] * panel[c * K + k];
-			out[r * ldo + c] = s;
+				s += x[r * ldx + k] * panel[c * ldp + k];
+			out[r * ldo + c] = accumulate ? out[r * ldo + c] + s : s;
 		}
 }
 
