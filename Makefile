@@ -8,7 +8,7 @@ PREFIX  ?= /usr/local
 CACHE   ?= .cache
 
 ifeq ($(SAN),1)
-BUILD   := $(BUILD)/san
+override BUILD := $(BUILD)/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 

@@ -20,9 +20,11 @@ typedef struct st_tensor {
 	st_dtype dtype;
 	int32_t n_dims;
 	int64_t shape[ST_MAX_DIMS];
-	const void *data;            /* inside the mapping */
+	const void *data;            /* inside the mapping; aligned only as the file aligns it (writers pad the
+	                              * header to 8 bytes, but nothing forces them to) */
 	size_t nbytes;
 	int32_t file;                /* index into st_set.files */
+	void *owned;                 /* a copy the set owns when the file left the tensor misaligned; else NULL */
 } st_tensor;
 
 typedef struct st_file {
@@ -47,8 +49,9 @@ int st_parse_header(const char *json, size_t json_len, size_t data_len, st_tenso
                     char *err, size_t err_len);
 void st_tensors_free(st_tensor *t, int32_t n);
 
-/* Opens `model.safetensors` or the shards named by `model.safetensors.index.json` in dir.
- * Returns 0, or -1 with a message naming the file (and tensor) in err. Close with st_close. */
+/* Opens the shards named by `model.safetensors.index.json` in dir when it exists, else `model.safetensors`.
+ * *s need not be initialised; on failure it is left zeroed. Returns 0, or -1 with a message naming the file
+ * (and tensor) in err. Close with st_close (safe on a zeroed set). */
 int st_open_dir(st_set *s, const char *dir, char *err, size_t err_len);
 /* Opens one file. */
 int st_open_file(st_set *s, const char *path, char *err, size_t err_len);
