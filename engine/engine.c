@@ -30,6 +30,7 @@ struct engine {
 	kv_cache kv;
 	int32_t *seq_len;              /* max_seqs */
 	bool *seq_used;                /* max_seqs */
+	engine_seq_stats *seq_stats;   /* max_seqs */
 	int32_t *windows;              /* (n_layers, n_kv) attention window of each KV head */
 
 	/* per-step scratch in backend memory: rows = max_batch_tokens */
@@ -48,6 +49,7 @@ struct engine {
 	int64_t *ldst;                 /* rows: their row in the caller's logits */
 	aah_attn_seq *aseqs;           /* rows (a chunk has at most one span per token) */
 	int32_t *span_seq;             /* rows: the sequence of each span */
+	uint64_t *span_work;           /* rows: attention products of each span in this chunk */
 
 	uint64_t attn_work;
 };
@@ -120,7 +122,8 @@ static int alloc_scratch(engine *e, char *err, size_t err_len)
 	e->ldst = malloc(rows * sizeof *e->ldst);
 	e->aseqs = malloc(rows * sizeof *e->aseqs);
 	e->span_seq = malloc(rows * sizeof *e->span_seq);
-	if (!e->ids || !e->pos || !e->lrow || !e->ldst || !e->aseqs || !e->span_seq) {
+	e->span_work = malloc(rows * sizeof *e->span_work);
+	if (!e->ids || !e->pos || !e->lrow || !e->ldst || !e->aseqs || !e->span_seq || !e->span_work) {
 		snprintf(err, err_len, "out of memory");
 		return -1;
 	}
@@ -165,9 +168,10 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	e->inv_freq = malloc((size_t)c->head_dim / 2 * sizeof(float));
 	e->seq_len = calloc((size_t)e->p.max_seqs, sizeof *e->seq_len);
 	e->seq_used = calloc((size_t)e->p.max_seqs, sizeof *e->seq_used);
+	e->seq_stats = calloc((size_t)e->p.max_seqs, sizeof *e->seq_stats);
 	size_t heads = (size_t)c->n_layers * c->n_kv_heads;
 	e->windows = malloc(heads * sizeof *e->windows);
-	if (!e->inv_freq || !e->seq_len || !e->seq_used || !e->windows) {
+	if (!e->inv_freq || !e->seq_len || !e->seq_used || !e->seq_stats || !e->windows) {
 		snprintf(err, err_len, "out of memory");
 		goto fail;
 	}
@@ -208,7 +212,9 @@ void engine_free(engine *e)
 	free(e->inv_freq);
 	free(e->seq_len);
 	free(e->seq_used);
+	free(e->seq_stats);
 	free(e->windows);
+	free(e->span_work);
 	free(e->ids);
 	free(e->pos);
 	free(e->lrow);
@@ -243,15 +249,67 @@ int64_t engine_weight_bytes_per_token(const engine *e)
 	return n;
 }
 
-int32_t engine_seq_open(engine *e)
+static const char *const full_regime = "full_attention";
+
+int32_t engine_regime_count(const engine *e) { return 1; }
+const char *engine_regime_name(const engine *e, int32_t i) { return i == 0 ? full_regime : NULL; }
+const char *engine_default_regime(const engine *e) { return full_regime; }
+
+int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len)
 {
+	if (regime && strcmp(regime, full_regime) != 0) {
+		snprintf(err, err_len, "unknown regime '%s' (this model has: %s)", regime, full_regime);
+		return -1;
+	}
 	for (int32_t i = 0; i < e->p.max_seqs; i++)
 		if (!e->seq_used[i]) {
 			e->seq_used[i] = true;
 			e->seq_len[i] = 0;
+			memset(&e->seq_stats[i], 0, sizeof e->seq_stats[i]);
+			e->seq_stats[i].regime = full_regime;
 			return i;
 		}
+	snprintf(err, err_len, "all %d sequences are in use", e->p.max_seqs);
 	return -1;
+}
+
+int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out)
+{
+	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
+		return -1;
+	*out = e->seq_stats[seq];
+	out->n_positions = e->seq_len[seq];
+	out->kv_bytes = engine_seq_kv_bytes(e, seq);
+	/* Full attention: every selection is the whole context, so ACR is 1 by definition (the paper's table 2). */
+	out->acr = out->branch_usage_total > 0
+	                   ? out->branch_usage_weighted / out->branch_usage_total / (double)e->p.ctx_len
+	                   : 1.0;
+	return 0;
+}
+
+/* After a chunk: the sequence's measured work and what full causal attention would have done; its KV peak. */
+static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, uint64_t work)
+{
+	engine_seq_stats *st = &e->seq_stats[seq];
+	const model_config *c = &e->cfg;
+	/* full causal: the query at position p reads p + 1 keys, per query head and layer */
+	int64_t p0 = span->pos0, p1 = (int64_t)span->pos0 + span->n_new;   /* positions [p0, p1) */
+	uint64_t keys = (uint64_t)((p1 * (p1 + 1) - p0 * (p0 + 1)) / 2);
+	st->attn_products += work;
+	st->attn_products_full += keys * (uint64_t)c->n_heads * (uint64_t)c->n_layers;
+	/* every (layer, KV head) selection of window W counts its query heads, once per query token */
+	int32_t group = c->n_heads / c->n_kv_heads;
+	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv_heads; h++) {
+		st->branch_usage_weighted += (double)group * span->n_new * (double)e->windows[h];
+		st->branch_usage_total += (double)group * span->n_new;
+	}
+	int64_t bytes = engine_seq_kv_bytes(e, seq);
+	if (bytes > st->kv_bytes_peak) {
+		st->kv_bytes_peak = bytes;
+		/* full attention keeps every position of every KV head, in whole pages */
+		int64_t pages = (int64_t)c->n_layers * c->n_kv_heads * ((p1 + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN);
+		st->kv_bytes_full_peak = pages * (int64_t)e->kv.page_bytes;
+	}
 }
 
 void engine_seq_close(engine *e, int32_t seq)
@@ -284,6 +342,7 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 	const float scale = 1.0f / sqrtf((float)hd);
 
 	f->get_rows(b, e->x, &e->embed, e->ids, n);
+	memset(e->span_work, 0, (size_t)n_spans * sizeof *e->span_work);
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		const layer_tensors *t = &e->layers[l];
 		f->rmsnorm(b, e->xn, e->x, &t->attn_norm, n, c->rms_norm_eps);
@@ -302,7 +361,8 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 			e->aseqs[s].n_slots = kv_cache_slots(&e->kv, l);
 			e->aseqs[s].windows = e->windows + (int64_t)l * nkv;
 		}
-		e->attn_work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale);
+		e->attn_work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale,
+		                             e->span_work);
 		f->kv_store(b, &e->kv.pool, e->k, e->v, e->aseqs, n_spans, nkv);
 		f->matmul(b, e->xn, e->att, n, &t->wo);
 		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
@@ -313,6 +373,8 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 		f->matmul(b, e->xn, e->gate, n, &t->w_down);
 		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
 	}
+	for (int32_t s = 0; s < n_spans; s++)
+		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s]);
 	/* Logits only for the rows that asked, a pass of logit_rows at a time. */
 	aah_tensor xt = { e->x, AAH_DTYPE_F32, e->p.max_batch_tokens, c->hidden_size };
 	for (int32_t r = 0; r < n_logit; r += e->logit_rows) {

@@ -36,14 +36,37 @@ aah_backend *engine_backend(engine *e);
 /* Human-readable backend description, e.g. "cpu (avx512, 2 threads)". */
 const char *engine_backend_desc(const engine *e);
 
-/* Opens a sequence (an empty KV cache slot). Returns its id, or -1 when all max_seqs are open. */
-int32_t engine_seq_open(engine *e);
+/* The regimes this model offers (full_attention always; the others come from aah.json). */
+int32_t engine_regime_count(const engine *e);
+const char *engine_regime_name(const engine *e, int32_t i);
+const char *engine_default_regime(const engine *e);
+
+/* Opens a sequence (an empty KV cache slot) that attends under `regime` (NULL: the default).
+ * Returns its id, or -1 with a message: every slot taken, or no such regime. */
+int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len);
 /* Closes it and returns its pages to the pool. */
 void engine_seq_close(engine *e, int32_t seq);
 /* Positions the sequence holds so far. */
 int32_t engine_seq_len(const engine *e, int32_t seq);
 /* Bytes of KV pages the sequence holds now. */
 int64_t engine_seq_kv_bytes(const engine *e, int32_t seq);
+
+/* What one sequence has cost, for the response's `aah` object and /metrics (DESIGN.md). */
+typedef struct engine_seq_stats {
+	const char *regime;
+	int64_t n_positions;            /* tokens processed */
+	uint64_t attn_products;         /* query·key products done (counted by the backend) */
+	uint64_t attn_products_full;    /* what full causal attention does for the same tokens */
+	int64_t kv_bytes;               /* held now */
+	int64_t kv_bytes_peak;          /* the most held at once */
+	int64_t kv_bytes_full_peak;     /* what full attention would hold at that length */
+	double branch_usage_weighted;   /* Σ_W usage[W]·W over this sequence's selections */
+	double branch_usage_total;      /* Σ_W usage[W] */
+	double acr;                     /* Σ_W f_W·W / T; 1 for full attention by definition */
+} engine_seq_stats;
+
+/* Fills *out for an open sequence; returns 0, or -1 when seq is not open. */
+int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out);
 
 typedef struct engine_item {
 	int32_t seq;

@@ -91,11 +91,12 @@ typedef struct aah_backend_iface {
 	void (*add)(aah_backend *b, float *x, const float *y, int64_t n);
 
 	/* Windowed causal attention (grouped-query): q, out (rows, n_heads·head_dim); k, v (rows, n_kv·head_dim)
-	 * for the new positions. Query head h reads KV head h / (n_heads / n_kv). Returns the number of
-	 * query·key products computed (the work counter). scale = 1/sqrt(head_dim) normally. */
+	 * for the new positions. Query head h reads KV head h / (n_heads / n_kv). Counts the query·key products it
+	 * computes (the work counter): adds each sequence's to seq_work[i] (host, n_seqs; may be NULL) and returns
+	 * the total. scale = 1/sqrt(head_dim) normally. */
 	uint64_t (*attention)(aah_backend *b, float *out, const float *q, const float *k, const float *v,
 	                      const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs,
-	                      int32_t n_heads, int32_t n_kv, float scale);
+	                      int32_t n_heads, int32_t n_kv, float scale, uint64_t *seq_work);
 	/* Writes the new positions' k, v rows into the pages. Positions older than a ring can hold are
 	 * skipped (the ring keeps the newest n_slots pages). */
 	void (*kv_store)(aah_backend *b, const aah_kv_pool *pool, const float *k, const float *v,

@@ -92,7 +92,7 @@ int prompt_cli_run(const prompt_cli_args *a)
 		fprintf(stderr, "aahd: out of memory\n");
 		goto done;
 	}
-	int32_t seq = engine_seq_open(e);
+	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
 	double t0 = now_s();
 	engine_item it = { seq, prompt, (int32_t)n_prompt, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {

@@ -79,7 +79,7 @@ static void run_model(const char *model, const run_cfg *rc)
 		for (int32_t i = 0; i < n; i++)
 			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
 		float *logits = malloc((size_t)n * V * sizeof *logits);
-		int32_t seq = engine_seq_open(e);
+		int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
 		ck_assert_int_ge(seq, 0);
 		if (rc->token_by_token) {
 			for (int32_t i = 0; i < n; i++) {

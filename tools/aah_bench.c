@@ -88,12 +88,12 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	for (int32_t i = 0; i < n_prompt; i++)
 		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % c->vocab_size);
 	/* A short warm-up brings the weights into the page cache and the thread pool up to speed. */
-	int32_t seq = engine_seq_open(e);
+	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
 	engine_item warm = { seq, ids, n_prompt < 16 ? n_prompt : 16, false };
 	engine_forward(e, &warm, 1, logits, err, sizeof err);
 	engine_seq_close(e, seq);
 
-	seq = engine_seq_open(e);
+	seq = engine_seq_open(e, NULL, err, sizeof err);
 	double t0 = now_s();
 	engine_item it = { seq, ids, n_prompt, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {

@@ -279,6 +279,7 @@ typedef struct attn_job {
 	float scale;
 	int64_t total_units;    /* Σ n_new · n_heads */
 	cpu_ctx *c;
+	uint64_t *seq_work;     /* (n_seqs) or NULL */
 	uint64_t work[MAX_THREADS];
 } attn_job;
 
@@ -318,6 +319,7 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 			continue;
 		}
 		int64_t u0 = lo > unit ? lo - unit : 0, u1 = hi - unit < units ? hi - unit : units;
+		uint64_t seq_work = 0;
 		for (int64_t u = u0; u < u1; u++) {
 			int32_t i = (int32_t)(u / j->n_heads), h = (int32_t)(u % j->n_heads), kvh = h / group;
 			int64_t pos = (int64_t)s->pos0 + i;
@@ -347,8 +349,11 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 				                              : j->v + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
 				k->axpy(o, scores[t - first] * inv, vr, hd);
 			}
-			work += (uint64_t)nk;
+			seq_work += (uint64_t)nk;
 		}
+		work += seq_work;
+		if (j->seq_work)   /* a worker meets each sequence once; another may share it */
+			__atomic_fetch_add(&j->seq_work[si], seq_work, __ATOMIC_RELAXED);
 		unit += units;
 	}
 	j->work[ti] = work;
@@ -356,11 +361,12 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 
 static uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const float *k, const float *v,
                               const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_heads,
-                              int32_t n_kv, float scale)
+                              int32_t n_kv, float scale, uint64_t *seq_work)
 {
 	cpu_ctx *c = ctx_of(b);
 	attn_job j = { .out = out, .q = q, .k = k, .v = v, .pool = pool, .seqs = seqs, .n_seqs = n_seqs,
-	               .n_heads = n_heads, .n_kv = n_kv, .head_dim = pool->head_dim, .scale = scale, .c = c };
+	               .n_heads = n_heads, .n_kv = n_kv, .head_dim = pool->head_dim, .scale = scale, .c = c,
+	               .seq_work = seq_work };
 	int64_t max_keys = 1;
 	for (int32_t i = 0; i < n_seqs; i++) {
 		j.total_units += (int64_t)seqs[i].n_new * n_heads;
