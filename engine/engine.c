@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/aah_policy.h"
 #include "engine/kv_cache.h"
+#include "models/aah_config.h"
 #include "models/model.h"
 
 typedef struct layer_tensors {
@@ -31,7 +33,13 @@ struct engine {
 	int32_t *seq_len;              /* max_seqs */
 	bool *seq_used;                /* max_seqs */
 	engine_seq_stats *seq_stats;   /* max_seqs */
-	int32_t *windows;              /* (n_layers, n_kv) attention window of each KV head */
+	aah_config aah;                /* aah.json, when the model has one */
+	bool has_aah;
+	aah_regimes regimes;           /* full_attention + aah.json's */
+	aah_seq_state *policy;         /* max_seqs: each sequence's window selection and usage */
+	float *probe_mass;             /* (max_seqs, n_layers, n_heads, n_windows) probe output */
+	float *probe_kv;               /* (n_layers, n_kv, n_windows) the same summed per KV head */
+	bool *span_probe;              /* rows: the span is a probe step */
 
 	/* per-step scratch in backend memory: rows = max_batch_tokens */
 	float *x;                      /* (rows, hidden) residual stream */
@@ -138,7 +146,10 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		snprintf(err, err_len, "out of memory");
 		return -1;
 	}
-	if (model_files_load(&e->mf, model_dir, err, err_len) != 0) {
+	char dir[4096];
+	if (aah_resolve_model_dir(model_dir, p->checkpoint_step > 0 ? p->checkpoint_step : -1, dir, sizeof dir, err,
+	                          err_len) != 0 ||
+	    model_files_load(&e->mf, dir, err, err_len) != 0) {
 		free(e);
 		return -1;
 	}
@@ -170,20 +181,40 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	e->seq_used = calloc((size_t)e->p.max_seqs, sizeof *e->seq_used);
 	e->seq_stats = calloc((size_t)e->p.max_seqs, sizeof *e->seq_stats);
 	size_t heads = (size_t)c->n_layers * c->n_kv_heads;
-	e->windows = malloc(heads * sizeof *e->windows);
-	if (!e->inv_freq || !e->seq_len || !e->seq_used || !e->seq_stats || !e->windows) {
+	if (!e->inv_freq || !e->seq_len || !e->seq_used || !e->seq_stats) {
 		snprintf(err, err_len, "out of memory");
 		goto fail;
 	}
 	model_config_rope_freqs(c, e->inv_freq);
-	/* Full attention: every KV head sees (and keeps) the whole context. */
-	for (size_t i = 0; i < heads; i++)
-		e->windows[i] = e->p.ctx_len;
+	int arc = aah_config_load(&e->aah, e->mf.dir, c, err, err_len);
+	if (arc < 0)
+		goto fail;
+	e->has_aah = arc == 0;
+	if (aah_regimes_init(&e->regimes, e->has_aah ? &e->aah : NULL, c->n_layers, c->n_kv_heads,
+	                     c->n_heads / c->n_kv_heads, e->p.ctx_len) != 0) {
+		snprintf(err, err_len, "out of memory");
+		goto fail;
+	}
+	e->policy = calloc((size_t)e->p.max_seqs, sizeof *e->policy);
+	size_t nw = e->regimes.n_windows > 0 ? (size_t)e->regimes.n_windows : 1;
+	e->probe_mass = calloc((size_t)e->p.max_seqs * (size_t)c->n_layers * (size_t)c->n_heads * nw, sizeof(float));
+	e->probe_kv = calloc(heads * nw, sizeof(float));
+	e->span_probe = calloc((size_t)e->p.max_batch_tokens, sizeof *e->span_probe);
+	if (!e->policy || !e->probe_mass || !e->probe_kv || !e->span_probe) {
+		snprintf(err, err_len, "out of memory");
+		goto fail;
+	}
+	for (int32_t i = 0; i < e->p.max_seqs; i++)
+		if (aah_seq_state_init(&e->policy[i], &e->regimes) != 0) {
+			snprintf(err, err_len, "out of memory");
+			goto fail;
+		}
+	/* The default pool holds max_seqs sequences of the full context under full attention. */
 	size_t page_bytes = (size_t)2 * AAH_PAGE_LEN * (size_t)c->head_dim * aah_dtype_size(e->p.kv_dtype);
 	int64_t per_seq_pages = (int64_t)heads * ((e->p.ctx_len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1);
 	int64_t n_pages = e->p.kv_budget_bytes > 0 ? e->p.kv_budget_bytes / (int64_t)page_bytes
 	                                           : per_seq_pages * e->p.max_seqs;
-	if (kv_cache_init(&e->kv, e->be, c->n_layers, c->n_kv_heads, c->head_dim, e->p.kv_dtype, e->windows,
+	if (kv_cache_init(&e->kv, e->be, c->n_layers, c->n_kv_heads, c->head_dim, e->p.kv_dtype, e->p.ctx_len,
 	                  e->p.max_seqs, n_pages, err, err_len) != 0)
 		goto fail;
 	if (alloc_scratch(e, err, err_len) != 0)
@@ -213,7 +244,14 @@ void engine_free(engine *e)
 	free(e->seq_len);
 	free(e->seq_used);
 	free(e->seq_stats);
-	free(e->windows);
+	for (int32_t i = 0; e->policy && i < e->p.max_seqs; i++)
+		aah_seq_state_free(&e->policy[i]);
+	free(e->policy);
+	free(e->probe_mass);
+	free(e->probe_kv);
+	free(e->span_probe);
+	aah_regimes_free(&e->regimes);
+	aah_config_free(&e->aah);
 	free(e->span_work);
 	free(e->ids);
 	free(e->pos);
@@ -249,16 +287,19 @@ int64_t engine_weight_bytes_per_token(const engine *e)
 	return n;
 }
 
-static const char *const full_regime = "full_attention";
-
-int32_t engine_regime_count(const engine *e) { return 1; }
-const char *engine_regime_name(const engine *e, int32_t i) { return i == 0 ? full_regime : NULL; }
-const char *engine_default_regime(const engine *e) { return full_regime; }
+int32_t engine_regime_count(const engine *e) { return e->regimes.n; }
+const char *engine_regime_name(const engine *e, int32_t i) { return i >= 0 && i < e->regimes.n ? e->regimes.r[i].name : NULL; }
+const char *engine_default_regime(const engine *e) { return e->regimes.r[e->regimes.default_index].name; }
 
 int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len)
 {
-	if (regime && strcmp(regime, full_regime) != 0) {
-		snprintf(err, err_len, "unknown regime '%s' (this model has: %s)", regime, full_regime);
+	int32_t ri = regime ? aah_regimes_find(&e->regimes, regime) : e->regimes.default_index;
+	if (ri < 0) {
+		int n = snprintf(err, err_len, "unknown regime '%s' (this model has:", regime);
+		for (int32_t i = 0; i < e->regimes.n && n > 0 && (size_t)n < err_len; i++)
+			n += snprintf(err + n, err_len - (size_t)n, " %s", e->regimes.r[i].name);
+		if (n > 0 && (size_t)n < err_len)
+			snprintf(err + n, err_len - (size_t)n, ")");
 		return -1;
 	}
 	for (int32_t i = 0; i < e->p.max_seqs; i++)
@@ -266,11 +307,19 @@ int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len
 			e->seq_used[i] = true;
 			e->seq_len[i] = 0;
 			memset(&e->seq_stats[i], 0, sizeof e->seq_stats[i]);
-			e->seq_stats[i].regime = full_regime;
+			e->seq_stats[i].regime = e->regimes.r[ri].name;
+			kv_cache_seq_setup(&e->kv, i, e->regimes.r[ri].head_capacity);
+			aah_seq_state_reset(&e->policy[i], &e->regimes, ri);
 			return i;
 		}
 	snprintf(err, err_len, "all %d sequences are in use", e->p.max_seqs);
 	return -1;
+}
+
+int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len)
+{
+	int32_t ri = regime ? aah_regimes_find(&e->regimes, regime) : e->regimes.default_index;
+	return ri < 0 ? -1 : kv_cache_pages_for(&e->kv, e->regimes.r[ri].head_capacity, len);
 }
 
 int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out)
@@ -280,16 +329,39 @@ int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out)
 	*out = e->seq_stats[seq];
 	out->n_positions = e->seq_len[seq];
 	out->kv_bytes = engine_seq_kv_bytes(e, seq);
-	/* Full attention: every selection is the whole context, so ACR is 1 by definition (the paper's table 2). */
-	out->acr = out->branch_usage_total > 0
-	                   ? out->branch_usage_weighted / out->branch_usage_total / (double)e->p.ctx_len
-	                   : 1.0;
+	const aah_seq_state *ps = &e->policy[seq];
+	out->branch_usage_weighted = out->branch_usage_total = 0;
+	out->n_usage = ps->n_usage;
+	for (int32_t i = 0; i < ps->n_usage; i++) {
+		out->usage_window[i] = ps->usage_window[i];
+		out->usage[i] = ps->usage[i];
+		out->branch_usage_weighted += ps->usage[i] * ps->usage_window[i];
+		out->branch_usage_total += ps->usage[i];
+	}
+	out->context_length = e->regimes.context_length;
+	/* full attention: ACR 1 by definition (the paper's table 2) */
+	out->acr = aah_seq_acr(ps, &e->regimes);
 	return 0;
 }
 
-/* After a chunk: the sequence's measured work and what full causal attention would have done; its KV peak. */
-static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, uint64_t work)
+/* After a chunk: the sequence's measured work and what full causal attention would have done, its KV peak, its
+ * branch usage; after a probe, the policy's re-selection. */
+static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, uint64_t work, bool probe)
 {
+	aah_seq_state *ps = &e->policy[seq];
+	aah_seq_count(ps, &e->regimes, span->n_new, probe);
+	if (probe) {
+		const int32_t nw = e->regimes.n_windows, nh = e->cfg.n_heads, nkv = e->cfg.n_kv_heads, q = nh / nkv;
+		float *mass = e->probe_mass + (int64_t)seq * e->cfg.n_layers * nh * nw;
+		memset(e->probe_kv, 0, (size_t)e->cfg.n_layers * (size_t)nkv * (size_t)nw * sizeof(float));
+		for (int64_t l = 0; l < e->cfg.n_layers; l++)
+			for (int64_t h = 0; h < nh; h++)
+				for (int32_t b = 0; b < nw; b++)
+					e->probe_kv[(l * nkv + h / q) * nw + b] += mass[(l * nh + h) * nw + b];
+		aah_seq_control(ps, &e->regimes, e->probe_kv);
+	}
+	if (span->pos0 > 0 && span->n_new == 1)
+		ps->decode_steps++;
 	engine_seq_stats *st = &e->seq_stats[seq];
 	const model_config *c = &e->cfg;
 	/* full causal: the query at position p reads p + 1 keys, per query head and layer */
@@ -297,12 +369,6 @@ static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, u
 	uint64_t keys = (uint64_t)((p1 * (p1 + 1) - p0 * (p0 + 1)) / 2);
 	st->attn_products += work;
 	st->attn_products_full += keys * (uint64_t)c->n_heads * (uint64_t)c->n_layers;
-	/* every (layer, KV head) selection of window W counts its query heads, once per query token */
-	int32_t group = c->n_heads / c->n_kv_heads;
-	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv_heads; h++) {
-		st->branch_usage_weighted += (double)group * span->n_new * (double)e->windows[h];
-		st->branch_usage_total += (double)group * span->n_new;
-	}
 	int64_t bytes = engine_seq_kv_bytes(e, seq);
 	if (bytes > st->kv_bytes_peak) {
 		st->kv_bytes_peak = bytes;
@@ -358,8 +424,18 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 		for (int32_t s = 0; s < n_spans; s++) {
 			e->aseqs[s].rings = kv_cache_rings(&e->kv, e->span_seq[s], l);
 			e->aseqs[s].ring_stride = e->kv.ring_stride;
-			e->aseqs[s].n_slots = kv_cache_slots(&e->kv, l);
-			e->aseqs[s].windows = e->windows + (int64_t)l * nkv;
+			e->aseqs[s].n_slots = kv_cache_slots(&e->kv, e->span_seq[s], l);
+			{
+			const aah_seq_state *ps = &e->policy[e->span_seq[s]];
+			/* a probe attends over each head's whole capacity and reports where the mass fell */
+			e->aseqs[s].windows = e->span_probe[s] ? e->regimes.r[ps->regime].head_capacity + (int64_t)l * nkv
+			                                       : ps->head_window + (int64_t)l * nkv;
+			e->aseqs[s].band_mass = e->span_probe[s] ? e->probe_mass + ((int64_t)e->span_seq[s] * c->n_layers + l) *
+			                                                                   nh * e->regimes.n_windows
+			                                         : NULL;
+			e->aseqs[s].band_edges = e->regimes.windows;
+			e->aseqs[s].n_bands = e->regimes.n_windows;
+		}
 		}
 		e->attn_work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale,
 		                             e->span_work);
@@ -374,7 +450,7 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
 	}
 	for (int32_t s = 0; s < n_spans; s++)
-		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s]);
+		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s], e->span_probe[s]);
 	/* Logits only for the rows that asked, a pass of logit_rows at a time. */
 	aah_tensor xt = { e->x, AAH_DTYPE_F32, e->p.max_batch_tokens, c->hidden_size };
 	for (int32_t r = 0; r < n_logit; r += e->logit_rows) {
@@ -416,7 +492,9 @@ static int validate_items(const engine *e, const engine_item *items, int32_t n_i
 				snprintf(err, err_len, "token id %d is out of range [0, %d)", it->tokens[j], e->cfg.vocab_size);
 				return -1;
 			}
-		pages_needed += kv_cache_pages_for(&e->kv, e->seq_len[it->seq] + it->n_tokens) - e->kv.seq_pages[it->seq];
+		pages_needed += kv_cache_pages_for(&e->kv, e->regimes.r[e->policy[it->seq].regime].head_capacity,
+		                                   e->seq_len[it->seq] + it->n_tokens) -
+		                e->kv.seq_pages[it->seq];
 	}
 	if (pages_needed > e->kv.n_free) {
 		snprintf(err, err_len, "KV cache full: %lld pages needed, %d free", (long long)pages_needed, e->kv.n_free);
@@ -434,6 +512,7 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 			snprintf(err, err_len, "KV cache full");   /* cannot happen after validate_items */
 			return -1;
 		}
+	const model_config *c = &e->cfg;
 	const int32_t cap = e->p.max_batch_tokens;
 	int32_t n = 0, n_spans = 0, n_logit = 0;
 	int64_t dst = 0;
@@ -445,6 +524,12 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 				s->row0 = n;
 				s->n_new = 0;
 				s->pos0 = e->seq_len[it->seq];
+				/* a decode step of an adaptive sequence may be a probe (aah_policy.h) */
+				e->span_probe[n_spans] = it->n_tokens == 1 && s->pos0 > 0 &&
+				                         aah_seq_probe_due(&e->policy[it->seq], &e->regimes);
+				if (e->span_probe[n_spans])
+					memset(e->probe_mass + (int64_t)it->seq * c->n_layers * c->n_heads * e->regimes.n_windows, 0,
+					       (size_t)c->n_layers * (size_t)c->n_heads * (size_t)e->regimes.n_windows * sizeof(float));
 				e->span_seq[n_spans++] = it->seq;
 			}
 			e->ids[n] = it->tokens[j];

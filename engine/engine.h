@@ -21,6 +21,7 @@ typedef struct engine_params {
 	int32_t max_batch_tokens;   /* tokens per forward chunk (scratch rows); 0 = 512 */
 	aah_dtype kv_dtype;         /* KV element type; the CPU reference uses f32 */
 	int64_t kv_budget_bytes;    /* page pool size; 0 = room for max_seqs full contexts */
+	int64_t checkpoint_step;    /* in a run directory: load checkpoint-<step>; 0 = the highest */
 } engine_params;
 
 typedef struct engine engine;
@@ -40,6 +41,9 @@ const char *engine_backend_desc(const engine *e);
 int32_t engine_regime_count(const engine *e);
 const char *engine_regime_name(const engine *e, int32_t i);
 const char *engine_default_regime(const engine *e);
+
+/* KV pages a sequence under `regime` (NULL: the default) holds at most at `len` positions; -1: no such regime. */
+int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len);
 
 /* Opens a sequence (an empty KV cache slot) that attends under `regime` (NULL: the default).
  * Returns its id, or -1 with a message: every slot taken, or no such regime. */
@@ -62,6 +66,10 @@ typedef struct engine_seq_stats {
 	int64_t kv_bytes_full_peak;     /* what full attention would hold at that length */
 	double branch_usage_weighted;   /* Σ_W usage[W]·W over this sequence's selections */
 	double branch_usage_total;      /* Σ_W usage[W] */
+	int32_t n_usage;                /* branch usage by window: usage[i] query-head selections of usage_window[i] */
+	int32_t usage_window[9];
+	double usage[9];
+	int32_t context_length;         /* T of ACR: aah.json's context_length, else the engine's */
 	double acr;                     /* Σ_W f_W·W / T; 1 for full attention by definition */
 } engine_seq_stats;
 

@@ -6,8 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int32_t slots_for(int32_t capacity)
+{
+	return (capacity + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1;
+}
+
 int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, int32_t head_dim, aah_dtype type,
-                  const int32_t *capacity, int32_t max_seqs, int64_t n_pages, char *err, size_t err_len)
+                  int32_t max_capacity, int32_t max_seqs, int64_t n_pages, char *err, size_t err_len)
 {
 	memset(c, 0, sizeof *c);
 	if (n_pages < 1 || n_pages > INT32_MAX) {
@@ -19,18 +24,14 @@ int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, i
 	c->max_seqs = max_seqs;
 	c->page_bytes = (size_t)2 * AAH_PAGE_LEN * (size_t)head_dim * aah_dtype_size(type);
 	size_t heads = (size_t)n_layers * (size_t)n_kv;
-	c->capacity = malloc(heads * sizeof *c->capacity);
-	c->n_slots = malloc(heads * sizeof *c->n_slots);
+	c->ring_stride = slots_for(max_capacity);
+	c->n_slots = malloc((size_t)max_seqs * heads * sizeof *c->n_slots);
 	c->seq_pages = calloc((size_t)max_seqs, sizeof *c->seq_pages);
 	c->free_pages = malloc((size_t)n_pages * sizeof *c->free_pages);
-	if (!c->capacity || !c->n_slots || !c->seq_pages || !c->free_pages)
+	if (!c->n_slots || !c->seq_pages || !c->free_pages)
 		goto oom;
-	for (size_t i = 0; i < heads; i++) {
-		c->capacity[i] = capacity[i];
-		c->n_slots[i] = (capacity[i] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1;
-		if (c->n_slots[i] > c->ring_stride)
-			c->ring_stride = c->n_slots[i];
-	}
+	for (size_t i = 0; i < (size_t)max_seqs * heads; i++)
+		c->n_slots[i] = c->ring_stride;
 	size_t n_ring = (size_t)max_seqs * heads * (size_t)c->ring_stride;
 	c->rings = malloc(n_ring * sizeof *c->rings);
 	if (!c->rings)
@@ -60,7 +61,6 @@ void kv_cache_free(kv_cache *c, aah_backend *b)
 {
 	if (c->pool.data)
 		b->iface.buf_free(b, c->pool.data);
-	free(c->capacity);
 	free(c->n_slots);
 	free(c->rings);
 	free(c->seq_pages);
@@ -68,13 +68,23 @@ void kv_cache_free(kv_cache *c, aah_backend *b)
 	memset(c, 0, sizeof *c);
 }
 
-int64_t kv_cache_pages_for(const kv_cache *c, int64_t len)
+void kv_cache_seq_setup(kv_cache *c, int32_t seq, const int32_t *capacity)
+{
+	int32_t *slots = c->n_slots + (int64_t)seq * c->n_layers * c->n_kv;
+	for (int64_t i = 0; i < (int64_t)c->n_layers * c->n_kv; i++) {
+		int32_t n = slots_for(capacity[i]);
+		slots[i] = n < c->ring_stride ? n : c->ring_stride;
+	}
+}
+
+int64_t kv_cache_pages_for(const kv_cache *c, const int32_t *capacity, int64_t len)
 {
 	int64_t pages = 0;
+	/* positions [0, len) touch ceil(len / P) logical pages; the ring keeps at most n_slots of them */
+	int64_t lp = (len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
 	for (int64_t i = 0; i < (int64_t)c->n_layers * c->n_kv; i++) {
-		/* positions [0, len) touch ceil(len / P) logical pages; the ring keeps at most n_slots of them */
-		int64_t lp = (len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
-		pages += lp < c->n_slots[i] ? lp : c->n_slots[i];
+		int64_t slots = slots_for(capacity[i]) < c->ring_stride ? slots_for(capacity[i]) : c->ring_stride;
+		pages += lp < slots ? lp : slots;
 	}
 	return pages;
 }
@@ -93,9 +103,10 @@ int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)
 	if (n <= 0)
 		return 0;
 	int32_t *rings = c->rings + (int64_t)seq * c->n_layers * c->n_kv * c->ring_stride;
+	const int32_t *n_slots = c->n_slots + (int64_t)seq * c->n_layers * c->n_kv;
 	int64_t need = 0;
 	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv; h++) {
-		int64_t lo, hi, slots = c->n_slots[h];
+		int64_t lo, hi, slots = n_slots[h];
 		kept_pages(pos0, n, slots, &lo, &hi);
 		for (int64_t lp = lo; lp <= hi; lp++)
 			need += rings[h * c->ring_stride + lp % slots] < 0;
@@ -103,7 +114,7 @@ int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)
 	if (need > c->n_free)
 		return -1;
 	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv; h++) {
-		int64_t lo, hi, slots = c->n_slots[h];
+		int64_t lo, hi, slots = n_slots[h];
 		kept_pages(pos0, n, slots, &lo, &hi);
 		for (int64_t lp = lo; lp <= hi; lp++) {
 			int32_t *slot = &rings[h * c->ring_stride + lp % slots];

@@ -19,8 +19,7 @@ typedef struct kv_cache {
 	int32_t n_layers, n_kv;
 	int32_t max_seqs;
 	int32_t ring_stride;       /* the largest n_slots: each (seq, layer, head) ring is this long in `rings` */
-	int32_t *capacity;         /* (n_layers, n_kv) positions each head keeps at most */
-	int32_t *n_slots;          /* (n_layers, n_kv) ceil(capacity / AAH_PAGE_LEN) + 1 */
+	int32_t *n_slots;          /* (max_seqs, n_layers, n_kv) ceil(capacity / AAH_PAGE_LEN) + 1, set per sequence */
 	int32_t *rings;            /* (max_seqs, n_layers, n_kv, ring_stride) page id, -1 = none */
 	int64_t *seq_pages;        /* (max_seqs) pages each sequence holds */
 	int32_t *free_pages;       /* stack of free page ids; the lowest ids on top, so few pages get touched */
@@ -28,14 +27,18 @@ typedef struct kv_cache {
 	int64_t pages_used;
 } kv_cache;
 
-/* capacity: (n_layers, n_kv). n_pages: the pool size. Allocates the pool through the backend (the CPU's
- * memory is committed by the OS only as pages are written). Returns 0, or -1 with a message. */
+/* max_capacity: the largest capacity any head may have (the context length). n_pages: the pool size. Allocates the
+ * pool through the backend (the CPU's memory is committed by the OS only as pages are written). Returns 0, or -1
+ * with a message. */
 int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, int32_t head_dim, aah_dtype type,
-                  const int32_t *capacity, int32_t max_seqs, int64_t n_pages, char *err, size_t err_len);
+                  int32_t max_capacity, int32_t max_seqs, int64_t n_pages, char *err, size_t err_len);
 void kv_cache_free(kv_cache *c, aah_backend *b);
 
-/* Pages a sequence of `len` positions holds at most (admission control). */
-int64_t kv_cache_pages_for(const kv_cache *c, int64_t len);
+/* Sizes seq's rings: capacity (n_layers, n_kv), each ≤ max_capacity. The sequence must hold no pages. */
+void kv_cache_seq_setup(kv_cache *c, int32_t seq, const int32_t *capacity);
+
+/* Pages a sequence of `len` positions with these capacities (n_layers, n_kv) holds at most (admission control). */
+int64_t kv_cache_pages_for(const kv_cache *c, const int32_t *capacity, int64_t len);
 
 /* Gives seq the pages that positions [pos0, pos0 + n) will be written to (those its rings keep).
  * Returns 0, or -1 when the pool has too few free pages (then nothing is taken). */
@@ -48,9 +51,9 @@ static inline const int32_t *kv_cache_rings(const kv_cache *c, int32_t seq, int3
 {
 	return c->rings + (((int64_t)seq * c->n_layers + layer) * c->n_kv) * c->ring_stride;
 }
-static inline const int32_t *kv_cache_slots(const kv_cache *c, int32_t layer)
+static inline const int32_t *kv_cache_slots(const kv_cache *c, int32_t seq, int32_t layer)
 {
-	return c->n_slots + (int64_t)layer * c->n_kv;
+	return c->n_slots + ((int64_t)seq * c->n_layers + layer) * c->n_kv;
 }
 
 #ifdef __cplusplus

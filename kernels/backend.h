@@ -54,6 +54,12 @@ typedef struct aah_attn_seq {
 	const int32_t *rings;     /* (n_kv_heads, ring_stride) page ids for this layer; host memory */
 	const int32_t *n_slots;   /* (n_kv_heads) ring length per KV head for this layer */
 	const int32_t *windows;   /* (n_kv_heads) window W per KV head for this layer: keys p-W+1 … p, W ≤ capacity */
+	/* Probe output (the adaptive policy's feature), or NULL: band_mass (n_heads, n_bands) host floats receive (+=)
+	 * each query head's attention probability mass by key distance d = p − t, band b holding
+	 * band_edges[b-1] ≤ d < band_edges[b] (the last band also takes anything beyond). */
+	float *band_mass;
+	const int32_t *band_edges;
+	int32_t n_bands;
 } aah_attn_seq;
 
 typedef struct aah_backend aah_backend;

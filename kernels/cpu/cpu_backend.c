@@ -299,6 +299,32 @@ static const float *page_row(const attn_job *j, const aah_attn_seq *s, int32_t k
 	return tmp;
 }
 
+static void atomic_add_float(float *dst, float v)
+{
+	uint32_t old = __atomic_load_n((uint32_t *)dst, __ATOMIC_RELAXED), upd;
+	do {
+		float f;
+		memcpy(&f, &old, sizeof f);
+		f += v;
+		memcpy(&upd, &f, sizeof upd);
+	} while (!__atomic_compare_exchange_n((uint32_t *)dst, &old, upd, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* A probe: adds query head h's probabilities (scores[t - first] · inv for keys first … pos) into distance bands. */
+static void add_band_mass(const aah_attn_seq *s, int32_t h, int64_t pos, int64_t first, const float *scores, float inv)
+{
+	float acc[16] = { 0 };
+	int32_t nb = s->n_bands < 16 ? s->n_bands : 16, b = 0;
+	for (int64_t t = pos; t >= first; t--) {   /* distance 0 upwards, so the band only moves forward */
+		int64_t d = pos - t;
+		while (b < nb - 1 && d >= s->band_edges[b])
+			b++;
+		acc[b] += scores[t - first] * inv;
+	}
+	for (int32_t i = 0; i < nb; i++)
+		atomic_add_float(&s->band_mass[(int64_t)h * s->n_bands + i], acc[i]);
+}
+
 static void attn_worker(void *p, int32_t ti, int32_t nt)
 {
 	attn_job *j = p;
@@ -342,6 +368,8 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 				sum += scores[t];
 			}
 			float inv = (float)(1.0 / sum);
+			if (s->band_mass)
+				add_band_mass(s, h, pos, first, scores, inv);
 			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)h * hd;
 			memset(o, 0, (size_t)hd * sizeof(float));
 			for (int64_t t = first; t <= pos; t++) {
