@@ -168,7 +168,7 @@ void aah_seq_state_reset(aah_seq_state *s, const aah_regimes *rs, int32_t ri)
 	memset(s->usage, 0, sizeof s->usage);
 	for (int32_t g = 0; g < r->n_groups; g++) {
 		s->group_window[g] = r->group_window0[g];
-		s->resolution[g] = log2f((float)r->group_window0[g]);
+		s->resolution[g] = log2((double)r->group_window0[g]);
 		s->have_feature[g] = false;
 	}
 	heads_from_groups(s, rs);
@@ -238,11 +238,11 @@ void aah_seq_control(aah_seq_state *s, const aah_regimes *rs, const float *band_
 				break;
 			}
 		}
-		s->resolution[g] += res * (log2f((float)target) - s->resolution[g]);
-		float want = exp2f(s->resolution[g]) * (1 - 1e-6f);
+		s->resolution[g] += res * (log2((double)target) - s->resolution[g]);
+		double want = exp2(s->resolution[g]) * (1 - 1e-4);
 		int32_t sel = r->group_capacity[g];
 		for (int32_t b = 0; b < nw; b++)
-			if ((float)rs->windows[b] >= want && rs->windows[b] <= r->group_capacity[g]) {
+			if ((double)rs->windows[b] >= want && rs->windows[b] <= r->group_capacity[g]) {
 				sel = rs->windows[b];
 				break;
 			}

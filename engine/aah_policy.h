@@ -11,7 +11,8 @@
  *  - Target: the smallest candidate window W ≤ capacity whose cumulative mass Σ_{bands within W} f ≥ coverage
  *    (0.95 unless the policy gives "coverage").
  *  - Resolution: r ← r + resolution_ema·(log2 W_target − r) (resolution_ema 0.15), starting at log2 of the file's
- *    window; the selected window is the smallest candidate ≥ 2^r (within 1e-6), never above capacity.
+ *    window; the selected window is the smallest candidate ≥ 2^r (within 1e-4, so an EMA that has all but
+ *    converged selects its target), never above capacity.
  *  - Between probes the selection holds. Prefill always uses the current selection (the file's at first). */
 #ifndef AAH_AAH_POLICY_H
 #define AAH_AAH_POLICY_H
@@ -63,7 +64,7 @@ typedef struct aah_seq_state {
 	int32_t regime;
 	int64_t decode_steps;
 	float *feature;              /* (max_groups, n_windows) smoothed band masses */
-	float *resolution;           /* (max_groups) log2 window */
+	double *resolution;          /* (max_groups) log2 window */
 	bool *have_feature;          /* (max_groups) */
 	int32_t *group_window;       /* (max_groups) current selection */
 	int32_t *head_window;        /* (n_layers, n_kv) current selection, as the attention op reads it */
