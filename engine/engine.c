@@ -370,12 +370,11 @@ static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, u
 	st->attn_products += work;
 	st->attn_products_full += keys * (uint64_t)c->n_heads * (uint64_t)c->n_layers;
 	int64_t bytes = engine_seq_kv_bytes(e, seq);
-	if (bytes > st->kv_bytes_peak) {
+	if (bytes > st->kv_bytes_peak)
 		st->kv_bytes_peak = bytes;
-		/* full attention keeps every position of every KV head, in whole pages */
-		int64_t pages = (int64_t)c->n_layers * c->n_kv_heads * ((p1 + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN);
-		st->kv_bytes_full_peak = pages * (int64_t)e->kv.page_bytes;
-	}
+	/* full attention keeps every position of every KV head, in whole pages: its peak is at the current length */
+	int64_t pages = (int64_t)c->n_layers * c->n_kv_heads * ((p1 + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN);
+	st->kv_bytes_full_peak = pages * (int64_t)e->kv.page_bytes;
 }
 
 void engine_seq_close(engine *e, int32_t seq)

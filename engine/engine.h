@@ -63,7 +63,7 @@ typedef struct engine_seq_stats {
 	uint64_t attn_products_full;    /* what full causal attention does for the same tokens */
 	int64_t kv_bytes;               /* held now */
 	int64_t kv_bytes_peak;          /* the most held at once */
-	int64_t kv_bytes_full_peak;     /* what full attention would hold at that length */
+	int64_t kv_bytes_full_peak;     /* what full attention would hold for the same tokens (at the current length) */
 	double branch_usage_weighted;   /* Σ_W usage[W]·W over this sequence's selections */
 	double branch_usage_total;      /* Σ_W usage[W] */
 	int32_t n_usage;                /* branch usage by window: usage[i] query-head selections of usage_window[i] */

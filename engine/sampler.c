@@ -149,6 +149,8 @@ int32_t sampler_sample(sampler *s, const float *logits)
 			double cum = 0, total = 0;
 			for (int32_t i = 0; i < nc; i++)
 				total += p[s->idx[i]];
+			if (!(sp->top_k > 0 && sp->top_k < n))
+				total = 1;   /* no top-k: the nucleus is a share of the whole distribution, not of the candidates */
 			for (int32_t i = 0; i < nc; i++) {
 				cum += p[s->idx[i]];
 				if (cum >= sp->top_p * total) {

@@ -26,6 +26,8 @@ static void usage(FILE *f)
 	        "  --threads N          CPU threads, 0 = all cores (default 0)\n"
 	        "  --ctx-len N          context length, 0 = min(model's, 4096) (default 0)\n"
 	        "  --kv-dtype T         KV cache element type: f32, f16, bf16 (default f32)\n"
+	        "  --regime NAME        AAH regime (default: aah.json's default_regime, else full_attention)\n"
+	        "  --checkpoint-step N  in a run directory, load checkpoint-N (default: the highest)\n"
 	        "  --quiet              print only the generated ids\n"
 	        "  -h, --help           this text\n");
 }
@@ -62,7 +64,7 @@ int main(int argc, char **argv)
 	a.n_predict = 16;
 	a.sampling.top_p = 1;
 	a.engine.kv_dtype = AAH_DTYPE_F32;
-	enum { O_MODEL = 256, O_PROMPT, O_IDS, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_SEED, O_THREADS, O_CTX, O_KVT, O_QUIET };
+	enum { O_MODEL = 256, O_PROMPT, O_IDS, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_SEED, O_THREADS, O_CTX, O_KVT, O_QUIET, O_REGIME, O_STEP };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "prompt", required_argument, 0, O_PROMPT },
 		{ "prompt-ids", required_argument, 0, O_IDS }, { "max-tokens", required_argument, 0, 'n' },
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
 		{ "top-p", required_argument, 0, O_TOPP }, { "min-p", required_argument, 0, O_MINP },
 		{ "seed", required_argument, 0, O_SEED }, { "threads", required_argument, 0, O_THREADS },
 		{ "ctx-len", required_argument, 0, O_CTX }, { "kv-dtype", required_argument, 0, O_KVT },
-		{ "quiet", no_argument, 0, O_QUIET }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "quiet", no_argument, 0, O_QUIET }, { "regime", required_argument, 0, O_REGIME },
+		{ "checkpoint-step", required_argument, 0, O_STEP }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 	long v;
@@ -112,6 +115,11 @@ int main(int argc, char **argv)
 			}
 			break;
 		case O_QUIET: a.quiet = 1; break;
+		case O_REGIME: a.regime = optarg; break;
+		case O_STEP:
+			if (parse_long("--checkpoint-step", optarg, 0, LONG_MAX, &v)) return 2;
+			a.engine.checkpoint_step = v;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -92,7 +92,12 @@ int prompt_cli_run(const prompt_cli_args *a)
 		fprintf(stderr, "aahd: out of memory\n");
 		goto done;
 	}
-	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
+	int32_t seq = engine_seq_open(e, a->regime, err, sizeof err);
+	if (seq < 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		rc = 2;
+		goto done_sampler;
+	}
 	double t0 = now_s();
 	engine_item it = { seq, prompt, (int32_t)n_prompt, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
@@ -132,6 +137,19 @@ int prompt_cli_run(const prompt_cli_args *a)
 		fprintf(stderr, "aahd: %s; prompt %lld tokens in %.3f s (%.1f tokens/s); %d generated in %.3f s (%.1f tokens/s)\n",
 		        engine_backend_desc(e), (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), n_out, t2 - t1,
 		        n_out > 1 ? (double)(n_out - 1) / (t2 - t1) : 0.0);
+		engine_seq_stats st;
+		if (engine_seq_stats_get(e, seq, &st) == 0) {
+			fprintf(stderr, "aahd: regime %s: ACR %.4f; attention work ratio %.4f (%llu of %llu query-key products); "
+			                "KV %lld bytes at peak, memory ratio %.4f\n",
+			        st.regime, st.acr, st.attn_products_full ? (double)st.attn_products / (double)st.attn_products_full : 1.0,
+			        (unsigned long long)st.attn_products, (unsigned long long)st.attn_products_full,
+			        (long long)st.kv_bytes_peak,
+			        st.kv_bytes_full_peak ? (double)st.kv_bytes_peak / (double)st.kv_bytes_full_peak : 1.0);
+			fprintf(stderr, "aahd: branch usage:");
+			for (int32_t i = 0; i < st.n_usage; i++)
+				fprintf(stderr, " W=%d: %.4f", st.usage_window[i], st.usage[i] / st.branch_usage_total);
+			fprintf(stderr, " (T = %d)\n", st.context_length);
+		}
 	}
 	rc = 0;
 done_sampler:

@@ -15,6 +15,7 @@ typedef struct prompt_cli_args {
 	int32_t n_predict;
 	sampler_params sampling;
 	engine_params engine;
+	const char *regime;         /* NULL: the model's default */
 	int quiet;                  /* print only the ids */
 } prompt_cli_args;
 
