@@ -1,6 +1,7 @@
 /* tools/aah_bench.c — benchmarks measured side by side in one run: this machine's streaming-read bandwidth,
  * then prefill and decode speed of a model with the weight bytes per token and the bandwidth they imply. */
 #include <getopt.h>
+#include <math.h>
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/threadpool.h"
+#include "models/aah_config.h"
+#include "models/model_config.h"
 
 static double now_s(void)
 {
@@ -124,19 +127,151 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	return 0;
 }
 
+/* ---- AAH against full attention at long context ---- */
+
+/* Σ over KV heads of the regime's capacity ÷ (heads · T): what the trimmed cache should hold relative to full
+ * attention once the sequence is T long. */
+static double capacity_ratio(const char *dir, const char *regime)
+{
+	if (!strcmp(regime, AAH_FULL_ATTENTION))
+		return 1.0;
+	model_config mc;
+	aah_config a;
+	char err[512];
+	if (model_config_load(&mc, dir, err, sizeof err) != 0 || aah_config_load(&a, dir, &mc, err, sizeof err) != 0)
+		return 0;
+	const aah_regime *r = aah_config_regime(&a, regime);
+	double num = 0, den = 0;
+	for (int32_t l = 0; r && l < mc.n_layers; l++)
+		for (int32_t g = 0; g < r->layers[l].n_groups; g++) {
+			num += (double)r->layers[l].groups[g].n_kv_heads * r->layers[l].groups[g].capacity;
+			den += (double)r->layers[l].groups[g].n_kv_heads * a.context_length;
+		}
+	aah_config_free(&a);
+	return den > 0 ? num / den : 0;
+}
+
+#define N_STAGES 4
+static const int32_t stage_ctx[N_STAGES] = { 512, 1024, 2048, 4096 };
+
+typedef struct ctx_result {
+	double prefill_tps;                 /* the prompt up to 4096 − gen */
+	double decode_tps[N_STAGES];        /* decode speed ending at each stage's context */
+	engine_seq_stats st;
+	double cap_ratio;
+} ctx_result;
+
+/* Prefill in stages, decoding `probe` tokens at the end of each (the last stage decodes gen): decode speed as the
+ * context grows, and the headline prompt (4096 − gen) + gen. */
+static int bench_context_regime(engine *e, const char *regime, int32_t gen, int32_t probe, ctx_result *out)
+{
+	char err[512];
+	const int32_t V = engine_config(e)->vocab_size;
+	int32_t seq = engine_seq_open(e, regime, err, sizeof err);
+	if (seq < 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return -1;
+	}
+	int32_t *ids = malloc(4096 * sizeof *ids);
+	float *logits = malloc((size_t)V * sizeof *logits);
+	for (int32_t i = 0; i < 4096; i++)
+		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
+	int32_t len = 0;
+	double prefill_time = 0;
+	int32_t prefill_tokens = 0;
+	for (int32_t s = 0; s < N_STAGES; s++) {
+		int32_t n_dec = s == N_STAGES - 1 ? gen : probe;
+		int32_t target = stage_ctx[s] - n_dec;
+		double t0 = now_s();
+		engine_item it = { seq, ids + len, target - len, false };
+		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-bench: %s\n", err);
+			return -1;
+		}
+		prefill_time += now_s() - t0;
+		prefill_tokens += target - len;
+		len = target;
+		double t1 = now_s();
+		for (int32_t i = 0; i < n_dec; i++) {
+			int32_t tok = sampler_argmax(logits, V);
+			engine_item step = { seq, &tok, 1, false };
+			if (engine_forward(e, &step, 1, logits, err, sizeof err) != 0) {
+				fprintf(stderr, "aah-bench: %s\n", err);
+				return -1;
+			}
+		}
+		out->decode_tps[s] = n_dec / (now_s() - t1);
+		len += n_dec;
+	}
+	out->prefill_tps = prefill_tokens / prefill_time;
+	engine_seq_stats_get(e, seq, &out->st);
+	engine_seq_close(e, seq);
+	free(ids);
+	free(logits);
+	return 0;
+}
+
+static int bench_context(const char *dir, int32_t threads, const char *regime, int32_t gen)
+{
+	engine_params p = { .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512, .kv_dtype = AAH_DTYPE_F32,
+	                    .ctx_len = 4096 };
+	engine *e;
+	char err[512];
+	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return 1;
+	}
+	const model_config *c = engine_config(e);
+	const char *names[2] = { AAH_FULL_ATTENTION, regime ? regime : engine_default_regime(e) };
+	ctx_result res[2];
+	printf("AAH at long context: %s (hidden %d, %d layers, %d/%d heads, head_dim %d, vocab %d); %s, %d threads\n",
+	       dir, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
+	       engine_backend_desc(e), threads);
+	printf("prompt %d + %d generated = 4096; decode speed also measured ending at 512, 1024 and 2048 positions\n",
+	       4096 - gen, gen);
+	printf("%-16s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s\n", "regime", "ACR", "work", "KV bytes/seq", "KV ratio",
+	       "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096");
+	for (int i = 0; i < 2; i++) {
+		if (bench_context_regime(e, names[i], gen, 32, &res[i]) != 0) {
+			engine_free(e);
+			return 1;
+		}
+		res[i].cap_ratio = capacity_ratio(dir, names[i]);
+		const engine_seq_stats *st = &res[i].st;
+		printf("%-16s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f\n", names[i], st->acr,
+		       (double)st->attn_products / (double)st->attn_products_full, (long long)st->kv_bytes_peak,
+		       (double)st->kv_bytes_peak / (double)res[0].st.kv_bytes_peak, res[i].cap_ratio, res[i].prefill_tps,
+		       res[i].decode_tps[0], res[i].decode_tps[1], res[i].decode_tps[2], res[i].decode_tps[3]);
+	}
+	double kv_ratio = (double)res[1].st.kv_bytes_peak / (double)res[0].st.kv_bytes_peak;
+	printf("%s / full_attention: KV bytes %.4f (capacity-weighted window ratio %.4f, off by %.1f%%); decode speed",
+	       names[1], kv_ratio, res[1].cap_ratio, 100 * fabs(kv_ratio / res[1].cap_ratio - 1));
+	for (int s = 0; s < N_STAGES; s++)
+		printf(" %.2fx@%d", res[1].decode_tps[s] / res[0].decode_tps[s], stage_ctx[s]);
+	printf("; prefill %.2fx\n", res[1].prefill_tps / res[0].prefill_tps);
+	engine_free(e);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: aah-bench [--threads N] [--prompt N] [--gen N] [--no-bandwidth] MODEL_DIR...\n"
+	           "       aah-bench --context [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
 	           "tokens, default 512), decode tokens/s at batch 1 (default 64 tokens), the weight bytes read per\n"
-	           "decoded token and the bandwidth that implies, as a share of the measured one.\n");
+	           "decoded token and the bandwidth that implies, as a share of the measured one.\n"
+	           "--context: full attention against an AAH regime (default: the model's default regime) at 4096\n"
+	           "context (prompt 4096 - gen, then gen tokens; default gen 512): ACR, attention work ratio, KV bytes per\n"
+	           "sequence against the capacity-weighted window ratio, prefill speed, decode speed at 512..4096.\n");
 }
 
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
-	int no_bw = 0;
+	int no_bw = 0, context = 0, gen_set = 0;
+	const char *regime = NULL;
 	static const struct option opts[] = {
+		{ "context", no_argument, 0, 'c' }, { "regime", required_argument, 0, 'r' },
 		{ "threads", required_argument, 0, 't' }, { "prompt", required_argument, 0, 'p' },
 		{ "gen", required_argument, 0, 'g' }, { "no-bandwidth", no_argument, 0, 'B' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
@@ -146,7 +281,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 't': threads = atoi(optarg); break;
 		case 'p': n_prompt = atoi(optarg); break;
-		case 'g': n_gen = atoi(optarg); break;
+		case 'g': n_gen = atoi(optarg); gen_set = 1; break;
+		case 'c': context = 1; break;
+		case 'r': regime = optarg; break;
 		case 'B': no_bw = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -155,6 +292,14 @@ int main(int argc, char **argv)
 	if (optind >= argc || threads < 1 || threads > 256 || n_prompt < 1 || n_gen < 1) {
 		usage(stderr);
 		return 2;
+	}
+	if (context) {
+		int32_t gen = gen_set ? n_gen : 512;
+		if (gen < 1 || gen > 4096 - 2048 || optind != argc - 1) {
+			usage(stderr);
+			return 2;
+		}
+		return bench_context(argv[optind], threads, regime, gen);
 	}
 	double bw = 0;
 	if (!no_bw) {

@@ -255,7 +255,11 @@ static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, co
 	cpu_ctx *c = ctx_of(b);
 	matmul_job j = { out, x, n, w, c->k, c, 0 };
 	if (n < 2 * c->k->tile_rows) {
-		threadpool_run(c->tp, matmul_gemv_worker, &j);
+		/* a small product costs less than waking the workers */
+		if ((int64_t)n * w->rows * w->cols < (1 << 16))
+			matmul_gemv_worker(&j, 0, 1);
+		else
+			threadpool_run(c->tp, matmul_gemv_worker, &j);
 		return;
 	}
 	/* Keep about 1 MiB of activation rows hot in L2 while the panels stream past them. */

@@ -3,6 +3,7 @@
 #include "kernels/cpu/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -14,7 +15,10 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define SPIN_ROUNDS 20000
+/* Spin a little (a decode step's loops come microseconds apart), then yield, then sleep: on a machine with more
+ * runnable threads than cores, a long spin steals the very core the thread being waited for needs. */
+#define SPIN_ROUNDS 4000
+#define YIELD_ROUNDS 64
 
 struct threadpool {
 	int32_t n;
@@ -46,6 +50,10 @@ static void *worker_main(void *p)
 		       !atomic_load(&tp->stop)) {
 			if (++spins < SPIN_ROUNDS) {
 				cpu_relax();
+				continue;
+			}
+			if (spins < SPIN_ROUNDS + YIELD_ROUNDS) {
+				sched_yield();
 				continue;
 			}
 			pthread_mutex_lock(&tp->mu);
@@ -123,6 +131,10 @@ void threadpool_run(threadpool *tp, threadpool_fn fn, void *ctx)
 	pthread_cond_broadcast(&tp->cv);
 	pthread_mutex_unlock(&tp->mu);
 	fn(ctx, 0, tp->n);
-	while (atomic_load_explicit(&tp->pending, memory_order_acquire) != 0)
-		cpu_relax();
+	for (int spins = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) != 0; spins++) {
+		if (spins < SPIN_ROUNDS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 }
