@@ -83,9 +83,13 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/
 
 fuzz: $(BUILD)/libaah.a
 	@mkdir -p $(BUILD)/fuzz
+	for c in $(LIB_CC); do \
+	  clang++ -std=c++17 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
+	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(LIB_C) $(LIB_CC:%.cc=) -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
+	    $$f $(wildcard models/*.c) engine/aah_policy.c $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
+	    -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.

@@ -96,7 +96,7 @@ static void sort_candidates(int32_t *ids, int32_t n, const float *probs)
 
 int32_t sampler_sample(sampler *s, const float *logits)
 {
-	const int32_t n = s->n_vocab;
+	const int32_t n = s->p.vocab_limit > 0 && s->p.vocab_limit < s->n_vocab ? s->p.vocab_limit : s->n_vocab;
 	float *p = s->probs;
 	const sampler_params *sp = &s->p;
 	for (int32_t i = 0; i < n; i++) {

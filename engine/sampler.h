@@ -17,6 +17,8 @@ typedef struct sampler_params {
 	float presence_penalty;     /* subtracted once from a token seen in the output */
 	float frequency_penalty;    /* subtracted per occurrence in the output */
 	uint64_t seed;
+	int32_t vocab_limit;        /* only ids below it are drawn (0 = every logit): a model's vocabulary is often padded
+	                             * past its tokenizer's (Qwen3: 151936 rows, 151669 tokens), and a padding id has no text */
 } sampler_params;
 
 typedef struct sampler {
@@ -31,7 +33,7 @@ typedef struct sampler {
 /* Returns 0, or -1 when out of memory. Free with sampler_free. */
 int sampler_init(sampler *s, const sampler_params *p, int32_t n_vocab);
 void sampler_free(sampler *s);
-/* Picks a token. logits (n_vocab) are not modified. */
+/* Picks a token below the vocab limit. logits (n_vocab) are not modified. */
 int32_t sampler_sample(sampler *s, const float *logits);
 /* Records an output token (for the penalties). */
 void sampler_accept(sampler *s, int32_t token);

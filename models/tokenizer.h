@@ -13,13 +13,17 @@ extern "C" {
 
 typedef struct tokenizer tokenizer;
 
-/* Loads dir/tokenizer.json (else dir/tokenizer.model) and dir/tokenizer_config.json when present.
- * Returns NULL with a message in err. Free with tokenizer_free. Thread-safe for concurrent encode/decode. */
+/* Loads dir/tokenizer.json (byte-level BPE; when it is a kind we cannot run and dir/tokenizer.model exists, that
+ * instead), else dir/tokenizer.model (SentencePiece), and dir/tokenizer_config.json when present (bos_token,
+ * eos_token, add_bos_token). Returns NULL with a message in err. Free with tokenizer_free. After loading nothing
+ * changes, so concurrent encode/decode from any number of threads is safe. */
 tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len);
 void tokenizer_free(tokenizer *t);
 
 /* Encodes UTF-8 text (invalid UTF-8 is an error: returns -1 with err). Special-token text such as
- * <|im_start|> becomes that token. add_special adds BOS when the tokenizer config asks for it.
+ * <|im_start|> becomes that token (added tokens are found in the raw text, longest first, as Hugging Face does).
+ * add_special adds BOS when the tokenizer asks for it (add_bos_token, or a TemplateProcessing post-processor
+ * that starts with BOS as in Llama 3; SentencePiece models default to yes). ids may be NULL when cap is 0.
  * Returns the number of ids, which may exceed cap (then only cap are written; call again with more room),
  * or -1 on error. */
 int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t *ids,
@@ -29,8 +33,10 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
  * Returns the byte count (may exceed cap), or -1 for an id out of range. */
 int64_t tokenizer_token_bytes(const tokenizer *t, int32_t id, char *out, int64_t cap);
 
-/* Decodes ids to text; incomplete or invalid UTF-8 becomes U+FFFD. Returns the byte length
- * (may exceed cap), or -1 for an id out of range. skip_special drops special tokens. */
+/* Decodes ids to text; each maximal invalid UTF-8 subpart, and an incomplete character at the end, becomes
+ * U+FFFD (as Hugging Face's decode does). Returns the byte length (may exceed cap; out may be NULL when cap is 0)
+ * and writes a terminating NUL when cap > length; -1 for an id out of range. skip_special drops special tokens.
+ * SentencePiece: the space of the first piece's dummy "▁" prefix is dropped, as sentencepiece does. */
 int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, char *out,
                          int64_t cap);
 
@@ -38,7 +44,8 @@ int32_t tokenizer_vocab_size(const tokenizer *t);
 int32_t tokenizer_bos(const tokenizer *t);    /* -1 when none */
 int32_t tokenizer_eos(const tokenizer *t);    /* -1 when none */
 bool tokenizer_add_bos(const tokenizer *t);
-/* The token's text as the vocabulary spells it (e.g. "<|endoftext|>"); NULL when out of range. */
+/* The token's text as the vocabulary spells it (e.g. "<|endoftext|>", "ĠHello"), owned by the tokenizer;
+ * "" for an id inside the range that no token has; NULL when out of range. */
 const char *tokenizer_token_text(const tokenizer *t, int32_t id);
 bool tokenizer_is_special(const tokenizer *t, int32_t id);
 
@@ -52,10 +59,13 @@ typedef struct tokenizer_stream {
 } tokenizer_stream;
 
 void tokenizer_stream_init(tokenizer_stream *s, const tokenizer *t, bool skip_special);
-/* Appends the text completed by token id to out (up to cap bytes; a token emits at most 64 + 8 bytes… see
- * tokenizer_token_bytes for long tokens). Returns bytes written or -1 for a bad id / too small cap. */
+/* Writes to out the text that token id completes: held bytes plus the token's bytes, cut after the last
+ * complete character. A token needs at most 3 × (tokenizer_token_bytes + 3) bytes of room; 1 KiB is ample for
+ * real vocabularies. Returns bytes written (0 when all is held, or for a skipped special token), or -1 for a bad
+ * id or too small a cap — then nothing was consumed and the call may be repeated with more room. */
 int64_t tokenizer_stream_push(tokenizer_stream *s, int32_t id, char *out, int64_t cap);
-/* Emits whatever is held (as U+FFFD for an incomplete character). Returns bytes written. */
+/* Emits whatever is held (an incomplete character becomes one U+FFFD) and resets the stream. Returns the bytes
+ * written: 0 or 3; -1 when something is held and cap < 3. */
 int64_t tokenizer_stream_flush(tokenizer_stream *s, char *out, int64_t cap);
 
 #ifdef __cplusplus

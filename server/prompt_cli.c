@@ -88,7 +88,10 @@ int prompt_cli_run(const prompt_cli_args *a)
 	int32_t *out = malloc(((size_t)a->n_predict + 1) * sizeof *out);
 	sampler smp;
 	int rc = 1;
-	if (!logits || !out || sampler_init(&smp, &a->sampling, vocab) != 0) {
+	sampler_params sp = a->sampling;
+	if (tok && (sp.vocab_limit == 0 || tokenizer_vocab_size(tok) < sp.vocab_limit))
+		sp.vocab_limit = tokenizer_vocab_size(tok);   /* never draw an id the tokenizer cannot spell */
+	if (!logits || !out || sampler_init(&smp, &sp, vocab) != 0) {
 		fprintf(stderr, "aahd: out of memory\n");
 		goto done;
 	}
@@ -134,6 +137,7 @@ int prompt_cli_run(const prompt_cli_args *a)
 				free(text);
 			}
 		}
+		fflush(stdout);
 		fprintf(stderr, "aahd: %s; prompt %lld tokens in %.3f s (%.1f tokens/s); %d generated in %.3f s (%.1f tokens/s)\n",
 		        engine_backend_desc(e), (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), n_out, t2 - t1,
 		        n_out > 1 ? (double)(n_out - 1) / (t2 - t1) : 0.0);
