@@ -76,7 +76,7 @@ int aah_regimes_init(aah_regimes *rs, const aah_config *a, int32_t n_layers, int
 		aah_regime_rt *r = &rs->r[1 + i];
 		r->name = src->name;
 		r->policy = src->policy;
-		r->coverage = DEFAULT_COVERAGE;
+		r->coverage = src->policy.coverage > 0 ? src->policy.coverage : DEFAULT_COVERAGE;
 		int32_t g_total = 0;
 		for (int32_t l = 0; l < n_layers; l++)
 			g_total += src->layers[l].n_groups;

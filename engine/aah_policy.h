@@ -9,7 +9,7 @@
  *  - Feature: per group, the band masses normalised to 1, smoothed as f ← ema·f + (1 − ema)·new (feature_ema 0.9;
  *    the first probe sets f directly).
  *  - Target: the smallest candidate window W ≤ capacity whose cumulative mass Σ_{bands within W} f ≥ coverage
- *    (0.95 unless the policy gives "coverage").
+ *    (aah.json's policy "coverage", 0.95 when absent).
  *  - Resolution: r ← r + resolution_ema·(log2 W_target − r) (resolution_ema 0.15), starting at log2 of the file's
  *    window; the selected window is the smallest candidate ≥ 2^r (within 1e-4, so an EMA that has all but
  *    converged selects its target), never above capacity.

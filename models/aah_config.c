@@ -57,6 +57,7 @@ static int parse_policy(aah_regime *g, json_t *p, char *err, size_t err_len)
 	g->policy.control_interval = 5;
 	g->policy.feature_ema = 0.9f;
 	g->policy.resolution_ema = 0.15f;
+	g->policy.coverage = 0.95f;
 	if (!p)
 		return 0;
 	if (!json_is_object(p)) {
@@ -98,6 +99,13 @@ static int parse_policy(aah_regime *g, json_t *p, char *err, size_t err_len)
 			return -1;
 		}
 		g->policy.resolution_ema = (float)dv;
+	}
+	if ((v = json_object_get(p, "coverage"))) {
+		if (get_real(v, 0.5, 1, &dv)) {
+			aah_err(err, err_len, "aah.json: regime '%s': coverage must be a number in [0.5, 1]", g->name);
+			return -1;
+		}
+		g->policy.coverage = (float)dv;
 	}
 	return 0;
 }

@@ -23,6 +23,7 @@ typedef struct aah_policy {
 	int32_t control_interval;    /* decode steps between re-selections (adaptive) */
 	float feature_ema;           /* weight of the old feature value */
 	float resolution_ema;        /* weight of the new resolution target */
+	float coverage;              /* share of the attention mass the target window must hold (ours; default 0.95) */
 } aah_policy;
 
 typedef struct aah_group {
