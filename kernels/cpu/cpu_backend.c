@@ -11,6 +11,7 @@
 #include "kernels/cpu/threadpool.h"
 
 #define MAX_THREADS 256
+#define MAX_GROUP 64   /* query heads per KV head */
 
 /* Per-worker scratch, grown (never shrunk) when a call needs more; steady-state steps allocate nothing. */
 typedef struct cpu_scratch {
@@ -281,7 +282,8 @@ typedef struct attn_job {
 	int32_t n_seqs;
 	int32_t n_heads, n_kv, head_dim;
 	float scale;
-	int64_t total_units;    /* Σ n_new · n_heads */
+	int64_t total_units;    /* Σ n_new · n_kv */
+	int64_t max_keys;       /* the most keys one query reads: the score rows' stride */
 	cpu_ctx *c;
 	uint64_t *seq_work;     /* (n_seqs) or NULL */
 	uint64_t work[MAX_THREADS];
@@ -329,6 +331,8 @@ static void add_band_mass(const aah_attn_seq *s, int32_t h, int64_t pos, int64_t
 		atomic_add_float(&s->band_mass[(int64_t)h * s->n_bands + i], acc[i]);
 }
 
+/* One unit = one query row and one KV head, with every query head that reads it: each key and value row is
+ * loaded once for the whole group (GQA), which divides the KV traffic by the group size. */
 static void attn_worker(void *p, int32_t ti, int32_t nt)
 {
 	attn_job *j = p;
@@ -336,14 +340,15 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 	const int32_t hd = j->head_dim, group = j->n_heads / j->n_kv;
 	const int64_t q_stride = (int64_t)j->n_heads * hd, kv_stride = (int64_t)j->n_kv * hd;
 	float *tmp = j->c->scratch[ti].buf;        /* hd floats for a converted row */
-	float *scores = tmp + hd;                  /* then one score per key */
+	float *scores = tmp + hd;                  /* (group, keys) */
+	const int64_t score_stride = j->max_keys;
 	int64_t lo, hi;
 	split_range(j->total_units, 1, ti, nt, &lo, &hi);
 	uint64_t work = 0;
 	int64_t unit = 0;
 	for (int32_t si = 0; si < j->n_seqs && unit < hi; si++) {
 		const aah_attn_seq *s = &j->seqs[si];
-		int64_t units = (int64_t)s->n_new * j->n_heads;
+		int64_t units = (int64_t)s->n_new * j->n_kv;
 		if (unit + units <= lo) {
 			unit += units;
 			continue;
@@ -351,37 +356,46 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 		int64_t u0 = lo > unit ? lo - unit : 0, u1 = hi - unit < units ? hi - unit : units;
 		uint64_t seq_work = 0;
 		for (int64_t u = u0; u < u1; u++) {
-			int32_t i = (int32_t)(u / j->n_heads), h = (int32_t)(u % j->n_heads), kvh = h / group;
+			int32_t i = (int32_t)(u / j->n_kv), kvh = (int32_t)(u % j->n_kv);
 			int64_t pos = (int64_t)s->pos0 + i;
 			int64_t w = s->windows[kvh];
 			int64_t first = pos - w + 1 > 0 ? pos - w + 1 : 0;
-			const float *qv = j->q + (int64_t)(s->row0 + i) * q_stride + (int64_t)h * hd;
-			float mx = -INFINITY;
 			int64_t nk = pos - first + 1;
+			const float *qv = j->q + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
+			float mx[MAX_GROUP];
+			for (int32_t g = 0; g < group; g++)
+				mx[g] = -INFINITY;
 			for (int64_t t = first; t <= pos; t++) {
 				const float *kr = t < s->pos0 ? page_row(j, s, kvh, t, 0, tmp)
 				                              : j->k + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
-				float sc = k->dot(qv, kr, hd) * j->scale;
-				scores[t - first] = sc;
-				if (sc > mx)
-					mx = sc;
+				for (int32_t g = 0; g < group; g++) {
+					float sc = k->dot(qv + (int64_t)g * hd, kr, hd) * j->scale;
+					scores[g * score_stride + t - first] = sc;
+					if (sc > mx[g])
+						mx[g] = sc;
+				}
 			}
-			double sum = 0;
-			for (int64_t t = 0; t < nk; t++) {
-				scores[t] = expf(scores[t] - mx);
-				sum += scores[t];
+			float inv[MAX_GROUP];
+			for (int32_t g = 0; g < group; g++) {
+				float *sg = scores + g * score_stride;
+				double sum = 0;
+				for (int64_t t = 0; t < nk; t++) {
+					sg[t] = expf(sg[t] - mx[g]);
+					sum += sg[t];
+				}
+				inv[g] = (float)(1.0 / sum);
+				if (s->band_mass)
+					add_band_mass(s, kvh * group + g, pos, first, sg, inv[g]);
 			}
-			float inv = (float)(1.0 / sum);
-			if (s->band_mass)
-				add_band_mass(s, h, pos, first, scores, inv);
-			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)h * hd;
-			memset(o, 0, (size_t)hd * sizeof(float));
+			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
+			memset(o, 0, (size_t)group * (size_t)hd * sizeof(float));
 			for (int64_t t = first; t <= pos; t++) {
 				const float *vr = t < s->pos0 ? page_row(j, s, kvh, t, 1, tmp)
 				                              : j->v + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
-				k->axpy(o, scores[t - first] * inv, vr, hd);
+				for (int32_t g = 0; g < group; g++)
+					k->axpy(o + (int64_t)g * hd, scores[g * score_stride + t - first] * inv[g], vr, hd);
 			}
-			seq_work += (uint64_t)nk;
+			seq_work += (uint64_t)nk * (uint64_t)group;
 		}
 		work += seq_work;
 		if (j->seq_work)   /* a worker meets each sequence once; another may share it */
@@ -401,13 +415,14 @@ static uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const 
 	               .seq_work = seq_work };
 	int64_t max_keys = 1;
 	for (int32_t i = 0; i < n_seqs; i++) {
-		j.total_units += (int64_t)seqs[i].n_new * n_heads;
+		j.total_units += (int64_t)seqs[i].n_new * n_kv;
 		int64_t last = (int64_t)seqs[i].pos0 + seqs[i].n_new;
 		if (last > max_keys)
 			max_keys = last;   /* a window never exceeds the positions so far */
 	}
-	if (!scratch_reserve(c, (size_t)(pool->head_dim + max_keys)))
-		abort();
+	j.max_keys = max_keys;
+	if (n_heads / n_kv > MAX_GROUP || !scratch_reserve(c, (size_t)pool->head_dim + (size_t)(n_heads / n_kv) * (size_t)max_keys))
+		abort();   /* the engine refuses models with larger groups; scratch is a few MB at most */
 	if (j.total_units < 4 * c->n_threads)
 		attn_worker(&j, 0, 1);
 	else
