@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "models/model_config.h"
+#include "models/aah_write.h"
 #include "models/safetensors_write.h"
 
 #define MK_EXIT_FAIL 1
@@ -919,6 +920,11 @@ typedef struct mk_options {
 	int tied;
 	int dtype;
 	double rope_theta, eps;
+	/* aah.json */
+	int aah;
+	aah_write_params aah_p;
+	int32_t aah_layer_windows[1024];
+	int32_t n_aah_layer_windows;
 } mk_options;
 
 static void mk_usage(FILE *f)
@@ -954,6 +960,16 @@ static void mk_usage(FILE *f)
 	        "  --seed N             weights are a pure function of (seed, tensor name, index) (default 0)\n"
 	        "  --shard-size BYTES   split the weights into files of at most BYTES (suffix K, M, G = 2^10, 2^20,\n"
 	        "                       2^30) when the model is larger; a bigger single tensor gets its own file\n"
+	        "  --aah                write aah.json with the principal regimes of the paper's table 3: grouping_off\n"
+	        "                       (one group per layer), full_adaptive (adaptive, capacity 2 x window),\n"
+	        "                       shallow_freeze and deep_reuse (static); each regime's windows are drawn by\n"
+	        "                       --seed so its ACR approaches its table-6 value (0.5793, 0.2484, 0.3400, 0.3616)\n"
+	        "  --aah-acr X          target ACR for every regime instead (e.g. 0.3)\n"
+	        "  --aah-context T      aah.json context_length (default 4096)\n"
+	        "  --aah-windows LIST   candidate windows (default 512,1024,2048,4096)\n"
+	        "  --aah-layer-windows LIST  one window per layer, for every group of that layer (instead of drawing)\n"
+	        "  --aah-group-size N   KV heads per group (default 1)\n"
+	        "  --aah-default NAME   default_regime (default shallow_freeze)\n"
 	        "  --help               this text\n"
 	        "Exit status: 0 written, 1 failed while writing, 2 bad usage.\n");
 }
@@ -1016,7 +1032,29 @@ enum {
 	MK_OPT_OUT = 256, MK_OPT_ARCH, MK_OPT_PRESET, MK_OPT_TOKENIZER, MK_OPT_HIDDEN, MK_OPT_LAYERS, MK_OPT_HEADS,
 	MK_OPT_KV_HEADS, MK_OPT_HEAD_DIM, MK_OPT_INTERMEDIATE, MK_OPT_VOCAB, MK_OPT_MAX_POS, MK_OPT_ROPE_THETA,
 	MK_OPT_TIED, MK_OPT_DTYPE, MK_OPT_SEED, MK_OPT_EPS, MK_OPT_SHARD_SIZE, MK_OPT_HELP,
+	MK_OPT_AAH, MK_OPT_AAH_ACR, MK_OPT_AAH_CONTEXT, MK_OPT_AAH_WINDOWS, MK_OPT_AAH_LAYER_WINDOWS,
+	MK_OPT_AAH_GROUP_SIZE, MK_OPT_AAH_DEFAULT,
 };
+
+/* "512,1024" into out (at most cap values, each in [1, 1<<24]). Returns the count, or -1. */
+static int mk_parse_list(const char *s, int32_t *out, int cap)
+{
+	int n = 0;
+	while (*s) {
+		char *end;
+		errno = 0;
+		long v = strtol(s, &end, 10);
+		if (end == s || errno || v < 1 || v > (1 << 24) || n == cap)
+			return -1;
+		out[n++] = (int32_t)v;
+		s = end;
+		if (*s == ',')
+			s++;
+		else if (*s)
+			return -1;
+	}
+	return n > 0 ? n : -1;
+}
 
 /* Parses argv into o. Returns 0, MK_EXIT_USAGE after printing the problem, or -1 for --help (printed). */
 static int mk_parse_args(int argc, char **argv, mk_options *o)
@@ -1041,6 +1079,13 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 		{"eps", required_argument, NULL, MK_OPT_EPS},
 		{"shard-size", required_argument, NULL, MK_OPT_SHARD_SIZE},
 		{"help", no_argument, NULL, MK_OPT_HELP},
+		{"aah", no_argument, NULL, MK_OPT_AAH},
+		{"aah-acr", required_argument, NULL, MK_OPT_AAH_ACR},
+		{"aah-context", required_argument, NULL, MK_OPT_AAH_CONTEXT},
+		{"aah-windows", required_argument, NULL, MK_OPT_AAH_WINDOWS},
+		{"aah-layer-windows", required_argument, NULL, MK_OPT_AAH_LAYER_WINDOWS},
+		{"aah-group-size", required_argument, NULL, MK_OPT_AAH_GROUP_SIZE},
+		{"aah-default", required_argument, NULL, MK_OPT_AAH_DEFAULT},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (mk_options){.preset = "demo", .arch = -1, .hidden = -1, .layers = -1, .heads = -1, .kv_heads = -1,
@@ -1113,6 +1158,42 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 		case MK_OPT_HELP:
 			mk_usage(stdout);
 			return -1;
+		case MK_OPT_AAH: o->aah = 1; break;
+		case MK_OPT_AAH_ACR:
+			if (!mk_parse_double(optarg, &o->aah_p.acr) || !(o->aah_p.acr > 0 && o->aah_p.acr <= 1))
+				return mk_usage_error("--aah-acr must be a number in (0, 1], not '%s'", optarg);
+			o->aah = 1;
+			break;
+		case MK_OPT_AAH_CONTEXT: {
+			int32_t t;
+			if (mk_parse_list(optarg, &t, 1) != 1)
+				return mk_usage_error("--aah-context must be a positive integer, not '%s'", optarg);
+			o->aah_p.context_length = t;
+			o->aah = 1;
+			break;
+		}
+		case MK_OPT_AAH_WINDOWS:
+			if ((o->aah_p.n_windows = mk_parse_list(optarg, o->aah_p.windows, 8)) < 0)
+				return mk_usage_error("--aah-windows takes up to 8 comma-separated windows, not '%s'", optarg);
+			o->aah = 1;
+			break;
+		case MK_OPT_AAH_LAYER_WINDOWS:
+			if ((o->n_aah_layer_windows = mk_parse_list(optarg, o->aah_layer_windows, 1024)) < 0)
+				return mk_usage_error("--aah-layer-windows takes comma-separated windows, not '%s'", optarg);
+			o->aah = 1;
+			break;
+		case MK_OPT_AAH_GROUP_SIZE: {
+			int32_t g;
+			if (mk_parse_list(optarg, &g, 1) != 1)
+				return mk_usage_error("--aah-group-size must be a positive integer, not '%s'", optarg);
+			o->aah_p.group_size = g;
+			o->aah = 1;
+			break;
+		}
+		case MK_OPT_AAH_DEFAULT:
+			o->aah_p.default_regime = optarg;
+			o->aah = 1;
+			break;
 		case ':':
 			return mk_usage_error("%s needs a value", argv[optind - 1]);
 		default:
@@ -1247,8 +1328,28 @@ int main(int argc, char **argv)
 		free(plan.t);
 		return MK_EXIT_FAIL;
 	}
+	if (o.aah) {
+		if (o.n_aah_layer_windows && o.n_aah_layer_windows != s.layers) {
+			fprintf(stderr, "aah-mkmodel: --aah-layer-windows gives %d windows for %lld layers\n",
+			        o.n_aah_layer_windows, (long long)s.layers);
+			free(plan.t);
+			return MK_EXIT_USAGE;
+		}
+		o.aah_p.n_layers = (int32_t)s.layers;
+		o.aah_p.n_kv_heads = (int32_t)s.kv_heads;
+		o.aah_p.seed = o.seed;
+		o.aah_p.layer_windows = o.n_aah_layer_windows ? o.aah_layer_windows : NULL;
+	}
+	char aah_old[4200];
+	snprintf(aah_old, sizeof(aah_old), "%s/aah.json", o.out_dir);
+	if (!o.aah && unlink(aah_old) != 0 && errno != ENOENT) {   /* a stale aah.json would not fit the new shape */
+		fprintf(stderr, "aah-mkmodel: %s: %s\n", aah_old, strerror(errno));
+		free(plan.t);
+		return MK_EXIT_FAIL;
+	}
 	if (mk_write_weights(&plan, &s, o.seed, threads, o.out_dir, err, sizeof(err)) != 0 ||
 	    (o.tokenizer_dir && mk_copy_tokenizer(o.tokenizer_dir, o.out_dir, err, sizeof(err)) != 0) ||
+	    (o.aah && aah_write_file(o.out_dir, &o.aah_p, err, sizeof(err)) != 0) ||
 	    mk_write_config(&s, o.out_dir, err, sizeof(err)) != 0) {
 		fprintf(stderr, "aah-mkmodel: %s\n", err);
 		free(plan.t);
@@ -1269,6 +1370,9 @@ int main(int argc, char **argv)
 	       mk_torch_dtype(s.dtype), (int)plan.n_shards, plan.n_shards > 1 ? "s" : "", secs);
 	if (o.tokenizer_dir)
 		printf("  tokenizer from %s (bos %" PRId64 ", eos %" PRId64 ")\n", o.tokenizer_dir, s.bos, s.eos);
+	if (o.aah)
+		printf("  aah.json: regimes grouping_off, full_adaptive, shallow_freeze, deep_reuse (default %s)\n",
+		       o.aah_p.default_regime ? o.aah_p.default_regime : "shallow_freeze");
 	free(plan.t);
 	return 0;
 }
