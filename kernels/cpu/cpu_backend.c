@@ -289,22 +289,6 @@ typedef struct attn_job {
 	uint64_t work[MAX_THREADS];
 } attn_job;
 
-/* Pointer to the key (or value, which = 1) of position pos of KV head kvh in a page ring, as f32;
- * converts into tmp when the pool is not f32. */
-static const float *page_row(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t pos, int which,
-                             float *tmp)
-{
-	const int32_t hd = j->head_dim;
-	int32_t page = s->rings[(int64_t)kvh * s->ring_stride + (pos / AAH_PAGE_LEN) % s->n_slots[kvh]];
-	size_t es = aah_dtype_size(j->pool->type);
-	size_t off = (((size_t)page * 2 + (size_t)which) * AAH_PAGE_LEN + (size_t)(pos % AAH_PAGE_LEN)) * (size_t)hd;
-	const char *src = (const char *)j->pool->data + off * es;
-	if (j->pool->type == AAH_DTYPE_F32)
-		return (const float *)src;
-	j->c->k->to_f32(tmp, src, j->pool->type, hd);
-	return tmp;
-}
-
 static void atomic_add_float(float *dst, float v)
 {
 	uint32_t old = __atomic_load_n((uint32_t *)dst, __ATOMIC_RELAXED), upd;
@@ -331,17 +315,51 @@ static void add_band_mass(const aah_attn_seq *s, int32_t h, int64_t pos, int64_t
 		atomic_add_float(&s->band_mass[(int64_t)h * s->n_bands + i], acc[i]);
 }
 
+/* The longest run of keys (which = 0) or values (which = 1) of KV head kvh starting at position t and ending by
+ * `last` that lies contiguously in memory: up to a page edge in the cache, or up to `last` among the new rows.
+ * Sets *rows and *stride (floats); a run from a non-f32 pool is converted into tmp (AAH_PAGE_LEN · hd floats). */
+static int64_t kv_run(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t t, int64_t last, int which,
+                      float *tmp, const float **rows, int64_t *stride)
+{
+	const int32_t hd = j->head_dim;
+	if (t >= s->pos0) {
+		const float *m = which ? j->v : j->k;
+		*rows = m + (int64_t)(s->row0 + t - s->pos0) * j->n_kv * hd + (int64_t)kvh * hd;
+		*stride = (int64_t)j->n_kv * hd;
+		return last - t + 1;
+	}
+	int64_t end = (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN - 1;   /* the page's last position */
+	if (end > s->pos0 - 1)
+		end = s->pos0 - 1;
+	if (end > last)
+		end = last;
+	int64_t n = end - t + 1;
+	int32_t page = s->rings[(int64_t)kvh * s->ring_stride + (t / AAH_PAGE_LEN) % s->n_slots[kvh]];
+	size_t off = (((size_t)page * 2 + (size_t)which) * AAH_PAGE_LEN + (size_t)(t % AAH_PAGE_LEN)) * (size_t)hd;
+	*stride = hd;
+	if (j->pool->type == AAH_DTYPE_F32) {
+		*rows = (const float *)j->pool->data + off;
+	} else {
+		j->c->k->to_f32(tmp, (const char *)j->pool->data + off * aah_dtype_size(j->pool->type), j->pool->type,
+		                n * hd);
+		*rows = tmp;
+	}
+	return n;
+}
+
 /* One unit = one query row and one KV head, with every query head that reads it: each key and value row is
- * loaded once for the whole group (GQA), which divides the KV traffic by the group size. */
+ * loaded once for the whole group (GQA), which divides the KV traffic by the group size; the blocks of
+ * keys run through the table's qk / pv kernels with the queries and outputs in registers. */
 static void attn_worker(void *p, int32_t ti, int32_t nt)
 {
 	attn_job *j = p;
 	const cpu_kernels *k = j->c->k;
 	const int32_t hd = j->head_dim, group = j->n_heads / j->n_kv;
-	const int64_t q_stride = (int64_t)j->n_heads * hd, kv_stride = (int64_t)j->n_kv * hd;
-	float *tmp = j->c->scratch[ti].buf;        /* hd floats for a converted row */
-	float *scores = tmp + hd;                  /* (group, keys) */
-	const int64_t score_stride = j->max_keys;
+	const int64_t q_stride = (int64_t)j->n_heads * hd;
+	float *tmp = j->c->scratch[ti].buf;               /* AAH_PAGE_LEN · hd floats: a converted page run */
+	float *qs = tmp + (int64_t)AAH_PAGE_LEN * hd;      /* group · hd: the scaled queries */
+	float *scores = qs + (int64_t)group * hd;          /* (group, keys) */
+	const int64_t ld = j->max_keys;
 	int64_t lo, hi;
 	split_range(j->total_units, 1, ti, nt, &lo, &hi);
 	uint64_t work = 0;
@@ -362,38 +380,34 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 			int64_t first = pos - w + 1 > 0 ? pos - w + 1 : 0;
 			int64_t nk = pos - first + 1;
 			const float *qv = j->q + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
-			float mx[MAX_GROUP];
-			for (int32_t g = 0; g < group; g++)
-				mx[g] = -INFINITY;
-			for (int64_t t = first; t <= pos; t++) {
-				const float *kr = t < s->pos0 ? page_row(j, s, kvh, t, 0, tmp)
-				                              : j->k + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
-				for (int32_t g = 0; g < group; g++) {
-					float sc = k->dot(qv + (int64_t)g * hd, kr, hd) * j->scale;
-					scores[g * score_stride + t - first] = sc;
-					if (sc > mx[g])
-						mx[g] = sc;
-				}
+			for (int64_t d = 0; d < (int64_t)group * hd; d++)
+				qs[d] = qv[d] * j->scale;
+			const float *rows;
+			int64_t stride, n;
+			for (int64_t t = first; t <= pos; t += n) {
+				n = kv_run(j, s, kvh, t, pos, 0, tmp, &rows, &stride);
+				k->qk(scores + (t - first), ld, qs, group, rows, stride, (int32_t)n, hd);
 			}
-			float inv[MAX_GROUP];
 			for (int32_t g = 0; g < group; g++) {
-				float *sg = scores + g * score_stride;
+				float *sg = scores + g * ld, mx = -INFINITY;
+				for (int64_t t = 0; t < nk; t++)
+					mx = sg[t] > mx ? sg[t] : mx;
 				double sum = 0;
 				for (int64_t t = 0; t < nk; t++) {
-					sg[t] = expf(sg[t] - mx[g]);
+					sg[t] = expf(sg[t] - mx);
 					sum += sg[t];
 				}
-				inv[g] = (float)(1.0 / sum);
+				float inv = (float)(1.0 / sum);
+				for (int64_t t = 0; t < nk; t++)
+					sg[t] *= inv;
 				if (s->band_mass)
-					add_band_mass(s, kvh * group + g, pos, first, sg, inv[g]);
+					add_band_mass(s, kvh * group + g, pos, first, sg, 1.0f);
 			}
 			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
 			memset(o, 0, (size_t)group * (size_t)hd * sizeof(float));
-			for (int64_t t = first; t <= pos; t++) {
-				const float *vr = t < s->pos0 ? page_row(j, s, kvh, t, 1, tmp)
-				                              : j->v + (int64_t)(s->row0 + t - s->pos0) * kv_stride + (int64_t)kvh * hd;
-				for (int32_t g = 0; g < group; g++)
-					k->axpy(o + (int64_t)g * hd, scores[g * score_stride + t - first] * inv[g], vr, hd);
+			for (int64_t t = first; t <= pos; t += n) {
+				n = kv_run(j, s, kvh, t, pos, 1, tmp, &rows, &stride);
+				k->pv(o, scores + (t - first), ld, group, rows, stride, (int32_t)n, hd);
 			}
 			seq_work += (uint64_t)nk * (uint64_t)group;
 		}
@@ -421,7 +435,8 @@ static uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const 
 			max_keys = last;   /* a window never exceeds the positions so far */
 	}
 	j.max_keys = max_keys;
-	if (n_heads / n_kv > MAX_GROUP || !scratch_reserve(c, (size_t)pool->head_dim + (size_t)(n_heads / n_kv) * (size_t)max_keys))
+	size_t group = (size_t)(n_heads / n_kv), hd = (size_t)pool->head_dim;
+	if (group > MAX_GROUP || !scratch_reserve(c, (AAH_PAGE_LEN + group) * hd + group * (size_t)max_keys))
 		abort();   /* the engine refuses models with larger groups; scratch is a few MB at most */
 	if (j.total_units < 4 * c->n_threads)
 		attn_worker(&j, 0, 1);

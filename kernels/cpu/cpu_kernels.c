@@ -92,6 +92,22 @@ static void axpy_generic(float *y, float a, const float *x, int64_t n)
 		y[i] += a * x[i];
 }
 
+static void qk_generic(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks,
+                       int32_t n, int32_t hd)
+{
+	for (int32_t g = 0; g < group; g++)
+		for (int32_t t = 0; t < n; t++)
+			scores[g * ld + t] = dot_generic(q + (int64_t)g * hd, keys + t * ks, hd);
+}
+
+static void pv_generic(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs,
+                       int32_t n, int32_t hd)
+{
+	for (int32_t t = 0; t < n; t++)
+		for (int32_t g = 0; g < group; g++)
+			axpy_generic(out + (int64_t)g * hd, p[g * ld + t], values + t * vs, hd);
+}
+
 const cpu_kernels cpu_kernels_generic = {
 	/* .isa = */ "generic",
 	/* .tile_rows = */ GEN_R,
@@ -101,6 +117,8 @@ const cpu_kernels cpu_kernels_generic = {
 	/* .tile = */ tile_generic,
 	/* .dot = */ dot_generic,
 	/* .axpy = */ axpy_generic,
+	/* .qk = */ qk_generic,
+	/* .pv = */ pv_generic,
 };
 
 static int cpu_supports(const char *isa)

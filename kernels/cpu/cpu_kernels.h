@@ -25,6 +25,13 @@ typedef struct cpu_kernels {
 	float (*dot)(const float *a, const float *b, int64_t n);
 	/* y[i] += a · x[i] */
 	void (*axpy)(float *y, float a, const float *x, int64_t n);
+	/* Attention, a block of keys against the query heads that share them:
+	 * qk: scores[g·ld + t] = Σ_d q[g·hd + d] · keys[t·ks + d]              for g < group, t < n
+	 * pv: out[g·hd + d] += Σ_t p[g·ld + t] · values[t·vs + d]             for g < group, d < hd */
+	void (*qk)(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks, int32_t n,
+	           int32_t hd);
+	void (*pv)(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs, int32_t n,
+	           int32_t hd);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_generic;

@@ -170,6 +170,22 @@ static void axpy_avx2(float *y, float a, const float *x, int64_t n)
 		y[i] += a * x[i];
 }
 
+static void qk_avx2(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks,
+                    int32_t n, int32_t hd)
+{
+	for (int32_t t = 0; t < n; t++)
+		for (int32_t g = 0; g < group; g++)
+			scores[g * ld + t] = dot_avx2(q + (int64_t)g * hd, keys + t * ks, hd);
+}
+
+static void pv_avx2(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs, int32_t n,
+                    int32_t hd)
+{
+	for (int32_t t = 0; t < n; t++)
+		for (int32_t g = 0; g < group; g++)
+			axpy_avx2(out + (int64_t)g * hd, p[g * ld + t], values + t * vs, hd);
+}
+
 const cpu_kernels cpu_kernels_avx2 = {
 	/* .isa = */ "avx2",
 	/* .tile_rows = */ R,
@@ -179,4 +195,6 @@ const cpu_kernels cpu_kernels_avx2 = {
 	/* .tile = */ tile_avx2,
 	/* .dot = */ dot_avx2,
 	/* .axpy = */ axpy_avx2,
+	/* .qk = */ qk_avx2,
+	/* .pv = */ pv_avx2,
 };

@@ -188,6 +188,95 @@ static void axpy_avx512(float *y, float a, const float *x, int64_t n)
 	}
 }
 
+/* Keys against two query heads held in registers (NV = head_dim / 16 vectors each): one key row load feeds both. */
+INLINE void qk2(float *scores, int64_t ld, const float *q, const int NV, const float *keys, int64_t ks, int32_t n,
+                int32_t hd)
+{
+	__m512 qa[8], qb[8];   /* NV ≤ 8 */
+	UNROLL for (int c = 0; c < NV; c++) {
+		qa[c] = _mm512_loadu_ps(q + c * 16);
+		qb[c] = _mm512_loadu_ps(q + hd + c * 16);
+	}
+	for (int32_t t = 0; t < n; t++) {
+		const float *k = keys + t * ks;
+		__m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+		UNROLL for (int c = 0; c < NV; c++) {
+			__m512 kv = _mm512_loadu_ps(k + c * 16);
+			a = _mm512_fmadd_ps(qa[c], kv, a);
+			b = _mm512_fmadd_ps(qb[c], kv, b);
+		}
+		scores[t] = _mm512_reduce_add_ps(a);
+		scores[ld + t] = _mm512_reduce_add_ps(b);
+	}
+}
+
+static void qk_avx512(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks,
+                      int32_t n, int32_t hd)
+{
+	int32_t g = 0;
+	for (; g + 2 <= group; g += 2) {
+		float *sg = scores + g * ld;
+		const float *qg = q + (int64_t)g * hd;
+		if (hd == 128)
+			qk2(sg, ld, qg, 8, keys, ks, n, hd);
+		else if (hd == 64)
+			qk2(sg, ld, qg, 4, keys, ks, n, hd);
+		else if (hd == 32)
+			qk2(sg, ld, qg, 2, keys, ks, n, hd);
+		else
+			break;
+	}
+	for (; g < group; g++)
+		for (int32_t t = 0; t < n; t++)
+			scores[g * ld + t] = dot_avx512(q + (int64_t)g * hd, keys + t * ks, hd);
+}
+
+/* NG heads' output rows, 64 dimensions of them, in registers while the value rows stream past. */
+INLINE void pv_block(float *out, const float *p, int64_t ld, const int NG, const float *values, int64_t vs,
+                     int32_t n, int32_t hd)
+{
+	__m512 acc[4][4];   /* NG ≤ 4 */
+	UNROLL for (int g = 0; g < NG; g++)
+		UNROLL for (int c = 0; c < 4; c++)
+			acc[g][c] = _mm512_loadu_ps(out + (int64_t)g * hd + c * 16);
+	for (int32_t t = 0; t < n; t++) {
+		const float *v = values + t * vs;
+		__m512 vv[4];
+		UNROLL for (int c = 0; c < 4; c++)
+			vv[c] = _mm512_loadu_ps(v + c * 16);
+		UNROLL for (int g = 0; g < NG; g++) {
+			__m512 sc = _mm512_set1_ps(p[g * ld + t]);
+			UNROLL for (int c = 0; c < 4; c++)
+				acc[g][c] = _mm512_fmadd_ps(sc, vv[c], acc[g][c]);
+		}
+	}
+	UNROLL for (int g = 0; g < NG; g++)
+		UNROLL for (int c = 0; c < 4; c++)
+			_mm512_storeu_ps(out + (int64_t)g * hd + c * 16, acc[g][c]);
+}
+
+static void pv_avx512(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs,
+                      int32_t n, int32_t hd)
+{
+	if (hd % 64 != 0) {
+		for (int32_t t = 0; t < n; t++)
+			for (int32_t g = 0; g < group; g++)
+				axpy_avx512(out + (int64_t)g * hd, p[g * ld + t], values + t * vs, hd);
+		return;
+	}
+	for (int32_t d0 = 0; d0 < hd; d0 += 64)
+		for (int32_t g0 = 0; g0 < group; g0 += 4) {
+			float *o = out + (int64_t)g0 * hd + d0;
+			const float *pg = p + g0 * ld, *v = values + d0;
+			switch (group - g0 < 4 ? group - g0 : 4) {
+			case 1: pv_block(o, pg, ld, 1, v, vs, n, hd); break;
+			case 2: pv_block(o, pg, ld, 2, v, vs, n, hd); break;
+			case 3: pv_block(o, pg, ld, 3, v, vs, n, hd); break;
+			default: pv_block(o, pg, ld, 4, v, vs, n, hd); break;
+			}
+		}
+}
+
 const cpu_kernels cpu_kernels_avx512 = {
 	/* .isa = */ "avx512",
 	/* .tile_rows = */ R,
@@ -197,4 +286,6 @@ const cpu_kernels cpu_kernels_avx512 = {
 	/* .tile = */ tile_avx512,
 	/* .dot = */ dot_avx512,
 	/* .axpy = */ axpy_avx512,
+	/* .qk = */ qk_avx512,
+	/* .pv = */ pv_avx512,
 };
