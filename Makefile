@@ -5,6 +5,8 @@ BUILD   ?= build
 CC      ?= cc
 CXX     ?= c++
 PREFIX  ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
 CACHE   ?= .cache
 
 ifeq ($(SAN),1)
@@ -26,7 +28,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check 2>/dev/null)
 
 # Kernels compiled for one instruction set are picked at run time, so one binary runs on any x86-64.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
-AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 LIB_C   := $(wildcard models/*.c kernels/*.c kernels/cpu/*.c engine/*.c)
 LIB_CC  := $(wildcard models/*.cc)
@@ -81,6 +83,10 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# Server modules that a Check suite or a fuzz target links beside libaah.a.
+$(BUILD)/tests/check_choice_text: $(BUILD)/obj/server/choice_text.o
+$(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
+
 fuzz: $(BUILD)/libaah.a
 	@mkdir -p $(BUILD)/fuzz
 	for c in $(LIB_CC); do \
@@ -88,7 +94,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard models/*.c) engine/aah_policy.c $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
+	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
@@ -109,6 +115,11 @@ bench: deps
 install: all
 	install -D -m 755 $(BUILD)/aahd $(DESTDIR)$(PREFIX)/bin/aahd
 	for t in $(TOOLS); do install -D -m 755 $$t $(DESTDIR)$(PREFIX)/bin/$$(basename $$t); done
+	@mkdir -p $(DESTDIR)$(UNITDIR)
+	sed -e 's|/usr/local/bin/aahd|$(PREFIX)/bin/aahd|' -e 's|/etc/aahd/|$(SYSCONFDIR)/aahd/|g' deploy/aahd.service \
+	  > $(DESTDIR)$(UNITDIR)/aahd.service && chmod 644 $(DESTDIR)$(UNITDIR)/aahd.service
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/aahd/aahd.conf ]; then echo "keeping $(DESTDIR)$(SYSCONFDIR)/aahd/aahd.conf"; \
+	  else install -D -m 644 conf/aahd.conf $(DESTDIR)$(SYSCONFDIR)/aahd/aahd.conf; fi
 
 clean:
 	rm -rf $(BUILD)

@@ -162,6 +162,11 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		e->p.max_batch_tokens = 512;
 	if (e->p.ctx_len <= 0)
 		e->p.ctx_len = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
+	if (c->head_dim > 1024 || c->n_heads / c->n_kv_heads > 64) {
+		snprintf(err, err_len, "head_dim %d or %d query heads per KV head is beyond what the kernels support (1024, 64)",
+		         c->head_dim, c->n_heads / c->n_kv_heads);
+		goto fail;
+	}
 	if (e->p.ctx_len > c->max_position_embeddings) {
 		snprintf(err, err_len, "context length %d exceeds the model's max_position_embeddings %d", e->p.ctx_len,
 		         c->max_position_embeddings);

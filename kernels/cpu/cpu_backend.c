@@ -300,19 +300,24 @@ static void atomic_add_float(float *dst, float v)
 	} while (!__atomic_compare_exchange_n((uint32_t *)dst, &old, upd, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
-/* A probe: adds query head h's probabilities (scores[t - first] · inv for keys first … pos) into distance bands. */
+/* A probe: adds query head h's probabilities (scores[t - first] · inv for keys first … pos) into distance bands,
+ * one atomic add per band the keys reach (another worker may add into the same head's bands). */
 static void add_band_mass(const aah_attn_seq *s, int32_t h, int64_t pos, int64_t first, const float *scores, float inv)
 {
-	float acc[16] = { 0 };
-	int32_t nb = s->n_bands < 16 ? s->n_bands : 16, b = 0;
+	float *dst = s->band_mass + (int64_t)h * s->n_bands;
+	int32_t b = 0;
+	float acc = 0;
 	for (int64_t t = pos; t >= first; t--) {   /* distance 0 upwards, so the band only moves forward */
 		int64_t d = pos - t;
-		while (b < nb - 1 && d >= s->band_edges[b])
-			b++;
-		acc[b] += scores[t - first] * inv;
+		if (b < s->n_bands - 1 && d >= s->band_edges[b]) {
+			atomic_add_float(&dst[b], acc);
+			acc = 0;
+			while (b < s->n_bands - 1 && d >= s->band_edges[b])
+				b++;
+		}
+		acc += scores[t - first] * inv;
 	}
-	for (int32_t i = 0; i < nb; i++)
-		atomic_add_float(&s->band_mass[(int64_t)h * s->n_bands + i], acc[i]);
+	atomic_add_float(&dst[b], acc);
 }
 
 /* The longest run of keys (which = 0) or values (which = 1) of KV head kvh starting at position t and ending by

@@ -1,0 +1,919 @@
+/* engine/scheduler.c — the engine thread (see scheduler.h): a bounded FIFO of waiting requests, a few slots
+ * (IDLE → PREFILL → DECODE → DONE, as llama.cpp's server), one engine_forward per step over every running slot. */
+#include "engine/scheduler.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum sched_slot_state {
+	SCHED_SLOT_IDLE = 0,
+	SCHED_SLOT_PREFILL,       /* prompt tokens left to feed */
+	SCHED_SLOT_DECODE,        /* `next` is the token to feed */
+	SCHED_SLOT_DONE,          /* ended this step; compacted away at its end */
+} sched_slot_state;
+
+struct sched_request {
+	sched *s;
+	atomic_int refs;
+	atomic_bool cancel;
+	uint64_t epoch;                   /* sched_cancel_all ends the requests of earlier epochs */
+
+	/* set at submit, then read-only */
+	int32_t *prompt;                  /* n_prompt */
+	int32_t n_prompt;
+	int32_t max_tokens;
+	int32_t regime;                   /* index into s->regimes */
+	int32_t logprobs;
+	bool prompt_lp;
+	int32_t stop_ids[SCHED_MAX_STOP_IDS];
+	int32_t n_stop_ids;
+	sched_notify_fn notify;
+	void *notify_ctx;
+	int64_t pages_max;                /* worst-case KV pages, reserved while it runs */
+	double t_submit;
+
+	/* the engine thread's */
+	sampler smp;
+	double t_admit, t_first, t_last;
+
+	/* written by the engine thread; others read them up to the published counts */
+	int32_t *tokens;                  /* max_tokens */
+	sched_logprob_rows gen_lp;        /* max_tokens rows, when logprobs ≥ 0 */
+	sched_logprob_rows prompt_lp_rows; /* n_prompt rows, when prompt_lp */
+
+	pthread_mutex_t mu;               /* guards pub and result */
+	pthread_cond_t cv;
+	sched_view pub;
+	sched_result result;
+};
+
+typedef struct sched_slot {
+	sched_request *r;                 /* NULL when idle */
+	sched_slot_state state;
+	int32_t seq;                      /* engine sequence */
+	int32_t n_fed;                    /* prompt tokens fed so far */
+	int32_t n_tokens;                 /* tokens generated */
+	int32_t next;                     /* DECODE: the token the next step feeds */
+	int32_t chunk;                    /* this step: tokens fed (0 = not in this step) */
+	int64_t row0;                     /* this step: first logits row */
+	bool changed;                     /* this step: something to publish */
+} sched_slot;
+
+struct sched {
+	engine *e;
+	sched_params p;
+	int32_t vocab, ctx_len;
+	int32_t n_regimes;
+	char regimes[SCHED_MAX_REGIMES][64];
+	int32_t default_regime;
+	int64_t kv_heads;                 /* n_layers · n_kv_heads: page rings per sequence */
+	int64_t page_bytes;
+	int64_t pool_pages;
+
+	pthread_t thread;
+	bool thread_started;
+
+	pthread_mutex_t mu;               /* guards the queue, stop, draining, n_running */
+	pthread_cond_t cv;                /* the engine thread waits here for work */
+	sched_request **queue;            /* ring of queue_length */
+	int32_t q_head, q_len;
+	bool stop, draining;
+	int32_t n_running;
+	atomic_uint_fast64_t epoch;
+
+	/* the engine thread's: slots and per-step buffers, all allocated at init */
+	sched_slot *slots;                /* max_seqs */
+	int32_t *order;                   /* running slots in admission order (FCFS for the prefill budget) */
+	int32_t n_order;
+	int64_t reserved_pages;
+	engine_item *items;               /* max_seqs */
+	int32_t *item_slot;               /* max_seqs */
+	float *logits;                    /* (logit_rows, vocab) */
+	int32_t prompt_logit_rows;        /* rows per step for prompt log-probabilities (echo) */
+	sched_request **admitted;         /* max_seqs */
+	sched_request **dropped;          /* queue_length: cancelled while waiting */
+
+	pthread_mutex_t metrics_mu;       /* guards m and the rate buckets */
+	sched_metrics m;
+	int64_t rate_sec[10];             /* per-second buckets of the last 10 s */
+	double rate_prompt[10], rate_gen[10];
+};
+
+static const double ttft_bounds[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
+static const double itl_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };
+static const double duration_bounds[] = { 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600 };
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void histogram_init(sched_histogram *h, const double *bounds, int32_t n)
+{
+	memset(h, 0, sizeof *h);
+	h->n_bounds = n;
+	memcpy(h->bounds, bounds, (size_t)n * sizeof *bounds);
+}
+
+static void histogram_observe(sched_histogram *h, double v)
+{
+	int32_t b = 0;
+	while (b < h->n_bounds && v > h->bounds[b])
+		b++;
+	h->counts[b]++;
+	h->sum += v;
+	h->count++;
+}
+
+/* Adds to the tokens-per-second buckets (metrics_mu held). */
+static void rate_add(sched *s, double t, double prompt, double gen)
+{
+	int64_t sec = (int64_t)t;
+	int32_t i = (int32_t)(sec % 10);
+	if (s->rate_sec[i] != sec) {
+		s->rate_sec[i] = sec;
+		s->rate_prompt[i] = s->rate_gen[i] = 0;
+	}
+	s->rate_prompt[i] += prompt;
+	s->rate_gen[i] += gen;
+}
+
+/* Worst-case pages of a sequence of len positions under a regime (its windows keep less than full attention).
+ * engine_regime_kv_pages reads only what engine_init fixed, so any thread may call it. */
+static int64_t pages_max(const sched *s, int32_t regime, int64_t len)
+{
+	if (len > s->ctx_len)
+		len = s->ctx_len;
+	return engine_regime_kv_pages(s->e, s->regimes[regime], len);
+}
+
+/* ---- requests ---- */
+
+static void request_free(sched_request *r)
+{
+	sampler_free(&r->smp);
+	free(r->prompt);
+	free(r->tokens);
+	free(r->gen_lp.logprob);
+	free(r->gen_lp.top_ids);
+	free(r->gen_lp.top_logprobs);
+	free(r->prompt_lp_rows.logprob);
+	free(r->prompt_lp_rows.top_ids);
+	free(r->prompt_lp_rows.top_logprobs);
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+	free(r);
+}
+
+static void request_unref(sched_request *r)
+{
+	if (atomic_fetch_sub(&r->refs, 1) == 1)
+		request_free(r);
+}
+
+static int lp_rows_alloc(sched_logprob_rows *rows, int64_t n, int32_t n_top)
+{
+	rows->n_top = n_top;
+	size_t nn = (size_t)(n > 0 ? n : 1);
+	rows->logprob = malloc(nn * sizeof *rows->logprob);
+	rows->top_ids = malloc(nn * (size_t)(n_top > 0 ? n_top : 1) * sizeof *rows->top_ids);
+	rows->top_logprobs = malloc(nn * (size_t)(n_top > 0 ? n_top : 1) * sizeof *rows->top_logprobs);
+	return rows->logprob && rows->top_ids && rows->top_logprobs ? 0 : -1;
+}
+
+/* Made on the submitting thread, so that the engine thread never allocates. Returns NULL when out of memory. */
+static sched_request *request_new(sched *s, const sched_request_params *p, int32_t regime)
+{
+	sched_request *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->s = s;
+	atomic_init(&r->refs, 2);   /* the caller's and the engine thread's */
+	atomic_init(&r->cancel, false);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	r->n_prompt = p->n_prompt;
+	r->max_tokens = p->max_tokens;
+	r->regime = regime;
+	r->logprobs = p->logprobs;
+	r->prompt_lp = p->prompt_logprobs;
+	r->n_stop_ids = p->n_stop_ids;
+	if (p->n_stop_ids > 0)
+		memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
+	r->notify = p->notify;
+	r->notify_ctx = p->notify_ctx;
+	r->pages_max = pages_max(s, regime, (int64_t)p->n_prompt + p->max_tokens);
+	r->result.stop_id = -1;
+	r->result.ttft_s = -1;
+	int32_t n_top = p->logprobs > 0 ? (p->logprobs < s->vocab ? p->logprobs : s->vocab) : 0;
+	r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
+	r->tokens = malloc((size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof *r->tokens);
+	int bad = !r->prompt || !r->tokens || sampler_init(&r->smp, &p->sampling, s->vocab) != 0;
+	if (!bad && p->logprobs >= 0)
+		bad = lp_rows_alloc(&r->gen_lp, p->max_tokens, n_top);
+	if (!bad && p->prompt_logprobs)
+		bad = lp_rows_alloc(&r->prompt_lp_rows, p->n_prompt, n_top);
+	if (bad) {
+		request_free(r);
+		return NULL;
+	}
+	memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
+	if (p->prompt_logprobs)
+		r->prompt_lp_rows.logprob[0] = NAN;   /* the first token has no context */
+	return r;
+}
+
+static int32_t regime_index(const sched *s, const char *name)
+{
+	if (!name)
+		return s->default_regime;
+	for (int32_t i = 0; i < s->n_regimes; i++)
+		if (!strcmp(s->regimes[i], name))
+			return i;
+	return -1;
+}
+
+static sched_status validate(const sched *s, const sched_request_params *p, int32_t *regime, char *err,
+                             size_t err_len)
+{
+	if (p->n_prompt < 1 || !p->prompt) {
+		snprintf(err, err_len, "the prompt is empty");
+		return SCHED_ERR_INVALID;
+	}
+	for (int32_t i = 0; i < p->n_prompt; i++)
+		if (p->prompt[i] < 0 || p->prompt[i] >= s->vocab) {
+			snprintf(err, err_len, "token id %d is out of range [0, %d)", p->prompt[i], s->vocab);
+			return SCHED_ERR_INVALID;
+		}
+	if (p->max_tokens < 0 || p->logprobs < -1 || p->logprobs > SCHED_MAX_LOGPROBS || p->n_stop_ids < 0 ||
+	    p->n_stop_ids > SCHED_MAX_STOP_IDS || (p->n_stop_ids > 0 && !p->stop_ids)) {
+		snprintf(err, err_len, "max_tokens, logprobs or the stop ids are out of range");
+		return SCHED_ERR_INVALID;
+	}
+	if (p->n_prompt > s->ctx_len) {
+		snprintf(err, err_len, "the prompt has %d tokens; the context holds %d", p->n_prompt, s->ctx_len);
+		return SCHED_ERR_TOO_LONG;
+	}
+	*regime = regime_index(s, p->regime);
+	if (*regime < 0) {
+		snprintf(err, err_len, "unknown regime '%s'", p->regime);
+		return SCHED_ERR_REGIME;
+	}
+	int64_t need = pages_max(s, *regime, (int64_t)p->n_prompt + p->max_tokens);
+	if (need > s->pool_pages) {
+		snprintf(err, err_len, "%d prompt + %d new tokens need %lld KV bytes; the cache holds %lld", p->n_prompt,
+		         p->max_tokens, (long long)(need * s->page_bytes), (long long)(s->pool_pages * s->page_bytes));
+		return SCHED_ERR_TOO_LONG;
+	}
+	return SCHED_OK;
+}
+
+sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sched_request **out, char *err,
+                          size_t err_len)
+{
+	if (n < 1) {
+		snprintf(err, err_len, "nothing to submit");
+		return SCHED_ERR_INVALID;
+	}
+	for (int32_t i = 0; i < n; i++)
+		out[i] = NULL;
+	for (int32_t i = 0; i < n; i++) {
+		int32_t regime;
+		sched_status st = validate(s, &p[i], &regime, err, err_len);
+		if (st == SCHED_OK && !(out[i] = request_new(s, &p[i], regime))) {
+			snprintf(err, err_len, "out of memory");
+			st = SCHED_ERR_NOMEM;
+		}
+		if (st != SCHED_OK) {
+			for (int32_t j = 0; j < i; j++)
+				request_free(out[j]);
+			for (int32_t j = 0; j < n; j++)
+				out[j] = NULL;
+			return st;
+		}
+	}
+	sched_status st = SCHED_OK;
+	double t = now_s();
+	pthread_mutex_lock(&s->mu);
+	if (s->draining || s->stop) {
+		snprintf(err, err_len, "the server is shutting down");
+		st = SCHED_ERR_SHUTDOWN;
+	} else if (s->q_len + n > s->p.queue_length) {
+		snprintf(err, err_len, "%d requests are waiting already (queue_length %d)", s->q_len, s->p.queue_length);
+		st = SCHED_ERR_QUEUE_FULL;
+	} else {
+		uint64_t epoch = atomic_load(&s->epoch);
+		for (int32_t i = 0; i < n; i++) {
+			out[i]->t_submit = t;
+			out[i]->epoch = epoch;
+			s->queue[(s->q_head + s->q_len++) % s->p.queue_length] = out[i];
+		}
+		pthread_cond_signal(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (st != SCHED_OK)
+		for (int32_t i = 0; i < n; i++) {
+			request_free(out[i]);
+			out[i] = NULL;
+		}
+	return st;
+}
+
+void sched_request_cancel(sched_request *r)
+{
+	atomic_store(&r->cancel, true);
+	pthread_mutex_lock(&r->s->mu);
+	pthread_cond_signal(&r->s->cv);
+	pthread_mutex_unlock(&r->s->mu);
+}
+
+void sched_request_release(sched_request *r)
+{
+	if (r)
+		request_unref(r);
+}
+
+void sched_request_view(sched_request *r, sched_view *v)
+{
+	pthread_mutex_lock(&r->mu);
+	*v = r->pub;
+	pthread_mutex_unlock(&r->mu);
+}
+
+bool sched_request_wait(sched_request *r, uint64_t seen, int32_t timeout_ms, sched_view *v)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	if (timeout_ms >= 0) {
+		until.tv_sec += timeout_ms / 1000;
+		until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&r->mu);
+	while (r->pub.version == seen) {
+		if (timeout_ms < 0)
+			pthread_cond_wait(&r->cv, &r->mu);
+		else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) != 0)
+			break;
+	}
+	*v = r->pub;
+	pthread_mutex_unlock(&r->mu);
+	return v->version != seen;
+}
+
+const int32_t *sched_request_prompt(const sched_request *r, int32_t *n_prompt)
+{
+	*n_prompt = r->n_prompt;
+	return r->prompt;
+}
+const int32_t *sched_request_tokens(const sched_request *r) { return r->tokens; }
+const sched_logprob_rows *sched_request_token_logprobs(const sched_request *r)
+{
+	return r->logprobs >= 0 ? &r->gen_lp : NULL;
+}
+const sched_logprob_rows *sched_request_prompt_logprobs(const sched_request *r)
+{
+	return r->prompt_lp ? &r->prompt_lp_rows : NULL;
+}
+
+bool sched_request_result(sched_request *r, sched_result *out)
+{
+	pthread_mutex_lock(&r->mu);
+	bool done = r->pub.finish != SCHED_FINISH_NONE;
+	if (done)
+		*out = r->result;
+	pthread_mutex_unlock(&r->mu);
+	return done;
+}
+
+/* ---- the engine thread ---- */
+
+/* log_softmax(x)[id] and the n_top best entries into row i of rows; sums in float64. */
+static void logprob_fill(const float *x, int32_t vocab, int32_t id, sched_logprob_rows *rows, int64_t i)
+{
+	double m = -INFINITY;
+	for (int32_t v = 0; v < vocab; v++)
+		if (x[v] > m)
+			m = x[v];
+	double sum = 0;
+	for (int32_t v = 0; v < vocab; v++)
+		sum += exp((double)x[v] - m);
+	double lse = m + log(sum);
+	rows->logprob[i] = (float)((double)x[id] - lse);
+	const int32_t n = rows->n_top;
+	if (n == 0)
+		return;
+	int32_t *ids = rows->top_ids + i * n;
+	float *lps = rows->top_logprobs + i * n;
+	int32_t k = 0;
+	/* insertion into a sorted list of n: strictly greater moves up, so equal values keep the lower id first */
+	for (int32_t v = 0; v < vocab; v++) {
+		if (k == n && !(x[v] > x[ids[n - 1]]))
+			continue;
+		int32_t j = k < n ? k++ : n - 1;
+		while (j > 0 && x[v] > x[ids[j - 1]]) {
+			ids[j] = ids[j - 1];
+			j--;
+		}
+		ids[j] = v;
+	}
+	for (int32_t j = 0; j < n; j++)
+		lps[j] = (float)((double)x[ids[j]] - lse);
+}
+
+static void publish(sched_request *r, const sched_slot *sl)
+{
+	pthread_mutex_lock(&r->mu);
+	r->pub.n_tokens = sl->n_tokens;
+	r->pub.prompt_done = sl->n_fed == r->n_prompt;
+	r->pub.version++;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (r->notify)
+		r->notify(r->notify_ctx, false);
+}
+
+/* Ends r (running in sl when sl is not NULL): stats, close the sequence, publish, last notify, drop the engine's
+ * reference. The slot becomes DONE; the step compacts it away. */
+static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish why, const char *msg)
+{
+	double t = now_s();
+	sched_result res = r->result;
+	int64_t freed = 0;
+	res.finish = why;
+	res.duration_s = t - r->t_submit;
+	if (sl) {
+		res.n_tokens = sl->n_tokens;
+		res.has_stats = engine_seq_stats_get(s->e, sl->seq, &res.stats) == 0;
+		freed = engine_seq_kv_bytes(s->e, sl->seq);
+		engine_seq_close(s->e, sl->seq);
+		s->reserved_pages -= r->pages_max;
+		sl->state = SCHED_SLOT_DONE;
+		sl->r = NULL;
+		pthread_mutex_lock(&s->mu);
+		s->n_running--;
+		pthread_mutex_unlock(&s->mu);
+	}
+	res.queue_s = r->t_admit > 0 ? r->t_admit - r->t_submit : res.duration_s;
+	if (msg)
+		snprintf(res.err, sizeof res.err, "%s", msg);
+
+	pthread_mutex_lock(&s->metrics_mu);
+	s->m.kv_bytes_used -= freed;   /* before the end is published, so that a reader who saw it sees the pages gone */
+	histogram_observe(&s->m.duration, res.duration_s);
+	if (res.has_stats && r->regime < SCHED_MAX_REGIMES) {
+		sched_regime_totals *g = &s->m.regimes[r->regime];
+		const engine_seq_stats *st = &res.stats;
+		g->sequences++;
+		g->usage_total += st->branch_usage_total;
+		g->acr_weighted += st->acr * st->branch_usage_total;
+		g->attn_products += (double)st->attn_products;
+		g->attn_products_full += (double)st->attn_products_full;
+		g->kv_bytes_peak += (double)st->kv_bytes_peak;
+		g->kv_bytes_full_peak += (double)st->kv_bytes_full_peak;
+		for (int32_t u = 0; u < st->n_usage; u++) {
+			int32_t w = st->usage_window[u], j = 0;
+			while (j < g->n_windows && g->windows[j] != w)
+				j++;
+			if (j == g->n_windows) {
+				if (j == SCHED_MAX_WINDOWS)
+					continue;
+				while (j > 0 && g->windows[j - 1] > w) {   /* kept sorted by window */
+					g->windows[j] = g->windows[j - 1];
+					g->window_usage[j] = g->window_usage[j - 1];
+					j--;
+				}
+				g->windows[j] = w;
+				g->window_usage[j] = 0;
+				g->n_windows++;
+			}
+			g->window_usage[j] += st->usage[u];
+		}
+	}
+	pthread_mutex_unlock(&s->metrics_mu);
+
+	pthread_mutex_lock(&r->mu);
+	r->result = res;
+	r->pub.finish = why;
+	r->pub.n_tokens = res.n_tokens;
+	r->pub.prompt_done = sl && sl->n_fed == r->n_prompt;
+	r->pub.version++;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (r->notify)
+		r->notify(r->notify_ctx, true);
+	request_unref(r);
+}
+
+static bool request_cancelled(const sched *s, sched_request *r)
+{
+	return atomic_load(&r->cancel) || r->epoch < atomic_load(&s->epoch);
+}
+
+/* Samples the next token of sl from its logits row; ends the request when it is complete. */
+static void slot_generate(sched *s, sched_slot *sl, const float *row, double t)
+{
+	sched_request *r = sl->r;
+	if (sl->n_tokens >= r->max_tokens) {
+		if (r->t_first == 0) {   /* max_tokens 0: the prompt was all there was to do */
+			r->t_first = t;
+			r->result.ttft_s = t - r->t_submit;
+		}
+		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
+		return;
+	}
+	int32_t id = sampler_sample(&r->smp, row);
+	sampler_accept(&r->smp, id);
+	pthread_mutex_lock(&s->metrics_mu);
+	s->m.generation_tokens++;
+	rate_add(s, t, 0, 1);
+	if (r->t_first == 0)
+		histogram_observe(&s->m.ttft, t - r->t_submit);
+	else
+		histogram_observe(&s->m.inter_token, t - r->t_last);
+	pthread_mutex_unlock(&s->metrics_mu);
+	if (r->t_first == 0) {
+		r->t_first = t;
+		r->result.ttft_s = t - r->t_submit;
+	}
+	r->t_last = t;
+	for (int32_t i = 0; i < r->n_stop_ids; i++)
+		if (id == r->stop_ids[i]) {
+			r->result.stop_id = id;
+			request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
+			return;
+		}
+	if (r->logprobs >= 0)
+		logprob_fill(row, s->vocab, id, &r->gen_lp, sl->n_tokens);
+	r->tokens[sl->n_tokens++] = id;
+	sl->changed = true;
+	/* the next step would append this token at position n_prompt + n_tokens - 1 */
+	if (sl->n_tokens >= r->max_tokens || (int64_t)r->n_prompt + sl->n_tokens > s->ctx_len) {
+		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
+		return;
+	}
+	sl->next = id;
+	sl->state = SCHED_SLOT_DECODE;
+}
+
+/* Takes waiting requests into free slots, first come first served, while their worst-case pages fit; drops the
+ * cancelled ones. Returns with the admitted in s->admitted (count) and the dropped in s->dropped (*n_dropped). */
+static int32_t queue_take(sched *s, int32_t *n_dropped)
+{
+	int32_t n_admit = 0, n_drop = 0;
+	/* cancelled waiting requests leave the queue at once, wherever they stand */
+	int32_t kept = 0;
+	for (int32_t i = 0; i < s->q_len; i++) {
+		sched_request *r = s->queue[(s->q_head + i) % s->p.queue_length];
+		if (request_cancelled(s, r) || s->stop)
+			s->dropped[n_drop++] = r;
+		else
+			s->queue[(s->q_head + kept++) % s->p.queue_length] = r;
+	}
+	s->q_len = kept;
+	while (s->q_len > 0 && s->n_running < s->p.max_seqs) {
+		sched_request *r = s->queue[s->q_head];
+		if (s->reserved_pages + r->pages_max > s->pool_pages)
+			break;   /* the head waits for pages; those behind it wait too (FIFO) */
+		s->q_head = (s->q_head + 1) % s->p.queue_length;
+		s->q_len--;
+		s->n_running++;
+		s->reserved_pages += r->pages_max;
+		s->admitted[n_admit++] = r;
+	}
+	*n_dropped = n_drop;
+	return n_admit;
+}
+
+static void slot_start(sched *s, sched_request *r, double t)
+{
+	r->t_admit = t;
+	int32_t k = 0;
+	while (s->slots[k].r || s->slots[k].state != SCHED_SLOT_IDLE)
+		k++;   /* n_running ≤ max_seqs guarantees one */
+	sched_slot *sl = &s->slots[k];
+	memset(sl, 0, sizeof *sl);
+	sl->r = r;
+	sl->state = SCHED_SLOT_PREFILL;
+	s->order[s->n_order++] = k;
+	char err[256];
+	sl->seq = engine_seq_open(s->e, s->regimes[r->regime], err, sizeof err);
+	if (sl->seq < 0)   /* cannot happen: the regime was checked at submit and a slot is free */
+		request_end(s, r, sl, SCHED_FINISH_ERROR, err);
+}
+
+/* Drops DONE slots from the running order. */
+static void order_compact(sched *s)
+{
+	int32_t kept = 0;
+	for (int32_t i = 0; i < s->n_order; i++) {
+		sched_slot *sl = &s->slots[s->order[i]];
+		if (sl->state == SCHED_SLOT_DONE)
+			sl->state = SCHED_SLOT_IDLE;
+		else
+			s->order[kept++] = s->order[i];
+	}
+	s->n_order = kept;
+}
+
+static void kv_gauge_update(sched *s)
+{
+	int64_t used = 0;
+	for (int32_t i = 0; i < s->n_order; i++)
+		used += engine_seq_kv_bytes(s->e, s->slots[s->order[i]].seq);
+	pthread_mutex_lock(&s->metrics_mu);
+	s->m.kv_bytes_used = used;
+	pthread_mutex_unlock(&s->metrics_mu);
+}
+
+/* One engine_forward over every running slot: a decode token each, then prompt chunks within the budget. */
+static void sched_step(sched *s)
+{
+	for (int32_t i = 0; i < s->n_order; i++) {
+		sched_slot *sl = &s->slots[s->order[i]];
+		if (sl->state != SCHED_SLOT_DONE && request_cancelled(s, sl->r))
+			request_end(s, sl->r, sl, SCHED_FINISH_CANCELLED, NULL);
+	}
+	order_compact(s);
+
+	int32_t n_items = 0, budget = s->p.step_tokens, lp_budget = s->prompt_logit_rows;
+	int64_t rows = 0, prompt_tokens = 0;
+	for (int32_t pass = 0; pass < 2; pass++)   /* decoders first, so that prompts never delay them */
+		for (int32_t i = 0; i < s->n_order; i++) {
+			sched_slot *sl = &s->slots[s->order[i]];
+			sched_request *r = sl->r;
+			if (pass == 0) {
+				sl->chunk = 0;
+				sl->changed = false;
+				if (sl->state != SCHED_SLOT_DECODE)
+					continue;
+				s->items[n_items] = (engine_item){ sl->seq, &sl->next, 1, false };
+				sl->chunk = 1;
+				sl->row0 = rows++;
+			} else {
+				if (sl->state != SCHED_SLOT_PREFILL)
+					continue;
+				int32_t c = r->n_prompt - sl->n_fed;
+				if (c > budget)
+					c = budget;
+				if (r->prompt_lp && c > lp_budget)
+					c = lp_budget;
+				if (c <= 0)
+					continue;
+				budget -= c;
+				s->items[n_items] = (engine_item){ sl->seq, r->prompt + sl->n_fed, c, r->prompt_lp };
+				sl->chunk = c;
+				sl->row0 = rows;
+				if (r->prompt_lp) {
+					lp_budget -= c;
+					rows += c;
+				} else {
+					rows += 1;
+				}
+				prompt_tokens += c;
+			}
+			s->item_slot[n_items++] = s->order[i];
+		}
+	if (n_items == 0)
+		return;
+
+	char err[256];
+	if (engine_forward(s->e, s->items, n_items, s->logits, err, sizeof err) != 0) {
+		/* cannot happen when admission is right; end this step's requests rather than retry forever */
+		for (int32_t i = 0; i < n_items; i++) {
+			sched_slot *sl = &s->slots[s->item_slot[i]];
+			request_end(s, sl->r, sl, SCHED_FINISH_ERROR, err);
+		}
+		order_compact(s);
+		kv_gauge_update(s);
+		return;
+	}
+	double t = now_s();
+	pthread_mutex_lock(&s->metrics_mu);
+	s->m.prompt_tokens += (uint64_t)prompt_tokens;
+	rate_add(s, t, (double)prompt_tokens, 0);
+	pthread_mutex_unlock(&s->metrics_mu);
+
+	for (int32_t i = 0; i < n_items; i++) {
+		sched_slot *sl = &s->slots[s->item_slot[i]];
+		sched_request *r = sl->r;
+		const float *row = s->logits + sl->row0 * (int64_t)s->vocab;
+		if (sl->state == SCHED_SLOT_PREFILL) {
+			if (r->prompt_lp) {
+				/* row j predicts prompt token n_fed + j + 1 */
+				for (int32_t j = 0; j < sl->chunk; j++) {
+					int32_t pos = sl->n_fed + j + 1;
+					if (pos < r->n_prompt)
+						logprob_fill(row + (int64_t)j * s->vocab, s->vocab, r->prompt[pos], &r->prompt_lp_rows, pos);
+				}
+				row += (int64_t)(sl->chunk - 1) * s->vocab;
+			}
+			sl->n_fed += sl->chunk;
+			if (sl->n_fed < r->n_prompt)
+				continue;
+			sl->changed = true;   /* prompt_done */
+		}
+		slot_generate(s, sl, row, t);
+		if (sl->state != SCHED_SLOT_DONE && sl->changed)
+			publish(r, sl);
+	}
+	order_compact(s);
+	kv_gauge_update(s);
+}
+
+static void *engine_main(void *arg)
+{
+	sched *s = arg;
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		while (!s->stop && s->q_len == 0 && s->n_order == 0)
+			pthread_cond_wait(&s->cv, &s->mu);
+		int32_t n_drop;
+		int32_t n_admit = queue_take(s, &n_drop);
+		bool stop = s->stop;
+		pthread_mutex_unlock(&s->mu);
+
+		for (int32_t i = 0; i < n_drop; i++)
+			request_end(s, s->dropped[i], NULL, SCHED_FINISH_CANCELLED, NULL);
+		double t = now_s();
+		for (int32_t i = 0; i < n_admit; i++)
+			slot_start(s, s->admitted[i], t);
+		order_compact(s);
+		if (stop) {
+			for (int32_t i = 0; i < s->n_order; i++) {
+				sched_slot *sl = &s->slots[s->order[i]];
+				request_end(s, sl->r, sl, SCHED_FINISH_CANCELLED, NULL);
+			}
+			order_compact(s);
+			kv_gauge_update(s);
+			break;
+		}
+		if (s->p.step_delay_us > 0)
+			usleep((useconds_t)s->p.step_delay_us);
+		sched_step(s);
+	}
+	return NULL;
+}
+
+/* ---- life cycle ---- */
+
+int sched_init(sched **out, engine *e, const engine_params *ep, const sched_params *p, char *err, size_t err_len)
+{
+	*out = NULL;
+	sched *s = calloc(1, sizeof *s);
+	if (!s) {
+		snprintf(err, err_len, "out of memory");
+		return -1;
+	}
+	s->e = e;
+	s->p = *p;
+	if (s->p.max_seqs <= 0)
+		s->p.max_seqs = 8;
+	if (s->p.queue_length <= 0)
+		s->p.queue_length = 64;
+	if (s->p.step_tokens <= 0)
+		s->p.step_tokens = 256;
+	const model_config *c = engine_config(e);
+	int32_t engine_seqs = ep->max_seqs > 0 ? ep->max_seqs : 8;
+	if (s->p.max_seqs > engine_seqs) {
+		snprintf(err, err_len, "scheduler: %d slots but the engine opens only %d sequences", s->p.max_seqs,
+		         engine_seqs);
+		free(s);
+		return -1;
+	}
+	s->vocab = c->vocab_size;
+	s->ctx_len = engine_ctx_len(e);
+	s->kv_heads = (int64_t)c->n_layers * c->n_kv_heads;
+	/* The engine's pool, as engine_init sizes it (an accessor for it is asked of the engine). */
+	s->page_bytes = (int64_t)2 * AAH_PAGE_LEN * c->head_dim * (int64_t)aah_dtype_size(ep->kv_dtype);
+	int64_t per_seq = s->kv_heads * ((s->ctx_len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1);
+	s->pool_pages = ep->kv_budget_bytes > 0 ? ep->kv_budget_bytes / s->page_bytes : per_seq * engine_seqs;
+	s->n_regimes = engine_regime_count(e);
+	if (s->n_regimes > SCHED_MAX_REGIMES)
+		s->n_regimes = SCHED_MAX_REGIMES;
+	const char *def = engine_default_regime(e);
+	for (int32_t i = 0; i < s->n_regimes; i++) {
+		snprintf(s->regimes[i], sizeof s->regimes[i], "%s", engine_regime_name(e, i));
+		snprintf(s->m.regimes[i].name, sizeof s->m.regimes[i].name, "%s", s->regimes[i]);
+		if (def && !strcmp(def, s->regimes[i]))
+			s->default_regime = i;
+	}
+	s->m.n_regimes = s->n_regimes;
+	s->m.kv_bytes_capacity = s->pool_pages * s->page_bytes;
+	histogram_init(&s->m.ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
+	histogram_init(&s->m.inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
+	histogram_init(&s->m.duration, duration_bounds, (int32_t)(sizeof duration_bounds / sizeof *duration_bounds));
+
+	/* Logits rows per step: one per slot, plus the rows of prompt chunks that want every position (echo with
+	 * logprobs), which get about 64 MiB of logits. */
+	int64_t lp_rows = ((int64_t)64 << 20) / ((int64_t)s->vocab * (int64_t)sizeof(float));
+	s->prompt_logit_rows = lp_rows < 16 ? 16 : lp_rows > s->p.step_tokens ? s->p.step_tokens : (int32_t)lp_rows;
+	int64_t logit_rows = (int64_t)s->p.max_seqs + s->prompt_logit_rows;
+	s->slots = calloc((size_t)s->p.max_seqs, sizeof *s->slots);
+	s->order = calloc((size_t)s->p.max_seqs, sizeof *s->order);
+	s->items = calloc((size_t)s->p.max_seqs, sizeof *s->items);
+	s->item_slot = calloc((size_t)s->p.max_seqs, sizeof *s->item_slot);
+	s->admitted = calloc((size_t)s->p.max_seqs, sizeof *s->admitted);
+	s->queue = calloc((size_t)s->p.queue_length, sizeof *s->queue);
+	s->dropped = calloc((size_t)s->p.queue_length, sizeof *s->dropped);
+	s->logits = malloc((size_t)logit_rows * (size_t)s->vocab * sizeof *s->logits);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	pthread_mutex_init(&s->metrics_mu, NULL);
+	atomic_init(&s->epoch, 1);
+	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->admitted || !s->queue || !s->dropped ||
+	    !s->logits) {
+		snprintf(err, err_len, "scheduler: out of memory");
+		sched_free(s);
+		return -1;
+	}
+	if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
+		snprintf(err, err_len, "scheduler: cannot start the engine thread");
+		sched_free(s);
+		return -1;
+	}
+	s->thread_started = true;
+	*out = s;
+	return 0;
+}
+
+void sched_free(sched *s)
+{
+	if (!s)
+		return;
+	if (s->thread_started) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = true;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->thread, NULL);
+	}
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->metrics_mu);
+	free(s->slots);
+	free(s->order);
+	free(s->items);
+	free(s->item_slot);
+	free(s->admitted);
+	free(s->queue);
+	free(s->dropped);
+	free(s->logits);
+	free(s);
+}
+
+void sched_drain(sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->draining = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
+int32_t sched_busy(sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int32_t n = s->q_len + s->n_running;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+void sched_cancel_all(sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	atomic_fetch_add(&s->epoch, 1);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_metrics_get(sched *s, sched_metrics *out)
+{
+	pthread_mutex_lock(&s->mu);
+	int32_t running = s->n_running, waiting = s->q_len;
+	pthread_mutex_unlock(&s->mu);
+	double t = now_s();
+	pthread_mutex_lock(&s->metrics_mu);
+	*out = s->m;
+	double prompt = 0, gen = 0;
+	int64_t sec = (int64_t)t;
+	for (int32_t i = 0; i < 10; i++)
+		if (s->rate_sec[i] > sec - 10) {
+			prompt += s->rate_prompt[i];
+			gen += s->rate_gen[i];
+		}
+	pthread_mutex_unlock(&s->metrics_mu);
+	out->running = running;
+	out->waiting = waiting;
+	out->prompt_tokens_per_s = prompt / 10.0;
+	out->generation_tokens_per_s = gen / 10.0;
+}

@@ -1,0 +1,172 @@
+/* engine/scheduler.h — the engine thread: it owns the engine and runs every open sequence one step at a time
+ * (continuous batching); other threads submit requests to a bounded queue and read their tokens back. */
+#ifndef AAH_SCHEDULER_H
+#define AAH_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCHED_MAX_LOGPROBS 20     /* top-N log-probabilities per position, at most */
+#define SCHED_MAX_STOP_IDS 8      /* stop token ids (EOS) per request */
+#define SCHED_MAX_REGIMES 16      /* regimes the metrics keep apart */
+#define SCHED_MAX_WINDOWS 16      /* distinct windows the branch-usage metric keeps apart per regime */
+#define SCHED_HIST_MAX_BOUNDS 16  /* histogram bucket bounds (the +Inf bucket is extra) */
+
+typedef struct sched sched;
+typedef struct sched_request sched_request;
+
+/* Why a request ended. NONE while it runs. */
+typedef enum sched_finish {
+	SCHED_FINISH_NONE = 0,
+	SCHED_FINISH_LENGTH,      /* max_tokens generated, or the context is full */
+	SCHED_FINISH_STOP,        /* a stop token id (EOS) was sampled; it is not among the tokens */
+	SCHED_FINISH_CANCELLED,   /* sched_request_cancel: client gone, stop string seen, shutdown */
+	SCHED_FINISH_ERROR,       /* the engine refused; the message is in the result */
+} sched_finish;
+
+/* What sched_submit can refuse. */
+typedef enum sched_status {
+	SCHED_OK = 0,
+	SCHED_ERR_INVALID,        /* bad parameters (empty prompt, token out of range, too many logprobs, …) */
+	SCHED_ERR_TOO_LONG,       /* prompt + max_tokens exceed the context or could never fit the KV cache */
+	SCHED_ERR_REGIME,         /* no such regime */
+	SCHED_ERR_QUEUE_FULL,     /* queue_length requests are waiting already */
+	SCHED_ERR_SHUTDOWN,       /* draining: no new work */
+	SCHED_ERR_NOMEM,
+} sched_status;
+
+typedef struct sched_params {
+	int32_t max_seqs;         /* sequences running at once; must be ≤ the engine's max_seqs; 0 = 8 */
+	int32_t queue_length;     /* requests waiting at most (beyond that sched_submit refuses); 0 = 64 */
+	int32_t step_tokens;      /* prompt tokens per step, so that a long prompt does not stall decoders; 0 = 256 */
+	int32_t step_delay_us;    /* test hook: sleep before every step, so that requests last long enough to cancel */
+} sched_params;
+
+/* Called on the engine thread after new output is published for a request (last = false), and once more when the
+ * request has ended (last = true); after that call the scheduler never touches ctx again. It must not block and
+ * must not call back into the scheduler except sched_request_* readers. */
+typedef void (*sched_notify_fn)(void *ctx, bool last);
+
+typedef struct sched_request_params {
+	const int32_t *prompt;    /* n_prompt ≥ 1 ids, copied */
+	int32_t n_prompt;
+	int32_t max_tokens;       /* ≥ 0: tokens to generate at most; 0 runs the prompt only */
+	sampler_params sampling;  /* seeded per request: the same seed gives the same tokens whatever else runs */
+	const char *regime;       /* NULL = the engine's default; copied */
+	int32_t logprobs;         /* -1 = none; else the log-probability of each generated token and the top-N, N ≤ 20 */
+	bool prompt_logprobs;     /* also for prompt tokens 1 … n_prompt-1 (echo; top-N as logprobs, or 0) */
+	const int32_t *stop_ids;  /* n_stop_ids ≤ SCHED_MAX_STOP_IDS token ids that end the request (EOS), copied */
+	int32_t n_stop_ids;
+	sched_notify_fn notify;   /* optional */
+	void *notify_ctx;
+} sched_request_params;
+
+/* Log-probabilities of a run of positions: logprob (n) of the actual token, and its top-N alternatives
+ * top_ids / top_logprobs (n, n_top), best first (ties: lower id first). Natural log, from the raw logits. */
+typedef struct sched_logprob_rows {
+	float *logprob;
+	int32_t *top_ids;
+	float *top_logprobs;
+	int32_t n_top;
+} sched_logprob_rows;
+
+/* A reader's snapshot: the arrays of the request are stable up to these counts. */
+typedef struct sched_view {
+	uint64_t version;         /* changes with every publication */
+	int32_t n_tokens;         /* generated tokens available */
+	bool prompt_done;         /* the prompt is processed (prompt logprobs are complete) */
+	sched_finish finish;
+} sched_view;
+
+/* After the request has ended. */
+typedef struct sched_result {
+	sched_finish finish;
+	int32_t n_tokens;         /* generated tokens (a stop token not counted) */
+	int32_t stop_id;          /* the stop token that ended it, else -1 */
+	bool has_stats;           /* the sequence ran (it was admitted) */
+	engine_seq_stats stats;   /* taken just before its sequence closed */
+	double queue_s;           /* submit → admitted */
+	double ttft_s;            /* submit → first token (or prompt done when max_tokens is 0); -1 if none */
+	double duration_s;        /* submit → end */
+	char err[256];            /* SCHED_FINISH_ERROR: why */
+} sched_result;
+
+typedef struct sched_histogram {
+	int32_t n_bounds;
+	double bounds[SCHED_HIST_MAX_BOUNDS];            /* upper bounds, increasing */
+	uint64_t counts[SCHED_HIST_MAX_BOUNDS + 1];      /* per bucket (not cumulative); the last is +Inf */
+	double sum;
+	uint64_t count;
+} sched_histogram;
+
+/* Totals of the sequences of one regime that have ended. */
+typedef struct sched_regime_totals {
+	char name[64];
+	uint64_t sequences;
+	double usage_total;                  /* Σ branch usage */
+	double acr_weighted;                 /* Σ acr · usage_total: ACR of the regime = acr_weighted / usage_total */
+	int32_t n_windows;
+	int32_t windows[SCHED_MAX_WINDOWS];
+	double window_usage[SCHED_MAX_WINDOWS];
+	double attn_products, attn_products_full;
+	double kv_bytes_peak, kv_bytes_full_peak;
+} sched_regime_totals;
+
+typedef struct sched_metrics {
+	int32_t running, waiting;
+	uint64_t prompt_tokens, generation_tokens;
+	double prompt_tokens_per_s, generation_tokens_per_s;   /* over the last 10 s */
+	int64_t kv_bytes_used, kv_bytes_capacity;
+	sched_histogram ttft, inter_token, duration;
+	int32_t n_regimes;
+	sched_regime_totals regimes[SCHED_MAX_REGIMES];
+} sched_metrics;
+
+/* Starts the engine thread, which owns e from now on: no other thread may call engine functions until
+ * sched_free (engine_config and the regime names, which do not change, excepted). ep: the parameters e was made
+ * with (they size the KV page pool, in which admission reserves each request's worst case). Returns 0, or -1 with
+ * a message. Free with sched_free. */
+int sched_init(sched **out, engine *e, const engine_params *ep, const sched_params *p, char *err, size_t err_len);
+/* Cancels whatever still runs or waits, stops and joins the engine thread. The engine stays the caller's. */
+void sched_free(sched *s);
+
+/* Submits n requests at once, all or none (a request with n choices). On SCHED_OK out[0 … n-1] hold them, each
+ * with a reference the caller drops with sched_request_release; otherwise nothing is queued and err says why. */
+sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sched_request **out, char *err,
+                          size_t err_len);
+/* Refuses new work from now on (SCHED_ERR_SHUTDOWN); what runs and waits goes on. */
+void sched_drain(sched *s);
+/* Requests running plus waiting. */
+int32_t sched_busy(sched *s);
+/* Cancels every running and waiting request. */
+void sched_cancel_all(sched *s);
+void sched_metrics_get(sched *s, sched_metrics *out);
+
+/* Any thread: asks the engine thread to end the request (it frees the KV pages at its next step). */
+void sched_request_cancel(sched_request *r);
+/* Drops the caller's reference; the request must not be used after. Does not cancel. */
+void sched_request_release(sched_request *r);
+void sched_request_view(sched_request *r, sched_view *v);
+/* Waits until the version differs from seen or timeout_ms passes (-1: no limit). Returns true when it changed. */
+bool sched_request_wait(sched_request *r, uint64_t seen, int32_t timeout_ms, sched_view *v);
+/* Readers of the published output; valid up to the counts of a view. */
+const int32_t *sched_request_prompt(const sched_request *r, int32_t *n_prompt);
+const int32_t *sched_request_tokens(const sched_request *r);
+const sched_logprob_rows *sched_request_token_logprobs(const sched_request *r);   /* NULL without logprobs */
+/* Row i is prompt token i; row 0 has no log-probability (NaN, n_top entries unset). NULL unless asked for. */
+const sched_logprob_rows *sched_request_prompt_logprobs(const sched_request *r);
+/* Fills *out once the request has ended; returns false while it runs. */
+bool sched_request_result(sched_request *r, sched_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
