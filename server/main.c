@@ -1,5 +1,5 @@
-/* server/main.c — the aahd program: parses the command line and runs a prompt from it.
- * (The HTTP daemon of DESIGN.md is built on this entry point by its own issue.) */
+/* server/main.c — the aahd program: configuration from defaults, then --config FILE, then flags (one flag per
+ * configuration key); serves HTTP, or with --prompt / --prompt-ids runs one prompt from the command line. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -7,29 +7,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/config.h"
 #include "server/prompt_cli.h"
+#include "server/server.h"
+
+enum {
+	O_KEY = 1000,          /* O_KEY + i: configuration key i */
+	O_CONFIG = 900, O_PROMPT, O_IDS, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_SEED, O_QUIET, O_VERSION, O_PRINT,
+};
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: aahd --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+	        "usage: aahd [--config FILE] [--model DIR] [options]     serve the HTTP API (DESIGN.md)\n"
+	        "       aahd --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [sampling options]\n"
+	        "                                                        run one prompt and print the tokens\n"
 	        "\n"
-	        "  --model DIR          model directory (Hugging Face layout: config.json, *.safetensors, tokenizer.json)\n"
-	        "  --prompt TEXT        prompt text (tokenised with the model's tokenizer)\n"
-	        "  --prompt-ids LIST    prompt as comma-separated token ids\n"
-	        "  -n, --max-tokens N   tokens to generate (default 16)\n"
-	        "  --temperature X      0 = greedy (default 0)\n"
-	        "  --top-k N            0 = off (default 0)\n"
-	        "  --top-p X            1 = off (default 1)\n"
-	        "  --min-p X            0 = off (default 0)\n"
-	        "  --seed N             sampling seed (default 0)\n"
-	        "  --threads N          CPU threads, 0 = all cores (default 0)\n"
-	        "  --ctx-len N          context length, 0 = min(model's, 4096) (default 0)\n"
-	        "  --kv-dtype T         KV cache element type: f32, f16, bf16 (default f32)\n"
-	        "  --regime NAME        AAH regime (default: aah.json's default_regime, else full_attention)\n"
-	        "  --checkpoint-step N  in a run directory, load checkpoint-N (default: the highest)\n"
-	        "  --quiet              print only the generated ids\n"
-	        "  -h, --help           this text\n");
+	        "Every configuration key (conf/aahd.conf) is also a flag; flags override the file:\n"
+	        "  %-32s %s\n",
+	        "-c, --config FILE", "read the configuration from FILE first");
+	aahd_config_print_help(f);
+	fprintf(f,
+	        "\n"
+	        "Prompt mode (no HTTP):\n"
+	        "  --prompt TEXT                    prompt text (tokenized with the model's tokenizer)\n"
+	        "  --prompt-ids LIST                prompt as comma-separated token ids\n"
+	        "  -n N                             tokens to generate (default 16; --max-tokens also sets it)\n"
+	        "  --temperature X                  0 = greedy (default 0)\n"
+	        "  --top-k N                        0 = off (default 0)\n"
+	        "  --top-p X                        1 = off (default 1)\n"
+	        "  --min-p X                        0 = off (default 0)\n"
+	        "  --seed N                         sampling seed (default 0)\n"
+	        "  --quiet                          print only the generated ids\n"
+	        "\n"
+	        "  -h, --help                       this text\n"
+	        "  --version                        the version\n"
+	        "  --print-config                   print the configuration in effect (a config file) and exit\n"
+	        "\n"
+	        "Environment: AAHD_API_KEY overrides api_key.\n");
 }
 
 static int parse_long(const char *name, const char *s, long lo, long hi, long *out)
@@ -58,80 +73,149 @@ static int parse_float(const char *name, const char *s, double lo, double hi, fl
 	return 0;
 }
 
+/* --config FILE, -c FILE or --config=FILE, found before the other flags so that they override it. */
+static const char *config_path(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc)
+			return argv[i + 1];
+		if (!strncmp(argv[i], "--config=", 9))
+			return argv[i] + 9;
+		if (!strcmp(argv[i], "--"))
+			break;
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
-	prompt_cli_args a = { 0 };
-	a.n_predict = 16;
-	a.sampling.top_p = 1;
-	a.engine.kv_dtype = AAH_DTYPE_F32;
-	enum { O_MODEL = 256, O_PROMPT, O_IDS, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_SEED, O_THREADS, O_CTX, O_KVT, O_QUIET, O_REGIME, O_STEP };
-	static const struct option opts[] = {
-		{ "model", required_argument, 0, O_MODEL }, { "prompt", required_argument, 0, O_PROMPT },
-		{ "prompt-ids", required_argument, 0, O_IDS }, { "max-tokens", required_argument, 0, 'n' },
-		{ "temperature", required_argument, 0, O_TEMP }, { "top-k", required_argument, 0, O_TOPK },
-		{ "top-p", required_argument, 0, O_TOPP }, { "min-p", required_argument, 0, O_MINP },
-		{ "seed", required_argument, 0, O_SEED }, { "threads", required_argument, 0, O_THREADS },
-		{ "ctx-len", required_argument, 0, O_CTX }, { "kv-dtype", required_argument, 0, O_KVT },
-		{ "quiet", no_argument, 0, O_QUIET }, { "regime", required_argument, 0, O_REGIME },
-		{ "checkpoint-step", required_argument, 0, O_STEP }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	aahd_config cfg;
+	aahd_config_init(&cfg);
+	char err[1024];
+	int rc = 2;
+
+	/* the option table: the configuration keys (flag = key with dashes), then the program's own */
+	const int n_keys = aahd_config_count();
+	struct option *opts = calloc((size_t)n_keys + 16, sizeof *opts);
+	char (*names)[64] = calloc((size_t)n_keys, sizeof *names);
+	if (!opts || !names) {
+		fprintf(stderr, "aahd: out of memory\n");
+		return 1;
+	}
+	int k = 0;
+	for (int i = 0; i < n_keys; i++) {
+		snprintf(names[i], sizeof names[i], "%s", aahd_config_name(i));
+		for (char *p = names[i]; *p; p++)
+			if (*p == '_')
+				*p = '-';
+		opts[k++] = (struct option){ names[i], required_argument, 0, O_KEY + i };
+	}
+	const struct option own[] = {
+		{ "config", required_argument, 0, O_CONFIG }, { "prompt", required_argument, 0, O_PROMPT },
+		{ "prompt-ids", required_argument, 0, O_IDS }, { "temperature", required_argument, 0, O_TEMP },
+		{ "top-k", required_argument, 0, O_TOPK }, { "top-p", required_argument, 0, O_TOPP },
+		{ "min-p", required_argument, 0, O_MINP }, { "seed", required_argument, 0, O_SEED },
+		{ "quiet", no_argument, 0, O_QUIET }, { "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, O_VERSION }, { "print-config", no_argument, 0, O_PRINT },
 	};
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+		opts[k++] = own[i];
+
+	const char *conf = config_path(argc, argv);
+	if (conf && aahd_config_load(&cfg, conf, err, sizeof err) != 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		goto out;
+	}
+
+	prompt_cli_args a = { 0 };
+	a.n_predict = -1;
+	a.sampling.top_p = 1;
 	int c;
 	long v;
-	while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+	bool max_tokens_flag = false, print = false;
+	while ((c = getopt_long(argc, argv, "c:n:h", opts, NULL)) != -1) {
+		if (c >= O_KEY && c < O_KEY + n_keys) {
+			const char *key = aahd_config_name(c - O_KEY);
+			if (aahd_config_set(&cfg, key, optarg, err, sizeof err) != 0) {
+				fprintf(stderr, "aahd: %s\n", err);
+				goto out;
+			}
+			max_tokens_flag |= !strcmp(key, "max_tokens");
+			continue;
+		}
 		switch (c) {
-		case O_MODEL: a.model_dir = optarg; break;
+		case 'c':
+		case O_CONFIG: break;   /* read first */
 		case O_PROMPT: a.prompt_text = optarg; break;
 		case O_IDS: a.prompt_ids = optarg; break;
 		case 'n':
-			if (parse_long("--max-tokens", optarg, 0, 1 << 20, &v)) return 2;
+			if (parse_long("-n", optarg, 0, 1 << 20, &v))
+				goto out;
 			a.n_predict = (int32_t)v;
 			break;
-		case O_TEMP: if (parse_float("--temperature", optarg, 0, 100, &a.sampling.temperature)) return 2; break;
+		case O_TEMP: if (parse_float("--temperature", optarg, 0, 100, &a.sampling.temperature)) goto out; break;
 		case O_TOPK:
-			if (parse_long("--top-k", optarg, 0, 1 << 24, &v)) return 2;
+			if (parse_long("--top-k", optarg, 0, 1 << 24, &v))
+				goto out;
 			a.sampling.top_k = (int32_t)v;
 			break;
-		case O_TOPP: if (parse_float("--top-p", optarg, 0, 1, &a.sampling.top_p)) return 2; break;
-		case O_MINP: if (parse_float("--min-p", optarg, 0, 1, &a.sampling.min_p)) return 2; break;
+		case O_TOPP: if (parse_float("--top-p", optarg, 0, 1, &a.sampling.top_p)) goto out; break;
+		case O_MINP: if (parse_float("--min-p", optarg, 0, 1, &a.sampling.min_p)) goto out; break;
 		case O_SEED:
-			if (parse_long("--seed", optarg, 0, LONG_MAX, &v)) return 2;
+			if (parse_long("--seed", optarg, 0, LONG_MAX, &v))
+				goto out;
 			a.sampling.seed = (uint64_t)v;
 			break;
-		case O_THREADS:
-			if (parse_long("--threads", optarg, 0, 256, &v)) return 2;
-			a.engine.n_threads = (int32_t)v;
-			break;
-		case O_CTX:
-			if (parse_long("--ctx-len", optarg, 0, 1 << 24, &v)) return 2;
-			a.engine.ctx_len = (int32_t)v;
-			break;
-		case O_KVT:
-			if (!strcmp(optarg, "f32")) a.engine.kv_dtype = AAH_DTYPE_F32;
-			else if (!strcmp(optarg, "f16")) a.engine.kv_dtype = AAH_DTYPE_F16;
-			else if (!strcmp(optarg, "bf16")) a.engine.kv_dtype = AAH_DTYPE_BF16;
-			else {
-				fprintf(stderr, "aahd: --kv-dtype: '%s' is not f32, f16 or bf16\n", optarg);
-				return 2;
-			}
-			break;
 		case O_QUIET: a.quiet = 1; break;
-		case O_REGIME: a.regime = optarg; break;
-		case O_STEP:
-			if (parse_long("--checkpoint-step", optarg, 0, LONG_MAX, &v)) return 2;
-			a.engine.checkpoint_step = v;
-			break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+			usage(stdout);
+			rc = 0;
+			goto out;
+		case O_PRINT: print = true; break;
+		case O_VERSION:
+			printf("aahd 0.1\n");
+			rc = 0;
+			goto out;
+		default:
+			fprintf(stderr, "aahd: see aahd --help\n");
+			goto out;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "aahd: unexpected argument '%s'\n", argv[optind]);
-		return 2;
+		goto out;
 	}
-	if (!a.model_dir || (!a.prompt_text == !a.prompt_ids)) {
-		fprintf(stderr, "aahd: give --model DIR and one of --prompt or --prompt-ids (the HTTP server is not built yet)\n");
-		usage(stderr);
-		return 2;
+	if (print) {   /* before the check: the defaults name no model */
+		aahd_config_print(&cfg, stdout);
+		rc = 0;
+		goto out;
 	}
-	return prompt_cli_run(&a);
+	if (a.prompt_text && a.prompt_ids) {
+		fprintf(stderr, "aahd: give one of --prompt and --prompt-ids\n");
+		goto out;
+	}
+	if (aahd_config_check(&cfg, err, sizeof err) != 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		goto out;
+	}
+	if (a.prompt_text || a.prompt_ids) {
+		a.model_dir = cfg.model;
+		if (a.n_predict < 0)
+			a.n_predict = max_tokens_flag ? (int32_t)cfg.max_tokens : 16;
+		a.engine.n_threads = (int32_t)cfg.threads;
+		a.engine.ctx_len = (int32_t)cfg.ctx_len;
+		a.engine.kv_dtype = !strcmp(cfg.kv_dtype, "f16") ? AAH_DTYPE_F16
+		                    : !strcmp(cfg.kv_dtype, "bf16") ? AAH_DTYPE_BF16 : AAH_DTYPE_F32;
+		a.engine.kv_budget_bytes = cfg.kv_budget_bytes;
+		a.engine.checkpoint_step = cfg.checkpoint_step;
+		a.regime = *cfg.regime ? cfg.regime : NULL;
+		rc = prompt_cli_run(&a);
+	} else {
+		rc = server_run(&cfg);
+	}
+out:
+	aahd_config_free(&cfg);
+	free(opts);
+	free(names);
+	return rc;
 }

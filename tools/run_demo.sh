@@ -1,11 +1,19 @@
 #!/bin/sh
-# tools/run_demo.sh — `make run`: runs a prompt through the demo model (built into the cache folder by the
-# Makefile) so a newcomer sees the engine answer. Usage: run_demo.sh BUILD CACHE
+# tools/run_demo.sh — `make run`: serves the demo model (built into the cache folder by the Makefile) with aahd on
+# 127.0.0.1:8080 in the foreground, after printing a curl line to paste into another terminal. Usage:
+# run_demo.sh BUILD CACHE (PORT=… to move it). Ctrl-C stops it, after the running requests finish.
 set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
 MODEL="$CACHE/demo-model"
-PROMPT=${PROMPT:-"The quick brown fox"}
-echo "demo model: $MODEL (random weights, so the text is noise; the point is the path from text to tokens and back)"
-echo "+ $BUILD/aahd --model $MODEL --prompt \"$PROMPT\" -n 32"
-"$BUILD/aahd" --model "$MODEL" --prompt "$PROMPT" -n 32
+PORT=${PORT:-8080}
+cat <<MSG
+demo model: $MODEL (random weights, so the text is noise; the point is the path from a request to tokens and back)
+aahd serves it on http://127.0.0.1:$PORT — paste this into another terminal:
+
+  curl -s http://127.0.0.1:$PORT/v1/completions -H 'Content-Type: application/json' -d '{"prompt": "The quick brown fox", "max_tokens": 32, "temperature": 0.8, "seed": 7}'
+
+(also: curl -s http://127.0.0.1:$PORT/v1/models ; curl -s http://127.0.0.1:$PORT/metrics). Ctrl-C stops it.
+
+MSG
+exec "$BUILD/aahd" --model "$MODEL" --host 127.0.0.1 --port "$PORT"

@@ -1,0 +1,16 @@
+/* server/api.h — the HTTP endpoints of DESIGN.md, one handler each; the route table in http.c maps paths to them.
+ * Each runs on its connection's thread once the whole body is in, and answers (or starts a stream). */
+#ifndef AAH_SERVER_API_H
+#define AAH_SERVER_API_H
+
+#include "server/http.h"
+
+enum MHD_Result api_completions(http_request *req);      /* POST /v1/completions (completions.c) */
+enum MHD_Result api_models(http_request *req);           /* GET /v1/models (info_api.c) */
+enum MHD_Result api_health(http_request *req);           /* GET /health (info_api.c) */
+enum MHD_Result api_metrics(http_request *req);          /* GET /metrics (metrics.c) */
+enum MHD_Result api_tokenize(http_request *req);         /* POST /tokenize (tokenize_api.c) */
+enum MHD_Result api_detokenize(http_request *req);       /* POST /detokenize (tokenize_api.c) */
+enum MHD_Result api_tokenizer_info(http_request *req);   /* GET /tokenizer_info (tokenize_api.c) */
+
+#endif

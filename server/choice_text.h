@@ -1,0 +1,43 @@
+/* server/choice_text.h — the text of one choice as its tokens arrive: complete UTF-8 characters only (the
+ * tokenizer's stream decoder), stop strings found across token boundaries, and the part that is safe to send —
+ * text that could still grow into a stop string is held back, so a stop string is never sent, nor split. */
+#ifndef AAH_SERVER_CHOICE_TEXT_H
+#define AAH_SERVER_CHOICE_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/tokenizer.h"
+
+typedef struct choice_text {
+	tokenizer_stream ts;
+	const tokenizer *tok;
+	char *text;                       /* the text so far (not NUL-terminated), len bytes */
+	size_t len, cap;
+	size_t safe;                      /* text[0, safe) cannot become part of a stop string: it may be sent */
+	const char *const *stop;          /* borrowed; n_stop strings */
+	const size_t *stop_len;
+	int32_t n_stop;
+	size_t max_stop;
+	bool stopped;                     /* a stop string was found: the text ends where it began */
+	bool finished;                    /* choice_text_finish was called */
+	size_t *tok_off;                  /* (max_tokens) byte offset in text where each token's text begins */
+	int32_t n_tokens;                 /* tokens pushed */
+	int32_t n_kept;                   /* tokens whose text is in the result (all, unless stopped) */
+} choice_text;
+
+/* stop/stop_len are borrowed and must outlive c. Returns 0, or -1 when out of memory. Free with
+ * choice_text_free. */
+int choice_text_init(choice_text *c, const tokenizer *tok, const char *const *stop, const size_t *stop_len,
+                     int32_t n_stop, int32_t max_tokens);
+void choice_text_free(choice_text *c);
+/* Appends a generated token (special tokens, and ids beyond the tokenizer's vocabulary, add no text). After a stop
+ * it does nothing. Returns 0, or -1 when out of memory. At most max_tokens tokens. */
+int choice_text_push(choice_text *c, int32_t id);
+/* No more tokens: held bytes are flushed (an incomplete character becomes U+FFFD) and everything is safe. */
+int choice_text_finish(choice_text *c);
+/* End offset of token i's text (the next token's start, or len). */
+size_t choice_text_token_end(const choice_text *c, int32_t i);
+
+#endif

@@ -1,0 +1,524 @@
+/* server/completion_job.c — a completions request from validation to its choices' text (see completion_job.h).
+ * The engine thread only bumps the job's version and signals; all text work happens on the HTTP thread. */
+#include "server/completion_job.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/log.h"
+
+/* ---- life cycle ---- */
+
+static void job_free(cmpl_job *j)
+{
+	for (int32_t i = 0; i < j->n_choices; i++) {
+		sched_request_release(j->choices[i].r);
+		choice_text_free(&j->choices[i].text);
+	}
+	for (int32_t i = 0; j->prompts && i < j->req.n_prompts; i++) {
+		free(j->prompts[i].ids);
+		free(j->prompts[i].echo);
+		free(j->prompts[i].tok_chars);
+	}
+	free(j->prompts);
+	free(j->choices);
+	completion_request_free(&j->req);
+	pthread_mutex_destroy(&j->mu);
+	pthread_cond_destroy(&j->cv);
+	free(j);
+}
+
+static void job_unref(cmpl_job *j)
+{
+	if (atomic_fetch_sub(&j->refs, 1) == 1)
+		job_free(j);
+}
+
+/* The engine thread's notification: a bump and a signal, nothing that could block it. */
+static void job_notify(void *ctx, bool last)
+{
+	cmpl_job *j = ctx;
+	pthread_mutex_lock(&j->mu);
+	j->version++;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	if (last)
+		job_unref(j);
+}
+
+void cmpl_job_cancel(cmpl_job *j)
+{
+	for (int32_t i = 0; i < j->n_choices; i++)
+		if (!j->choices[i].ended && j->choices[i].r)
+			sched_request_cancel(j->choices[i].r);
+}
+
+void cmpl_job_release(cmpl_job *j)
+{
+	if (!j)
+		return;
+	cmpl_job_cancel(j);
+	job_unref(j);
+}
+
+uint64_t cmpl_job_version(cmpl_job *j)
+{
+	pthread_mutex_lock(&j->mu);
+	uint64_t v = j->version;
+	pthread_mutex_unlock(&j->mu);
+	return v;
+}
+
+int cmpl_job_wait(cmpl_job *j, uint64_t *seen, http_request *req)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 100 * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&j->mu);
+	while (j->version == *seen)
+		if (pthread_cond_timedwait(&j->cv, &j->mu, &until) != 0)
+			break;
+	*seen = j->version;
+	pthread_mutex_unlock(&j->mu);
+	return http_client_gone(req) ? -1 : 0;
+}
+
+/* ---- text ---- */
+
+static size_t utf8_chars(const char *s, size_t n)
+{
+	size_t c = 0;
+	for (size_t i = 0; i < n; i++)
+		c += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return c;
+}
+
+bool cmpl_job_poll(cmpl_job *j)
+{
+	bool all = true;
+	for (int32_t i = 0; i < j->n_choices; i++) {
+		cmpl_choice *c = &j->choices[i];
+		if (c->ended)
+			continue;
+		sched_view v;
+		sched_request_view(c->r, &v);
+		const int32_t *tokens = sched_request_tokens(c->r);
+		while (c->n_consumed < v.n_tokens && !c->text.stopped) {
+			if (choice_text_push(&c->text, tokens[c->n_consumed]) != 0) {
+				j->failed = true;
+				snprintf(j->err, sizeof j->err, "out of memory");
+				sched_request_cancel(c->r);
+				break;
+			}
+			c->n_consumed++;
+			if (c->text.stopped)   /* the stop string is in: the rest is not wanted */
+				sched_request_cancel(c->r);
+		}
+		/* ended once the engine has closed the sequence (its stats are final) and its tokens are consumed */
+		if (v.finish == SCHED_FINISH_NONE || (c->n_consumed < v.n_tokens && !c->text.stopped && !j->failed)) {
+			all = false;
+			continue;
+		}
+		sched_request_result(c->r, &c->result);
+		choice_text_finish(&c->text);
+		c->ended = true;
+		if (c->text.stopped || c->result.finish == SCHED_FINISH_STOP)
+			c->finish_reason = "stop";
+		else if (c->result.finish == SCHED_FINISH_LENGTH)
+			c->finish_reason = "length";
+		else
+			c->finish_reason = "abort";   /* shutdown grace passed, or the client went away */
+		if (c->result.finish == SCHED_FINISH_ERROR) {
+			j->failed = true;
+			snprintf(j->err, sizeof j->err, "%s", c->result.err);
+		}
+	}
+	return all;
+}
+
+int32_t cmpl_job_completion_tokens(const cmpl_choice *c)
+{
+	if (c->text.stopped)
+		return c->n_consumed;
+	return c->n_consumed + (c->result.stop_id >= 0 ? 1 : 0);
+}
+
+/* ---- JSON pieces ---- */
+
+/* A token's own text (special tokens spelled out; a partial character becomes U+FFFD). */
+static json_t *token_string(const tokenizer *t, int32_t id)
+{
+	char small[256];
+	int64_t n = tokenizer_decode(t, &id, 1, false, small, sizeof small);
+	if (n < 0)
+		return json_string("");
+	if (n < (int64_t)sizeof small)
+		return json_stringn(small, (size_t)n);
+	char *big = malloc((size_t)n + 1);
+	if (!big)
+		return json_string("");
+	tokenizer_decode(t, &id, 1, false, big, n + 1);
+	json_t *s = json_stringn(big, (size_t)n);
+	free(big);
+	return s;
+}
+
+/* {token text: logprob} for the top-N of a row, plus the actual token when it is not among them (so that the
+ * harness's "is greedy" test, token_logprob == max(top), holds exactly when it is the argmax). */
+static json_t *top_object(const tokenizer *t, const sched_logprob_rows *rows, int64_t row, int32_t actual)
+{
+	json_t *o = json_object();
+	bool has_actual = false;
+	for (int32_t k = 0; k < rows->n_top; k++) {
+		int32_t id = rows->top_ids[row * rows->n_top + k];
+		has_actual |= id == actual;
+		json_t *key = token_string(t, id);
+		if (!json_object_get(o, json_string_value(key)))   /* two ids may share a text: keep the likelier */
+			json_object_set_new(o, json_string_value(key), json_real(rows->top_logprobs[row * rows->n_top + k]));
+		json_decref(key);
+	}
+	if (!has_actual) {
+		json_t *key = token_string(t, actual);
+		if (!json_object_get(o, json_string_value(key)))
+			json_object_set_new(o, json_string_value(key), json_real(rows->logprob[row]));
+		json_decref(key);
+	}
+	return o;
+}
+
+json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_echo, int32_t from, int32_t to)
+{
+	const tokenizer *t = j->srv->tok;
+	const cmpl_prompt *p = &j->prompts[c->prompt];
+	json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+	if (with_echo) {
+		sched_request *lr = j->choices[p->lp_choice].r;
+		const sched_logprob_rows *pl = sched_request_prompt_logprobs(lr);
+		sched_view v;
+		sched_request_view(lr, &v);
+		if (!v.prompt_done)   /* cancelled before its prompt was through: no numbers to give */
+			pl = NULL;
+		for (int32_t i = 0; i < p->n_ids; i++) {
+			json_array_append_new(tokens, token_string(t, p->ids[i]));
+			bool have = i > 0 && pl;   /* the first token has no context: null, as the legacy API */
+			json_array_append_new(lps, have ? json_real(pl->logprob[i]) : json_null());
+			json_array_append_new(tops, have ? top_object(t, pl, i, p->ids[i]) : json_null());
+			json_array_append_new(offs, json_integer(p->tok_chars ? p->tok_chars[i] : 0));
+		}
+	}
+	const sched_logprob_rows *gl = sched_request_token_logprobs(c->r);
+	const int32_t *ids = sched_request_tokens(c->r);
+	size_t base = j->req.echo ? p->echo_chars : 0;
+	size_t chars = base + utf8_chars(c->text.text, from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len);
+	size_t at = from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len;
+	for (int32_t i = from; i < to && gl; i++) {
+		json_array_append_new(tokens, token_string(t, ids[i]));
+		json_array_append_new(lps, json_real(gl->logprob[i]));
+		json_array_append_new(tops, top_object(t, gl, i, ids[i]));
+		size_t off = c->text.tok_off[i] < c->text.len ? c->text.tok_off[i] : c->text.len;
+		chars += utf8_chars(c->text.text + at, off - at);
+		at = off;
+		json_array_append_new(offs, json_integer((json_int_t)chars));
+	}
+	return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+	                 "text_offset", offs);
+}
+
+json_t *cmpl_job_usage(const cmpl_job *j)
+{
+	int64_t prompt = 0, completion = 0;
+	for (int32_t i = 0; i < j->req.n_prompts; i++)
+		prompt += j->prompts[i].n_ids;
+	for (int32_t i = 0; i < j->n_choices; i++)
+		completion += cmpl_job_completion_tokens(&j->choices[i]);
+	return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+	                 (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));
+}
+
+/* ACR weighted by branch usage (the rectangular accounting over all the request's selections); the work and memory
+ * ratios as sums over the choices; kv_bytes the sum of their peaks (a bound on what they held at once). */
+json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
+{
+	double usage = 0, acr_w = 0, prod = 0, prod_full = 0, kv = 0, kv_full = 0, acr_plain = 0;
+	int32_t n = 0;
+	for (int32_t i = 0; i < j->n_choices; i++) {
+		const cmpl_choice *c = &j->choices[i];
+		if ((only && c != only) || !c->ended || !c->result.has_stats)
+			continue;
+		const engine_seq_stats *st = &c->result.stats;
+		usage += st->branch_usage_total;
+		acr_w += st->acr * st->branch_usage_total;
+		acr_plain += st->acr;
+		prod += (double)st->attn_products;
+		prod_full += (double)st->attn_products_full;
+		kv += (double)st->kv_bytes_peak;
+		kv_full += (double)st->kv_bytes_full_peak;
+		n++;
+	}
+	double acr = usage > 0 ? acr_w / usage : n > 0 ? acr_plain / n : 1.0;
+	/* four decimals, as the paper reports ACR */
+	return json_pack("{s:s,s:f,s:f,s:I,s:f}", "regime", j->srv->regimes[j->regime], "acr", round(acr * 1e4) / 1e4,
+	                 "attention_work_ratio", prod_full > 0 ? prod / prod_full : 1.0, "kv_bytes", (json_int_t)kv,
+	                 "kv_memory_ratio", kv_full > 0 ? kv / kv_full : 1.0);
+}
+
+/* ---- start ---- */
+
+static uint64_t random_seed(void)
+{
+	static atomic_uint_fast64_t counter;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (atomic_fetch_add(&counter, 1) << 48);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static enum MHD_Result bad(http_request *req, const char *param, const char *code, const char *msg)
+{
+	return http_reply_error(req, 400, "invalid_request_error", param, code, "%s", msg);
+}
+
+/* Tokenizes (or takes) prompt i, checks its ids and length, keeps its echo text. 0, or -1 with an answer sent. */
+static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Result *answered)
+{
+	const server_ctx *s = j->srv;
+	const completion_prompt *in = &j->req.prompts[i];
+	cmpl_prompt *p = &j->prompts[i];
+	char msg[512];
+	if (in->text) {
+		char err[256];
+		int64_t cap = (int64_t)in->text_len + 8;
+		p->ids = malloc((size_t)cap * sizeof *p->ids);
+		int64_t n = p->ids ? tokenizer_encode(s->tok, in->text, in->text_len, true, p->ids, cap, err, sizeof err) : -1;
+		if (n < 0 || n > cap) {
+			snprintf(msg, sizeof msg, "cannot tokenize prompt %d: %s", i, p->ids ? err : "out of memory");
+			*answered = bad(req, "prompt", NULL, msg);
+			return -1;
+		}
+		p->n_ids = (int32_t)n;
+		p->echo = malloc(in->text_len + 1);
+		if (p->echo) {
+			memcpy(p->echo, in->text, in->text_len);
+			p->echo_len = in->text_len;
+		}
+	} else {
+		p->n_ids = in->n_ids;
+		p->ids = malloc((size_t)in->n_ids * sizeof *p->ids);
+		if (p->ids)
+			memcpy(p->ids, in->ids, (size_t)in->n_ids * sizeof *p->ids);
+		for (int32_t k = 0; p->ids && k < p->n_ids; k++)
+			if (p->ids[k] >= s->vocab) {
+				snprintf(msg, sizeof msg, "prompt token %d (id %d) is out of the vocabulary [0, %d)", k, p->ids[k],
+				         s->vocab);
+				*answered = bad(req, "prompt", "invalid_token", msg);
+				return -1;
+			}
+	}
+	if (!p->ids) {
+		*answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+		return -1;
+	}
+	if (p->n_ids == 0) {
+		*answered = bad(req, "prompt", NULL, "the prompt is empty");
+		return -1;
+	}
+	if (p->n_ids > s->max_prompt_tokens || p->n_ids > s->ctx_len ||
+	    (j->req.max_tokens >= 0 && (int64_t)p->n_ids + j->req.max_tokens > s->ctx_len)) {
+		snprintf(msg, sizeof msg,
+		         "This model's maximum context length is %d tokens (prompts at most %d). However, you requested %lld "
+		         "tokens (%d in your prompt; %lld for the completion).",
+		         s->ctx_len, s->max_prompt_tokens, (long long)p->n_ids + (j->req.max_tokens > 0 ? j->req.max_tokens : 0),
+		         p->n_ids, (long long)(j->req.max_tokens > 0 ? j->req.max_tokens : 0));
+		*answered = bad(req, p->n_ids > s->max_prompt_tokens || p->n_ids > s->ctx_len ? "prompt" : "max_tokens",
+		                "context_length_exceeded", msg);
+		return -1;
+	}
+	if (!in->text) {   /* echo of ids: their text, special tokens spelled out */
+		int64_t n = tokenizer_decode(s->tok, p->ids, p->n_ids, false, NULL, 0);
+		p->echo = n >= 0 ? malloc((size_t)n + 1) : NULL;
+		if (p->echo) {
+			tokenizer_decode(s->tok, p->ids, p->n_ids, false, p->echo, n + 1);
+			p->echo_len = (size_t)n;
+		}
+	}
+	if (!p->echo) {
+		*answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+		return -1;
+	}
+	p->echo_chars = utf8_chars(p->echo, p->echo_len);
+	if (j->req.echo && j->req.logprobs >= 0) {
+		/* each prompt token's offset: the streamed decode of the ids; a BOS we added has no text in the echo */
+		p->tok_chars = calloc((size_t)p->n_ids, sizeof *p->tok_chars);
+		if (p->tok_chars) {
+			tokenizer_stream ts;
+			tokenizer_stream_init(&ts, s->tok, false);
+			int32_t k0 = in->text && tokenizer_add_bos(s->tok) && p->ids[0] == tokenizer_bos(s->tok) ? 1 : 0;
+			size_t chars = 0;
+			char buf[4096];
+			for (int32_t k = k0; k < p->n_ids; k++) {
+				p->tok_chars[k] = (int32_t)chars;
+				int64_t n = tokenizer_stream_push(&ts, p->ids[k], buf, sizeof buf);
+				if (n > 0)
+					chars += utf8_chars(buf, (size_t)n);
+			}
+		}
+	}
+	return 0;
+}
+
+enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
+{
+	*out = NULL;
+	server_ctx *s = req->srv;
+	cmpl_job *j = calloc(1, sizeof *j);
+	if (!j)
+		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+	atomic_init(&j->refs, 1);
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	j->srv = s;
+	j->created = time(NULL);
+	snprintf(j->id, sizeof j->id, "cmpl-%s", req->id);
+	enum MHD_Result answered = MHD_NO;
+	char err[512];
+	const char *param;
+	completion_limits lim = { (int32_t)s->cfg->max_n, s->max_tokens };
+	if (completion_request_parse(&j->req, req->body, req->body_len, &lim, err, sizeof err, &param) != 0) {
+		answered = http_reply_error(req, 400, "invalid_request_error", param, param ? "invalid_value" : "invalid_json",
+		                            "%s", err);
+		goto fail;
+	}
+	const completion_request *cr = &j->req;
+	if (cr->model && strcmp(cr->model, s->model_name) != 0) {
+		answered = http_reply_error(req, 404, "invalid_request_error", "model", "model_not_found",
+		                            "The model '%s' does not exist (this server has '%s')", cr->model, s->model_name);
+		goto fail;
+	}
+	j->regime = cr->regime ? server_regime_index(s, cr->regime) : server_regime_index(s, s->default_regime);
+	if (j->regime < 0) {
+		char names[512] = "";
+		for (int32_t i = 0; i < s->n_regimes; i++)
+			snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", s->regimes[i]);
+		answered = http_reply_error(req, 400, "invalid_request_error", "aah_regime", "regime_not_found",
+		                            "unknown aah_regime '%s' (this model has: %s)", cr->regime, names);
+		goto fail;
+	}
+	if ((int64_t)cr->n_prompts * cr->n > s->cfg->queue_length) {   /* would wait for room that never comes */
+		answered = http_reply_error(req, 400, "invalid_request_error", "n", "invalid_value",
+		                            "n × prompts = %d exceeds the server's queue_length %lld", cr->n_prompts * cr->n,
+		                            (long long)s->cfg->queue_length);
+		goto fail;
+	}
+	j->prompts = calloc((size_t)cr->n_prompts, sizeof *j->prompts);
+	j->n_choices = cr->n_prompts * cr->n;
+	j->choices = calloc((size_t)j->n_choices, sizeof *j->choices);
+	sched_request_params *rp = calloc((size_t)j->n_choices, sizeof *rp);
+	sched_request **rs = calloc((size_t)j->n_choices, sizeof *rs);
+	if (!j->prompts || !j->choices || !rp || !rs) {
+		free(rp);
+		free(rs);
+		answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+		goto fail;
+	}
+	int32_t longest = 0;
+	for (int32_t i = 0; i < cr->n_prompts; i++) {
+		if (prompt_prepare(req, j, i, &answered) != 0) {
+			free(rp);
+			free(rs);
+			goto fail;
+		}
+		if (j->prompts[i].n_ids > longest)
+			longest = j->prompts[i].n_ids;
+	}
+	/* OpenAI's default of 16, within the cap and the room the longest prompt leaves */
+	if (cr->max_tokens >= 0)
+		j->max_tokens = (int32_t)cr->max_tokens;
+	else
+		j->max_tokens = 16 < s->max_tokens ? 16 : s->max_tokens;
+	if (cr->max_tokens < 0 && j->max_tokens > s->ctx_len - longest)
+		j->max_tokens = s->ctx_len - longest;
+	uint64_t seed = cr->seed_set ? cr->seed : random_seed();
+	for (int32_t i = 0; i < cr->n_prompts; i++)
+		for (int32_t k = 0; k < cr->n; k++) {
+			int32_t ci = i * cr->n + k;
+			cmpl_choice *c = &j->choices[ci];
+			c->index = ci;
+			c->prompt = i;
+			if (choice_text_init(&c->text, s->tok, cr->stop, cr->stop_len, cr->n_stop, j->max_tokens) != 0) {
+				free(rp);
+				free(rs);
+				answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+				goto fail;
+			}
+			sched_request_params *p = &rp[ci];
+			p->prompt = j->prompts[i].ids;
+			p->n_prompt = j->prompts[i].n_ids;
+			p->max_tokens = j->max_tokens;
+			p->sampling.temperature = (float)cr->temperature;
+			p->sampling.top_p = (float)cr->top_p;
+			p->sampling.top_k = cr->top_k;
+			p->sampling.min_p = (float)cr->min_p;
+			p->sampling.presence_penalty = (float)cr->presence_penalty;
+			p->sampling.frequency_penalty = (float)cr->frequency_penalty;
+			p->sampling.seed = seed + (uint64_t)k;   /* choice k of every prompt: seed + k, as if sent alone */
+			p->regime = s->regimes[j->regime];
+			p->logprobs = cr->logprobs;
+			p->prompt_logprobs = k == 0 && cr->echo && cr->logprobs >= 0;   /* one per prompt; its choices share it */
+			p->stop_ids = s->eos_ids;
+			p->n_stop_ids = s->n_eos;
+			p->notify = job_notify;
+			p->notify_ctx = j;
+			if (k == 0)
+				j->prompts[i].lp_choice = ci;
+		}
+	/* each choice's last notification drops one reference; taken before the engine can send it */
+	atomic_fetch_add(&j->refs, j->n_choices);
+	sched_status st = sched_submit(s->sch, rp, j->n_choices, rs, err, sizeof err);
+	free(rp);
+	if (st != SCHED_OK) {
+		atomic_fetch_sub(&j->refs, j->n_choices);   /* nothing was queued: no notification will come */
+		free(rs);
+		switch (st) {
+		case SCHED_ERR_QUEUE_FULL:
+			answered = http_reply_error_header(req, 429, "rate_limit_error", NULL, "queue_full", "Retry-After", "1",
+			                                   "the server is busy: %s; retry later", err);
+			break;
+		case SCHED_ERR_SHUTDOWN:
+			answered = http_reply_error_header(req, 503, "server_error", NULL, "shutting_down", "Retry-After", "5",
+			                                   "the server is shutting down");
+			break;
+		case SCHED_ERR_NOMEM:
+			answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+			break;
+		case SCHED_ERR_REGIME:
+			answered = bad(req, "aah_regime", "regime_not_found", err);
+			break;
+		case SCHED_ERR_TOO_LONG:
+			answered = bad(req, "max_tokens", "context_length_exceeded", err);
+			break;
+		default:
+			answered = bad(req, NULL, NULL, err);
+		}
+		goto fail;
+	}
+	for (int32_t i = 0; i < j->n_choices; i++)
+		j->choices[i].r = rs[i];
+	free(rs);
+	*out = j;
+	return MHD_YES;
+fail:
+	/* nothing was submitted: no notification will come */
+	for (int32_t i = 0; j->choices && i < j->n_choices; i++)
+		j->choices[i].r = NULL;
+	job_free(j);
+	return answered;
+}

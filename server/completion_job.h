@@ -1,0 +1,86 @@
+/* server/completion_job.h — one /v1/completions request on its way through the scheduler: its prompts
+ * (tokenized), its choices (one scheduler request each, n per prompt), the text each choice has so far, and the
+ * JSON pieces both response shapes share (logprobs, usage, aah). Used by completions.c and completion_stream.c. */
+#ifndef AAH_SERVER_COMPLETION_JOB_H
+#define AAH_SERVER_COMPLETION_JOB_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "engine/scheduler.h"
+#include "server/choice_text.h"
+#include "server/completion_request.h"
+#include "server/http.h"
+
+typedef struct cmpl_prompt {
+	int32_t *ids;                     /* n_ids, owned */
+	int32_t n_ids;
+	char *echo;                       /* its text, for echo: the string as given, or the ids decoded; owned */
+	size_t echo_len;
+	size_t echo_chars;                /* in code points */
+	int32_t *tok_chars;               /* (n_ids) text offset of each prompt token, code points; echo+logprobs only */
+	int32_t lp_choice;                /* the choice whose scheduler request computes this prompt's log-probabilities */
+} cmpl_prompt;
+
+typedef struct cmpl_choice {
+	int32_t index;                    /* in the response: prompt · n + sample */
+	int32_t prompt;
+	sched_request *r;
+	choice_text text;
+	int32_t n_consumed;               /* scheduler tokens taken into text */
+	bool ended;
+	const char *finish_reason;        /* "stop", "length", "abort" */
+	sched_result result;              /* once ended */
+	/* streaming progress */
+	bool echo_sent;
+	size_t sent;                      /* text bytes sent */
+	int32_t lp_sent;                  /* generated tokens whose log-probabilities were sent */
+	bool final_sent;
+} cmpl_choice;
+
+typedef struct cmpl_job {
+	atomic_int refs;                  /* the HTTP side's, plus one per choice until the engine's last notification */
+	pthread_mutex_t mu;               /* guards version */
+	pthread_cond_t cv;
+	uint64_t version;                 /* bumped by every notification of the engine thread */
+	server_ctx *srv;
+	char id[48];                      /* "cmpl-…" */
+	time_t created;
+	completion_request req;
+	int32_t regime;
+	int32_t max_tokens;
+	cmpl_prompt *prompts;             /* req.n_prompts */
+	cmpl_choice *choices;
+	int32_t n_choices;
+	bool failed;                      /* the engine refused a choice (err) */
+	char err[256];
+} cmpl_job;
+
+/* Parses, validates, tokenizes and submits. On success *out is the job (release with cmpl_job_release) and the
+ * return value is MHD_YES; otherwise *out is NULL and the error was answered (the return value is MHD's). */
+enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out);
+/* The version to pass to the first cmpl_job_wait. */
+uint64_t cmpl_job_version(cmpl_job *j);
+/* Takes what the engine published into each choice's text; ends choices whose text hit a stop string (cancelling
+ * their scheduler request). Returns true once every choice has ended. */
+bool cmpl_job_poll(cmpl_job *j);
+/* Waits up to 100 ms for news from the engine after *seen (updated). Returns -1 when the client is gone. */
+int cmpl_job_wait(cmpl_job *j, uint64_t *seen, http_request *req);
+/* Cancels every choice that has not ended. */
+void cmpl_job_cancel(cmpl_job *j);
+/* Drops the HTTP side's reference (cancelling what still runs); the job is freed once the engine is done with it. */
+void cmpl_job_release(cmpl_job *j);
+
+/* The legacy logprobs object for choice c: the prompt's tokens when with_echo, then generated tokens [from, to). */
+json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_echo, int32_t from, int32_t to);
+/* Generated tokens of c that count: up to the stop string, and the stop token itself. */
+int32_t cmpl_job_completion_tokens(const cmpl_choice *c);
+/* The usage object, and the aah object of one choice or (c NULL) of the whole request. */
+json_t *cmpl_job_usage(const cmpl_job *j);
+json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *c);
+
+#endif

@@ -1,0 +1,54 @@
+/* server/completion_request.h — the body of POST /v1/completions, parsed and validated: every field's type and
+ * range checked, with the offending field named (the OpenAI error's `param`). No tokenizer, no engine: fuzzed. */
+#ifndef AAH_SERVER_COMPLETION_REQUEST_H
+#define AAH_SERVER_COMPLETION_REQUEST_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COMPLETION_MAX_STOP 4            /* stop strings, as OpenAI */
+#define COMPLETION_MAX_STOP_BYTES 256
+#define COMPLETION_MAX_LOGPROBS 20
+
+/* One prompt: text (to be tokenized) or token ids. */
+typedef struct completion_prompt {
+	const char *text;                    /* borrowed from the parsed JSON, or NULL */
+	size_t text_len;
+	int32_t *ids;                        /* owned; n_ids ≥ 1, when text is NULL */
+	int32_t n_ids;
+} completion_prompt;
+
+typedef struct completion_request {
+	json_t *json;                        /* the parsed body; strings point into it */
+	const char *model;                   /* NULL: absent */
+	completion_prompt *prompts;          /* n_prompts ≥ 1 */
+	int32_t n_prompts;
+	int64_t max_tokens;                  /* -1: absent (the server's default) */
+	double temperature, top_p, min_p, presence_penalty, frequency_penalty;
+	int32_t top_k;                       /* 0 = off */
+	bool seed_set;
+	uint64_t seed;
+	const char *stop[COMPLETION_MAX_STOP];
+	size_t stop_len[COMPLETION_MAX_STOP];
+	int32_t n_stop;
+	bool stream, include_usage;
+	int32_t logprobs;                    /* -1: none */
+	bool echo;
+	int32_t n;
+	const char *regime;                  /* aah_regime, or NULL */
+} completion_request;
+
+typedef struct completion_limits {
+	int32_t max_n;                       /* n × prompts at most */
+	int64_t max_tokens;                  /* the cap of max_tokens */
+} completion_limits;
+
+/* Parses a JSON body. Returns 0, or -1 with a message in err and the field's name in *param (NULL for the body
+ * as a whole). Free with completion_request_free (also after a failure). */
+int completion_request_parse(completion_request *out, const char *body, size_t len, const completion_limits *lim,
+                             char *err, size_t err_len, const char **param);
+void completion_request_free(completion_request *r);
+
+#endif

@@ -1,0 +1,141 @@
+/* server/metrics.c — GET /metrics (see metrics.h): a snapshot of the scheduler's counters and the HTTP status
+ * counts, written as Prometheus text 0.0.4: HELP and TYPE per family, histograms with cumulative buckets. */
+#include "server/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api.h"
+
+void server_metrics_count(server_metrics *m, int status)
+{
+	if (status >= 100 && status < 600)
+		atomic_fetch_add(&m->by_status[status], 1);
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: backslash, double quote and newline escaped, as the format asks. */
+static void label_value(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fputc('\\', f), fputc(*s, f);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+static void histogram(FILE *f, const char *name, const char *help, const sched_histogram *h)
+{
+	family(f, name, "histogram", help);
+	uint64_t cum = 0;
+	for (int32_t b = 0; b < h->n_bounds; b++) {
+		cum += h->counts[b];
+		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[b], (unsigned long long)cum);
+	}
+	cum += h->counts[h->n_bounds];
+	fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	fprintf(f, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+/* One gauge per regime that has finished sequences: value = num / den. */
+static void per_regime(FILE *f, const sched_metrics *m, const char *name, const char *help, int which)
+{
+	family(f, name, "gauge", help);
+	for (int32_t i = 0; i < m->n_regimes; i++) {
+		const sched_regime_totals *g = &m->regimes[i];
+		if (g->sequences == 0)
+			continue;
+		double v;
+		if (which == 0)
+			v = g->usage_total > 0 ? g->acr_weighted / g->usage_total : 1.0;
+		else if (which == 1)
+			v = g->attn_products_full > 0 ? g->attn_products / g->attn_products_full : 1.0;
+		else
+			v = g->kv_bytes_full_peak > 0 ? g->kv_bytes_peak / g->kv_bytes_full_peak : 1.0;
+		fprintf(f, "%s{regime=\"", name);
+		label_value(f, g->name);
+		fprintf(f, "\"} %.6f\n", v);
+	}
+}
+
+char *server_metrics_render(server_metrics *sm, sched *s, size_t *len)
+{
+	sched_metrics *m = malloc(sizeof *m);
+	if (!m)
+		return NULL;
+	sched_metrics_get(s, m);
+	char *text = NULL;
+	FILE *f = open_memstream(&text, len);
+	if (!f) {
+		free(m);
+		return NULL;
+	}
+	family(f, "aahd_requests_total", "counter",
+	       "HTTP requests answered, by status code (the /health and /metrics probes not counted).");
+	for (int st = 100; st < 600; st++) {
+		uint64_t n = atomic_load(&sm->by_status[st]);
+		if (n)
+			fprintf(f, "aahd_requests_total{status=\"%d\"} %llu\n", st, (unsigned long long)n);
+	}
+	family(f, "aahd_requests_running", "gauge", "Sequences in the engine now (a request with n choices runs n).");
+	fprintf(f, "aahd_requests_running %d\n", m->running);
+	family(f, "aahd_requests_waiting", "gauge", "Sequences waiting in the queue for a slot.");
+	fprintf(f, "aahd_requests_waiting %d\n", m->waiting);
+	family(f, "aahd_prompt_tokens_total", "counter", "Prompt tokens processed.");
+	fprintf(f, "aahd_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+	family(f, "aahd_generation_tokens_total", "counter", "Tokens generated.");
+	fprintf(f, "aahd_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
+	family(f, "aahd_prompt_tokens_per_second", "gauge", "Prompt tokens per second over the last 10 seconds.");
+	fprintf(f, "aahd_prompt_tokens_per_second %.3f\n", m->prompt_tokens_per_s);
+	family(f, "aahd_generation_tokens_per_second", "gauge", "Generated tokens per second over the last 10 seconds.");
+	fprintf(f, "aahd_generation_tokens_per_second %.3f\n", m->generation_tokens_per_s);
+	per_regime(f, m, "aahd_acr", "Inference ACR (sum over windows of f_W * W / T) of the finished sequences of a regime.", 0);
+	family(f, "aahd_branch_usage_total", "counter",
+	       "Branch usage: query-head selections of each window, summed over layers, groups and tokens.");
+	for (int32_t i = 0; i < m->n_regimes; i++) {
+		const sched_regime_totals *g = &m->regimes[i];
+		for (int32_t w = 0; w < g->n_windows; w++) {
+			fprintf(f, "aahd_branch_usage_total{regime=\"");
+			label_value(f, g->name);
+			fprintf(f, "\",window=\"%d\"} %.0f\n", g->windows[w], g->window_usage[w]);
+		}
+	}
+	per_regime(f, m, "aahd_attention_work_ratio",
+	           "Attention query-key products done over those full causal attention would do, per regime.", 1);
+	family(f, "aahd_kv_cache_bytes_used", "gauge", "KV cache bytes held by the running sequences.");
+	fprintf(f, "aahd_kv_cache_bytes_used %lld\n", (long long)m->kv_bytes_used);
+	family(f, "aahd_kv_cache_bytes_capacity", "gauge", "KV cache page pool in bytes.");
+	fprintf(f, "aahd_kv_cache_bytes_capacity %lld\n", (long long)m->kv_bytes_capacity);
+	per_regime(f, m, "aahd_kv_memory_ratio",
+	           "Peak KV bytes over what full attention would hold for the same tokens, summed over sequences, per regime.",
+	           2);
+	histogram(f, "aahd_time_to_first_token_seconds", "Time from arrival to the first generated token.", &m->ttft);
+	histogram(f, "aahd_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.",
+	          &m->inter_token);
+	histogram(f, "aahd_request_duration_seconds", "Time from arrival to the end of a sequence.", &m->duration);
+	free(m);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+enum MHD_Result api_metrics(http_request *req)
+{
+	size_t len;
+	char *text = server_metrics_render(&req->srv->metrics, req->srv->sch, &len);
+	if (!text)
+		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
+	enum MHD_Result rc = http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+	free(text);
+	return rc;
+}

@@ -1,0 +1,19 @@
+/* server/metrics.h — /metrics: the HTTP counters kept here, the engine's figures from the scheduler, rendered as
+ * Prometheus text exposition 0.0.4 with the metric names of DESIGN.md. */
+#ifndef AAH_SERVER_METRICS_H
+#define AAH_SERVER_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "engine/scheduler.h"
+
+typedef struct server_metrics {
+	atomic_uint_fast64_t by_status[600];   /* HTTP responses by status (probes of /health and /metrics excepted) */
+} server_metrics;
+
+void server_metrics_count(server_metrics *m, int status);
+/* Renders every metric into a malloc'd text (caller frees); *len its length. NULL when out of memory. */
+char *server_metrics_render(server_metrics *m, sched *s, size_t *len);
+
+#endif

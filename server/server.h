@@ -1,0 +1,42 @@
+/* server/server.h — what every HTTP handler shares: the configuration, the tokenizer, the scheduler (the engine
+ * thread's queue), what the model offers, and the HTTP counters; server_run is the daemon's life cycle. */
+#ifndef AAH_SERVER_SERVER_H
+#define AAH_SERVER_SERVER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "engine/scheduler.h"
+#include "models/tokenizer.h"
+#include "server/config.h"
+#include "server/metrics.h"
+
+typedef struct server_ctx {
+	const aahd_config *cfg;
+	const char *api_key;              /* NULL: none (cfg or AAHD_API_KEY) */
+	tokenizer *tok;
+	sched *sch;                       /* owns the engine; HTTP threads only submit and read */
+	char model_name[256];
+	time_t created;
+	int32_t ctx_len, vocab;
+	int32_t max_prompt_tokens;        /* resolved: ≤ ctx_len */
+	int32_t max_tokens;               /* resolved output cap */
+	int32_t eos_ids[SCHED_MAX_STOP_IDS];
+	int32_t n_eos;
+	int32_t n_regimes;
+	char regimes[SCHED_MAX_REGIMES][64];
+	const char *default_regime;       /* one of regimes */
+	server_metrics metrics;
+	atomic_bool draining;             /* SIGTERM seen: new work gets 503 */
+} server_ctx;
+
+/* Serves until SIGTERM or SIGINT, then drains. Returns the exit status: 0 after a clean stop, 1 when start-up
+ * failed (the log says why). */
+int server_run(const aahd_config *cfg);
+
+/* Index of a regime name in ctx->regimes, or -1. */
+int32_t server_regime_index(const server_ctx *ctx, const char *name);
+
+#endif

@@ -1,0 +1,204 @@
+/* tests/check_choice_text.c — Check suite for server/choice_text: the text of a choice grows by whole UTF-8
+ * characters, stop strings are found across token boundaries and never sent, held-back text is released once it
+ * can no longer start a stop string. Uses the test model's tokenizer. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/tokenizer.h"
+#include "server/choice_text.h"
+
+static tokenizer *tok;
+
+static void setup(void)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	char dir[1024], err[256];
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	tok = tokenizer_load(dir, err, sizeof err);
+	ck_assert_msg(tok != NULL, "%s", err);
+}
+
+static void teardown(void)
+{
+	tokenizer_free(tok);
+}
+
+/* Token ids of text (no special tokens added). */
+static int32_t encode(const char *text, int32_t *ids, int32_t cap)
+{
+	char err[256];
+	int64_t n = tokenizer_encode(tok, text, strlen(text), false, ids, cap, err, sizeof err);
+	ck_assert_msg(n > 0 && n <= cap, "%s", err);
+	return (int32_t)n;
+}
+
+/* Pushes the tokens of each piece in turn. */
+static void push_text(choice_text *c, const char *text)
+{
+	int32_t ids[256];
+	int32_t n = encode(text, ids, 256);
+	for (int32_t i = 0; i < n; i++)
+		ck_assert_int_eq(choice_text_push(c, ids[i]), 0);
+}
+
+START_TEST(test_no_stop)
+{
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, NULL, NULL, 0, 64), 0);
+	push_text(&c, "Hello, world! ");
+	ck_assert_uint_eq(c.safe, c.len);
+	push_text(&c, "Bye.");
+	ck_assert_int_eq(choice_text_finish(&c), 0);
+	ck_assert_uint_eq(c.len, strlen("Hello, world! Bye."));
+	ck_assert(!memcmp(c.text, "Hello, world! Bye.", c.len));
+	ck_assert_uint_eq(c.safe, c.len);
+	ck_assert(!c.stopped);
+	ck_assert_int_eq(c.n_kept, c.n_tokens);
+	for (int32_t i = 1; i < c.n_tokens; i++)
+		ck_assert(c.tok_off[i] >= c.tok_off[i - 1]);
+	choice_text_free(&c);
+}
+END_TEST
+
+/* "ab" + "c" + "d": with stop "bcx", "bc" is held until "d" shows it is not a stop. */
+START_TEST(test_hold_back)
+{
+	const char *stop[] = { "bcx" };
+	size_t len[] = { 3 };
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, stop, len, 1, 64), 0);
+	push_text(&c, "a");
+	ck_assert_uint_eq(c.safe, 1);
+	push_text(&c, "b");
+	ck_assert_uint_eq(c.len, 2);
+	ck_assert_uint_eq(c.safe, 1);   /* "b" may start "bcx" */
+	push_text(&c, "c");
+	ck_assert_uint_eq(c.safe, 1);   /* "bc" too */
+	push_text(&c, "d");
+	ck_assert_uint_eq(c.safe, 4);   /* "bcd" is not */
+	ck_assert(!c.stopped);
+	/* the end releases a held tail */
+	push_text(&c, "b");
+	ck_assert_uint_eq(c.safe, 4);
+	ck_assert_int_eq(choice_text_finish(&c), 0);
+	ck_assert_uint_eq(c.safe, 5);
+	choice_text_free(&c);
+}
+END_TEST
+
+/* A stop string split over several tokens: the text ends before it; nothing of it was ever safe. */
+START_TEST(test_stop_across_tokens)
+{
+	const char *stop[] = { "never", "lo wo" };
+	size_t len[] = { 5, 5 };
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, stop, len, 2, 64), 0);
+	const char *pieces[] = { "Hel", "lo", " w", "orld", " and more" };
+	size_t max_safe = 0;
+	for (int i = 0; i < 5 && !c.stopped; i++) {
+		push_text(&c, pieces[i]);
+		if (!c.stopped) {
+			ck_assert(c.safe <= 3);   /* "Hel" is all that can be safe before the stop is decided */
+			max_safe = c.safe;
+		}
+	}
+	ck_assert(c.stopped);
+	ck_assert_uint_eq(c.len, 3);
+	ck_assert(!memcmp(c.text, "Hel", 3));
+	ck_assert_uint_eq(c.safe, 3);
+	ck_assert(max_safe <= 3);
+	/* tokens whose text starts before the cut are kept */
+	ck_assert_int_ge(c.n_kept, 1);
+	ck_assert_int_le(c.n_kept, c.n_tokens);
+	for (int32_t i = 0; i < c.n_kept; i++)
+		ck_assert(c.tok_off[i] < 3);
+	/* later tokens change nothing */
+	int32_t n = c.n_tokens;
+	push_text(&c, "x");
+	ck_assert_int_eq(c.n_tokens, n);
+	ck_assert_int_eq(choice_text_finish(&c), 0);
+	ck_assert_uint_eq(c.len, 3);
+	choice_text_free(&c);
+}
+END_TEST
+
+/* The earliest of several stop strings wins, even when a longer one matches too. */
+START_TEST(test_earliest_stop)
+{
+	const char *stop[] = { "world", "o w" };
+	size_t len[] = { 5, 3 };
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, stop, len, 2, 64), 0);
+	push_text(&c, "Hello world");
+	ck_assert(c.stopped);
+	ck_assert_uint_eq(c.len, 4);
+	ck_assert(!memcmp(c.text, "Hell", 4));
+	choice_text_free(&c);
+}
+END_TEST
+
+/* A character split over byte tokens is held whole; an incomplete one at the end becomes U+FFFD. */
+START_TEST(test_utf8)
+{
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, NULL, NULL, 0, 64), 0);
+	int32_t ids[16];
+	int32_t n = encode("\xe2\x82\xac", ids, 16);   /* € */
+	for (int32_t i = 0; i < n; i++) {
+		ck_assert_int_eq(choice_text_push(&c, ids[i]), 0);
+		ck_assert(c.len == 0 || c.len == 3);   /* nothing of a partial character */
+	}
+	ck_assert_uint_eq(c.len, 3);
+	ck_assert(!memcmp(c.text, "\xe2\x82\xac", 3));
+	if (n > 1) {   /* the first byte of it alone, then the end */
+		ck_assert_int_eq(choice_text_push(&c, ids[0]), 0);
+		ck_assert_uint_eq(c.len, 3);
+		ck_assert_int_eq(choice_text_finish(&c), 0);
+		ck_assert_uint_eq(c.len, 6);
+		ck_assert(!memcmp(c.text + 3, "\xef\xbf\xbd", 3));
+	}
+	choice_text_free(&c);
+}
+END_TEST
+
+/* Special tokens add no text but count as tokens; ids beyond the tokenizer add nothing either. */
+START_TEST(test_special_tokens)
+{
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, NULL, NULL, 0, 64), 0);
+	push_text(&c, "hi");
+	size_t len = c.len;
+	ck_assert_int_eq(choice_text_push(&c, tokenizer_eos(tok)), 0);
+	ck_assert_int_eq(choice_text_push(&c, tokenizer_vocab_size(tok) + 3), 0);
+	ck_assert_uint_eq(c.len, len);
+	ck_assert_int_eq(c.n_tokens, c.n_kept);
+	ck_assert_uint_eq(choice_text_token_end(&c, c.n_tokens - 1), len);
+	choice_text_free(&c);
+}
+END_TEST
+
+static Suite *choice_text_suite(void)
+{
+	Suite *s = suite_create("choice_text");
+	TCase *tc = tcase_create("choice_text");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_no_stop);
+	tcase_add_test(tc, test_hold_back);
+	tcase_add_test(tc, test_stop_across_tokens);
+	tcase_add_test(tc, test_earliest_stop);
+	tcase_add_test(tc, test_utf8);
+	tcase_add_test(tc, test_special_tokens);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(choice_text_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

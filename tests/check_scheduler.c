@@ -1,0 +1,594 @@
+/* tests/check_scheduler.c — Check suite for engine/scheduler: concurrent submitters get exactly the tokens a lone
+ * run gives (greedy and seeded, chunked prompts, n choices), prompt log-probabilities equal the engine's own
+ * log-softmax, finish reasons, cancellation frees pages, the queue bound, invalid submissions. No HTTP. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+#define CTX 256
+#define SLOTS 4
+
+static const char *testdata(void)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	return d && *d ? d : "tests/data";
+}
+
+static const char *model_dir(void)
+{
+	static char dir[1024];
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", testdata());
+	return dir;
+}
+
+static engine_params eparams(void)
+{
+	engine_params p = { 0 };
+	p.n_threads = 1;
+	p.max_seqs = SLOTS;
+	p.ctx_len = CTX;
+	p.max_batch_tokens = 64 + SLOTS;
+	p.kv_dtype = AAH_DTYPE_F32;
+	return p;
+}
+
+/* ---- fixture: one engine under a scheduler, and a second engine for lone reference runs ---- */
+
+static engine *eng, *ref_eng;
+static sched *sch;
+
+static void start(int32_t queue_length, int32_t step_delay_us)
+{
+	char err[512];
+	engine_params ep = eparams();
+	ck_assert_msg(engine_init(&eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	sched_params sp = { .max_seqs = SLOTS, .queue_length = queue_length, .step_tokens = 64,
+	                    .step_delay_us = step_delay_us };
+	ck_assert_msg(sched_init(&sch, eng, &ep, &sp, err, sizeof err) == 0, "%s", err);
+}
+
+static void setup(void)
+{
+	char err[512];
+	engine_params ep = eparams();
+	ck_assert_msg(engine_init(&ref_eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	start(16, 0);
+}
+
+static void teardown(void)
+{
+	sched_free(sch);
+	engine_free(eng);
+	engine_free(ref_eng);
+	sch = NULL;
+	eng = ref_eng = NULL;
+}
+
+/* The lone run: the whole prompt in one forward call, then one token per call, with the request's own sampler.
+ * Returns the tokens generated (stopping at a stop id, not counted). */
+static int32_t lone_run(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, const sampler_params *sp,
+                        const int32_t *stop_ids, int32_t n_stop, int32_t *out)
+{
+	char err[256];
+	const int32_t vocab = engine_config(ref_eng)->vocab_size;
+	float *logits = malloc((size_t)vocab * sizeof *logits);
+	sampler smp;
+	ck_assert_int_eq(sampler_init(&smp, sp, vocab), 0);
+	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
+	ck_assert_int_ge(seq, 0);
+	engine_item it = { seq, prompt, n_prompt, false };
+	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
+	int32_t n = 0;
+	while (n < max_tokens) {
+		int32_t id = sampler_sample(&smp, logits);
+		sampler_accept(&smp, id);
+		bool stop = false;
+		for (int32_t i = 0; i < n_stop; i++)
+			stop |= id == stop_ids[i];
+		if (stop)
+			break;
+		out[n++] = id;
+		if (n == max_tokens || n_prompt + n > CTX)
+			break;
+		engine_item step = { seq, &id, 1, false };
+		ck_assert_msg(engine_forward(ref_eng, &step, 1, logits, err, sizeof err) == 0, "%s", err);
+	}
+	engine_seq_close(ref_eng, seq);
+	sampler_free(&smp);
+	free(logits);
+	return n;
+}
+
+static void make_prompt(int32_t *p, int32_t n, uint32_t seed)
+{
+	for (int32_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		p[i] = (int32_t)((seed >> 8) % 2048);
+	}
+}
+
+static sched_request_params req_params(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens)
+{
+	sched_request_params rp = { 0 };
+	rp.prompt = prompt;
+	rp.n_prompt = n_prompt;
+	rp.max_tokens = max_tokens;
+	rp.sampling.top_p = 1;
+	rp.logprobs = -1;
+	return rp;
+}
+
+static sched_result wait_end(sched_request *r)
+{
+	sched_view v = { 0 };
+	while (v.finish == SCHED_FINISH_NONE)
+		sched_request_wait(r, v.version, 5000, &v);
+	sched_result res;
+	ck_assert(sched_request_result(r, &res));
+	return res;
+}
+
+/* ---- concurrency: every submitter sees the lone run's tokens ---- */
+
+typedef struct submitter {
+	int32_t index;
+	sampler_params sp;
+	int32_t n_prompt, max_tokens;
+	int32_t prompt[200];
+	int32_t got[64], n_got;
+	sched_finish finish;
+} submitter;
+
+static void *submit_main(void *arg)
+{
+	submitter *t = arg;
+	char err[256];
+	sched_request_params rp = req_params(t->prompt, t->n_prompt, t->max_tokens);
+	rp.sampling = t->sp;
+	sched_request *r;
+	sched_status st;
+	while ((st = sched_submit(sch, &rp, 1, &r, err, sizeof err)) == SCHED_ERR_QUEUE_FULL)
+		usleep(1000);
+	ck_assert_msg(st == SCHED_OK, "%s", err);
+	sched_result res = wait_end(r);
+	t->finish = res.finish;
+	t->n_got = res.n_tokens;
+	memcpy(t->got, sched_request_tokens(r), (size_t)res.n_tokens * sizeof *t->got);
+	sched_request_release(r);
+	return NULL;
+}
+
+static void run_concurrent(float temperature)
+{
+	enum { N = 10 };
+	submitter subs[N];
+	pthread_t th[N];
+	for (int32_t i = 0; i < N; i++) {
+		submitter *t = &subs[i];
+		memset(t, 0, sizeof *t);
+		t->index = i;
+		t->n_prompt = 3 + i * 19;   /* up to 174 tokens: several prompts take more than one 64-token chunk */
+		t->max_tokens = 24 + i;
+		make_prompt(t->prompt, t->n_prompt, 77u + (uint32_t)i);
+		t->sp.temperature = temperature;
+		t->sp.top_p = temperature > 0 ? 0.95f : 1;
+		t->sp.top_k = temperature > 0 ? 40 : 0;
+		t->sp.seed = 1000 + (uint64_t)i;
+	}
+	for (int32_t i = 0; i < N; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, submit_main, &subs[i]), 0);
+	for (int32_t i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	for (int32_t i = 0; i < N; i++) {
+		submitter *t = &subs[i];
+		int32_t want[64];
+		int32_t n = lone_run(t->prompt, t->n_prompt, t->max_tokens, &t->sp, NULL, 0, want);
+		ck_assert_int_eq(t->finish, SCHED_FINISH_LENGTH);
+		ck_assert_int_eq(t->n_got, n);
+		for (int32_t j = 0; j < n; j++)
+			ck_assert_msg(t->got[j] == want[j], "submitter %d token %d: %d, lone run %d", i, j, t->got[j], want[j]);
+	}
+}
+
+START_TEST(test_concurrent_greedy)
+{
+	run_concurrent(0);
+}
+END_TEST
+
+START_TEST(test_concurrent_seeded)
+{
+	run_concurrent(0.9f);
+}
+END_TEST
+
+/* n choices from one submission: seeds seed, seed+1, …, each equal to its lone run */
+START_TEST(test_choices)
+{
+	int32_t prompt[40];
+	make_prompt(prompt, 40, 5);
+	sched_request_params rp[3];
+	for (int32_t i = 0; i < 3; i++) {
+		rp[i] = req_params(prompt, 40, 20);
+		rp[i].sampling.temperature = 1.0f;
+		rp[i].sampling.seed = 42 + (uint64_t)i;
+	}
+	sched_request *r[3];
+	char err[256];
+	ck_assert_int_eq(sched_submit(sch, rp, 3, r, err, sizeof err), SCHED_OK);
+	for (int32_t i = 0; i < 3; i++) {
+		sched_result res = wait_end(r[i]);
+		int32_t want[20];
+		int32_t n = lone_run(prompt, 40, 20, &rp[i].sampling, NULL, 0, want);
+		ck_assert_int_eq(res.n_tokens, n);
+		ck_assert_mem_eq(sched_request_tokens(r[i]), want, (size_t)n * sizeof *want);
+		sched_request_release(r[i]);
+	}
+}
+END_TEST
+
+/* ---- finish reasons ---- */
+
+START_TEST(test_finish_reasons)
+{
+	int32_t prompt[12], want[16];
+	make_prompt(prompt, 12, 9);
+	sampler_params greedy = { .top_p = 1 };
+	int32_t n = lone_run(prompt, 12, 16, &greedy, NULL, 0, want);
+	ck_assert_int_eq(n, 16);
+	char err[256];
+	sched_request *r;
+
+	sched_request_params rp = req_params(prompt, 12, 16);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	sched_result res = wait_end(r);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+	ck_assert_int_eq(res.n_tokens, 16);
+	ck_assert_int_eq(res.stop_id, -1);
+	ck_assert(res.has_stats);
+	ck_assert_int_eq(res.stats.n_positions, 12 + 15);   /* the last token is never fed */
+	ck_assert(res.ttft_s >= 0 && res.duration_s >= res.ttft_s);
+	sched_request_release(r);
+
+	/* the third greedy token as EOS: two tokens, then STOP */
+	int32_t eos = want[2];
+	rp.stop_ids = &eos;
+	rp.n_stop_ids = 1;
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	res = wait_end(r);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_STOP);
+	ck_assert_int_eq(res.stop_id, eos);
+	int32_t expect = 2;
+	if (want[0] == eos) expect = 0;
+	else if (want[1] == eos) expect = 1;
+	ck_assert_int_eq(res.n_tokens, expect);
+	sched_request_release(r);
+
+	/* max_tokens 0: the prompt only */
+	rp = req_params(prompt, 12, 0);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	res = wait_end(r);
+	sched_view v;
+	sched_request_view(r, &v);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+	ck_assert_int_eq(res.n_tokens, 0);
+	ck_assert(v.prompt_done);
+	ck_assert_int_eq(res.stats.n_positions, 12);
+	sched_request_release(r);
+
+	/* the context ends it: CTX - 4 prompt tokens leave room to feed 4 generated tokens, so 5 are generated */
+	int32_t *big = malloc(CTX * sizeof *big);
+	make_prompt(big, CTX - 4, 3);
+	rp = req_params(big, CTX - 4, 50);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	res = wait_end(r);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+	ck_assert_int_eq(res.n_tokens, 5);
+	sched_request_release(r);
+	free(big);
+}
+END_TEST
+
+/* ---- log-probabilities ---- */
+
+START_TEST(test_prompt_logprobs)
+{
+	enum { NP = 150, TOP = 5 };   /* 150 tokens: three prompt chunks */
+	int32_t prompt[NP];
+	make_prompt(prompt, NP, 11);
+	char err[256];
+	sched_request_params rp = req_params(prompt, NP, 3);
+	rp.logprobs = TOP;
+	rp.prompt_logprobs = true;
+	sched_request *r;
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	sched_result res = wait_end(r);
+	ck_assert_int_eq(res.n_tokens, 3);
+	const sched_logprob_rows *pl = sched_request_prompt_logprobs(r);
+	const sched_logprob_rows *gl = sched_request_token_logprobs(r);
+	ck_assert_ptr_nonnull(pl);
+	ck_assert_ptr_nonnull(gl);
+	ck_assert_int_eq(pl->n_top, TOP);
+	ck_assert(isnan(pl->logprob[0]));
+
+	/* the engine's own logits for every prompt position, log-softmax in float64 */
+	const int32_t vocab = engine_config(ref_eng)->vocab_size;
+	float *logits = malloc((size_t)NP * vocab * sizeof *logits);
+	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
+	engine_item it = { seq, prompt, NP, true };
+	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
+	engine_seq_close(ref_eng, seq);
+	for (int32_t pos = 1; pos < NP; pos++) {
+		const float *row = logits + (int64_t)(pos - 1) * vocab;
+		double m = -INFINITY, sum = 0;
+		for (int32_t v = 0; v < vocab; v++)
+			m = row[v] > m ? row[v] : m;
+		for (int32_t v = 0; v < vocab; v++)
+			sum += exp((double)row[v] - m);
+		double lse = m + log(sum);
+		double want = (double)row[prompt[pos]] - lse;
+		ck_assert_msg(fabs(pl->logprob[pos] - want) < 1e-4, "position %d: %f, engine %f", pos, pl->logprob[pos], want);
+		/* top-N: sorted, the first is the argmax, each value is its token's log-softmax */
+		const int32_t *ids = pl->top_ids + (int64_t)pos * TOP;
+		const float *lps = pl->top_logprobs + (int64_t)pos * TOP;
+		ck_assert_int_eq(ids[0], sampler_argmax(row, vocab));
+		for (int32_t j = 0; j < TOP; j++) {
+			ck_assert(fabs(lps[j] - ((double)row[ids[j]] - lse)) < 1e-4);
+			if (j > 0)
+				ck_assert(lps[j] <= lps[j - 1]);
+		}
+		ck_assert(pl->logprob[pos] <= lps[0] + 1e-6);
+	}
+	/* greedy: each generated token is the top entry, with the same log-probability */
+	const int32_t *tok = sched_request_tokens(r);
+	for (int32_t i = 0; i < 3; i++) {
+		ck_assert_int_eq(gl->top_ids[i * TOP], tok[i]);
+		ck_assert_float_eq(gl->logprob[i], gl->top_logprobs[i * TOP]);
+	}
+	/* and the first generated token is predicted by the last prompt row */
+	ck_assert_int_eq(tok[0], sampler_argmax(logits + (int64_t)(NP - 1) * vocab, vocab));
+	free(logits);
+	sched_request_release(r);
+}
+END_TEST
+
+/* ---- cancellation ---- */
+
+static atomic_int notified_tokens;
+static _Atomic(sched_request *) cancel_me;
+
+/* On the engine thread, before its next step: cancel after the first published output. The request pointer is
+ * stored right after sched_submit returns; the spin covers the moment between. */
+static void cancel_on_first(void *ctx, bool last)
+{
+	if (last || atomic_fetch_add(&notified_tokens, 1) != 0)
+		return;
+	sched_request *r;
+	while (!(r = atomic_load(&cancel_me)))
+		;
+	sched_request_cancel(r);
+}
+
+START_TEST(test_cancel_frees_pages)
+{
+	int32_t prompt[100];
+	make_prompt(prompt, 100, 21);
+	char err[256];
+	sched_request_params rp = req_params(prompt, 100, 150);
+	rp.notify = cancel_on_first;
+	atomic_store(&notified_tokens, 0);
+	atomic_store(&cancel_me, NULL);
+	sched_request *r;
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	atomic_store(&cancel_me, r);
+	sched_result res = wait_end(r);
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_CANCELLED);
+	ck_assert_int_lt(res.n_tokens, 3);
+	ck_assert(res.has_stats);
+	ck_assert_int_gt(res.stats.kv_bytes_peak, 0);
+	ck_assert_int_eq(m.kv_bytes_used, 0);
+	ck_assert_int_eq(m.running, 0);
+	ck_assert_int_gt(m.kv_bytes_capacity, 0);
+	sched_request_release(r);
+}
+END_TEST
+
+/* Deterministic: a slow engine (step delay), a running request cancelled from outside, and one still waiting. */
+START_TEST(test_cancel_running_and_waiting)
+{
+	teardown();
+	char err[512];
+	engine_params ep = eparams();
+	ck_assert_msg(engine_init(&ref_eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	start(8, 20000);
+	int32_t prompt[20];
+	make_prompt(prompt, 20, 4);
+	sched_request_params rp[SLOTS + 1];
+	for (int32_t i = 0; i <= SLOTS; i++)
+		rp[i] = req_params(prompt, 20, 200);
+	sched_request *r[SLOTS + 1];
+	ck_assert_int_eq(sched_submit(sch, rp, SLOTS + 1, r, err, sizeof err), SCHED_OK);
+	sched_view v = { 0 };
+	while (v.n_tokens < 2)
+		sched_request_wait(r[0], v.version, 5000, &v);
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	ck_assert_int_eq(m.running, SLOTS);
+	ck_assert_int_eq(m.waiting, 1);
+	ck_assert_int_gt(m.kv_bytes_used, 0);
+	sched_request_cancel(r[0]);           /* running */
+	sched_request_cancel(r[SLOTS]);       /* waiting … or admitted into r[0]'s slot: either way it ends */
+	sched_result res = wait_end(r[0]);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_CANCELLED);
+	ck_assert_int_lt(res.n_tokens, 200);
+	res = wait_end(r[SLOTS]);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_CANCELLED);
+	sched_cancel_all(sch);
+	for (int32_t i = 1; i < SLOTS; i++) {
+		res = wait_end(r[i]);
+		ck_assert_int_eq(res.finish, SCHED_FINISH_CANCELLED);
+	}
+	sched_metrics_get(sch, &m);
+	ck_assert_int_eq(m.kv_bytes_used, 0);
+	ck_assert_int_eq(m.running + m.waiting, 0);
+	ck_assert_int_eq(sched_busy(sch), 0);
+	for (int32_t i = 0; i <= SLOTS; i++)
+		sched_request_release(r[i]);
+	/* after sched_cancel_all, new work runs normally */
+	sched_request *again;
+	sched_request_params one = req_params(prompt, 20, 3);
+	ck_assert_int_eq(sched_submit(sch, &one, 1, &again, err, sizeof err), SCHED_OK);
+	res = wait_end(again);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+	sched_request_release(again);
+}
+END_TEST
+
+/* ---- the queue bound and draining ---- */
+
+START_TEST(test_queue_full)
+{
+	teardown();
+	char err[512];
+	engine_params ep = eparams();
+	ck_assert_msg(engine_init(&ref_eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	start(2, 20000);
+	int32_t prompt[8];
+	make_prompt(prompt, 8, 1);
+	sched_request_params rp[SLOTS + 3];
+	for (int32_t i = 0; i < SLOTS + 3; i++)
+		rp[i] = req_params(prompt, 8, 100);
+	sched_request *r[SLOTS + 3];
+	/* more than the queue holds in one submission: refused whole */
+	ck_assert_int_eq(sched_submit(sch, rp, 3, r, err, sizeof err), SCHED_ERR_QUEUE_FULL);
+	ck_assert_ptr_null(r[0]);
+	/* fill the slots, one at a time, each admitted before the next */
+	for (int32_t i = 0; i < SLOTS; i++) {
+		ck_assert_int_eq(sched_submit(sch, &rp[i], 1, &r[i], err, sizeof err), SCHED_OK);
+		sched_view v = { 0 };
+		while (v.n_tokens < 1)
+			sched_request_wait(r[i], v.version, 5000, &v);
+	}
+	ck_assert_int_eq(sched_submit(sch, &rp[SLOTS], 2, &r[SLOTS], err, sizeof err), SCHED_OK);
+	ck_assert_int_eq(sched_submit(sch, &rp[SLOTS + 2], 1, &r[SLOTS + 2], err, sizeof err), SCHED_ERR_QUEUE_FULL);
+	ck_assert_int_eq(sched_busy(sch), SLOTS + 2);
+	/* draining refuses new work; what waits and runs goes on */
+	sched_drain(sch);
+	sched_request_cancel(r[0]);
+	ck_assert_int_eq(sched_submit(sch, &rp[SLOTS + 2], 1, &r[SLOTS + 2], err, sizeof err), SCHED_ERR_SHUTDOWN);
+	sched_cancel_all(sch);
+	for (int32_t i = 0; i < SLOTS + 2; i++) {
+		wait_end(r[i]);
+		sched_request_release(r[i]);
+	}
+	ck_assert_int_eq(sched_busy(sch), 0);
+}
+END_TEST
+
+/* ---- invalid submissions ---- */
+
+START_TEST(test_invalid)
+{
+	char err[256];
+	sched_request *r = (sched_request *)1;
+	int32_t prompt[4] = { 1, 2, 3, 4 };
+	sched_request_params rp = req_params(prompt, 0, 4);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_ERR_INVALID);
+	ck_assert_ptr_null(r);
+	int32_t bad[2] = { 1, 1 << 20 };
+	rp = req_params(bad, 2, 4);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_ERR_INVALID);
+	rp = req_params(prompt, 4, 4);
+	rp.regime = "no_such_regime";
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_ERR_REGIME);
+	ck_assert_ptr_nonnull(strstr(err, "no_such_regime"));
+	rp = req_params(prompt, 4, 4);
+	rp.logprobs = SCHED_MAX_LOGPROBS + 1;
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_ERR_INVALID);
+	rp = req_params(prompt, 4, -1);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_ERR_INVALID);
+	int32_t *big = calloc(CTX + 1, sizeof *big);
+	rp = req_params(big, CTX + 1, 0);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_ERR_TOO_LONG);
+	free(big);
+	/* a valid one with an invalid one: neither is queued */
+	sched_request_params two[2] = { req_params(prompt, 4, 4), req_params(prompt, 0, 4) };
+	sched_request *rr[2];
+	ck_assert_int_eq(sched_submit(sch, two, 2, rr, err, sizeof err), SCHED_ERR_INVALID);
+	ck_assert_int_eq(sched_busy(sch), 0);
+	/* the default regime by name */
+	rp = req_params(prompt, 4, 2);
+	rp.regime = engine_default_regime(eng);
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	sched_result res = wait_end(r);
+	ck_assert_str_eq(res.stats.regime, engine_default_regime(eng));
+	sched_request_release(r);
+}
+END_TEST
+
+START_TEST(test_metrics)
+{
+	int32_t prompt[30];
+	make_prompt(prompt, 30, 8);
+	char err[256];
+	sched_request_params rp = req_params(prompt, 30, 10);
+	sched_request *r;
+	ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+	sched_result res = wait_end(r);
+	sched_request_release(r);
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	ck_assert_uint_eq(m.prompt_tokens, 30);
+	ck_assert_uint_eq(m.generation_tokens, 10);
+	ck_assert(m.generation_tokens_per_s > 0);
+	ck_assert_uint_eq(m.ttft.count, 1);
+	ck_assert_uint_eq(m.inter_token.count, 9);
+	ck_assert_uint_eq(m.duration.count, 1);
+	ck_assert_int_ge(m.n_regimes, 1);
+	ck_assert_uint_eq(m.regimes[0].sequences, 1);
+	ck_assert(m.regimes[0].attn_products > 0 && m.regimes[0].attn_products <= m.regimes[0].attn_products_full);
+	ck_assert(m.regimes[0].kv_bytes_peak > 0);
+	ck_assert_double_eq_tol(m.regimes[0].acr_weighted / m.regimes[0].usage_total, res.stats.acr, 1e-9);
+	ck_assert_int_eq(m.regimes[0].n_windows, 1);
+}
+END_TEST
+
+static Suite *scheduler_suite(void)
+{
+	Suite *s = suite_create("scheduler");
+	TCase *tc = tcase_create("scheduler");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_concurrent_greedy);
+	tcase_add_test(tc, test_concurrent_seeded);
+	tcase_add_test(tc, test_choices);
+	tcase_add_test(tc, test_finish_reasons);
+	tcase_add_test(tc, test_prompt_logprobs);
+	tcase_add_test(tc, test_cancel_frees_pages);
+	tcase_add_test(tc, test_cancel_running_and_waiting);
+	tcase_add_test(tc, test_queue_full);
+	tcase_add_test(tc, test_invalid);
+	tcase_add_test(tc, test_metrics);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(scheduler_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
