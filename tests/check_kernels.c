@@ -585,6 +585,48 @@ START_TEST(test_matmul)
 }
 END_TEST
 
+/* Batch invariance: each row of a batched matmul is bit-identical to the same row computed alone, whichever path
+ * (gemv for few rows, tiles for many, padded edge tiles) and thread count ran it — so a request's tokens never
+ * depend on what else shares the engine step. */
+START_TEST(test_matmul_batch_invariant)
+{
+	const aah_dtype t = dtypes[_i];
+	rng_seed(900 + (uint64_t)_i);
+	backend_set bs;
+	backends_open(&bs, 7);
+	const int64_t shapes[][2] = { { 37, 600 }, { 64, 1024 }, { 6, 100 }, { 1030, 300 } };
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		const int64_t M = shapes[si][0], K = shapes[si][1];
+		const int32_t n = 101;
+		wmat w;
+		wmat_init(&w, t, M, K, 1.0f);
+		float *x = rand_floats(n * K, 1.0f);
+		float *batch = malloc((size_t)(n * M) * sizeof(float)), *alone = malloc((size_t)M * sizeof(float));
+		for (int bi = 0; bi < bs.n; bi++) {
+			aah_backend *b = bs.b[bi];
+			aah_tensor wt;
+			ck_assert_int_eq(b->iface.weight_import(b, &wt, w.data, t, M, K), 0);
+			const int32_t sizes[] = { n, 13, 12, 5, 4 };
+			for (size_t zi = 0; zi < sizeof sizes / sizeof sizes[0]; zi++) {
+				b->iface.matmul(b, batch, x, sizes[zi], &wt);
+				for (int32_t i = 0; i < sizes[zi]; i++) {
+					b->iface.matmul(b, alone, x + i * K, 1, &wt);
+					ck_assert_msg(memcmp(alone, batch + i * M, (size_t)M * sizeof(float)) == 0,
+					              "%s %s M=%lld K=%lld: row %d of a batch of %d differs from the row alone",
+					              bs.label[bi], aah_dtype_name(t), (long long)M, (long long)K, i, sizes[zi]);
+				}
+			}
+			b->iface.weight_release(b, &wt);
+		}
+		free(batch);
+		free(alone);
+		free(x);
+		wmat_free(&w);
+	}
+	backends_close(&bs);
+}
+END_TEST
+
 /* (n_rows, dim): single-threaded below n_rows·dim = 32768, pooled above (incl. fewer rows than threads). */
 static const int32_t rms_shapes[][2] = { { 1, 7 }, { 3, 64 }, { 5, 100 }, { 17, 1024 }, { 64, 1024 }, { 9, 4096 },
 	                                     { 2, 20000 }, { 1, 40000 } };
@@ -1587,6 +1629,7 @@ static Suite *kernels_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_backend_init);
 	tcase_add_loop_test(tc, test_matmul, 0, 3);
+	tcase_add_loop_test(tc, test_matmul_batch_invariant, 0, 3);
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu_add);

@@ -184,7 +184,6 @@ static void cpu_add(aah_backend *b, float *x, const float *y, int64_t n)
 
 /* ---- matmul ---- */
 
-#define MATMUL_KC 256   /* K slice of the tiled matmul: C · 256 floats of panel = 4 KiB for C = 4 */
 
 typedef struct matmul_job {
 	float *out;
@@ -212,7 +211,9 @@ static void matmul_gemv_worker(void *p, int32_t ti, int32_t nt)
 }
 
 /* Many activation rows: convert C weight rows to an f32 panel once, then run R × C register tiles over a
- * block of activation rows that stays in L2. out (n, M), x (n, K). */
+ * block of activation rows that stays in L2, K in CPU_KC slices whose panel part (C · 256 floats = 4 KiB) stays
+ * in L1. Edge rows and columns run through the same tile on zero-padded copies, so every output element is
+ * summed exactly as gemv sums it (batch invariance, cpu_kernels.h). out (n, M), x (n, K). */
 static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 {
 	matmul_job *j = p;
@@ -222,31 +223,54 @@ static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 	const size_t es = aah_dtype_size(j->w->type);
 	int64_t lo, hi;
 	split_range(M, C, ti, nt, &lo, &hi);
-	float *panel_buf = j->c->scratch[ti].buf;
+	float *panel_buf = j->c->scratch[ti].buf;         /* C · K */
+	float *xpad = panel_buf + (int64_t)C * K;          /* R · K: the last rows of a block, zero-padded */
+	float edge[64];                                    /* R · C results of an edge tile */
 	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
 		int64_t tn = j->n - tb < j->token_block ? j->n - tb : j->token_block;
 		const float *xb = j->x + tb * K;
 		float *ob = j->out + tb * M;
+		int64_t r_full = tn / R * R;
+		if (r_full < tn) {
+			memcpy(xpad, xb + r_full * K, (size_t)((tn - r_full) * K) * sizeof(float));
+			memset(xpad + (tn - r_full) * K, 0, (size_t)((R - (tn - r_full)) * K) * sizeof(float));
+		}
 		for (int64_t mb = lo; mb < hi; mb += C) {
 			int64_t c = hi - mb < C ? hi - mb : C;
 			const char *wsrc = (const char *)j->w->data + (size_t)mb * (size_t)K * es;
 			const float *panel;
-			if (j->w->type == AAH_DTYPE_F32) {
+			if (j->w->type == AAH_DTYPE_F32 && c == C) {
 				panel = (const float *)wsrc;
 			} else {
 				k->to_f32(panel_buf, wsrc, j->w->type, c * K);
+				memset(panel_buf + c * K, 0, (size_t)((C - c) * K) * sizeof(float));
 				panel = panel_buf;
 			}
-			/* K in slices whose panel part (C · KC floats) stays in L1 across every row tile of the block */
-			int64_t r_full = c == C ? tn / R * R : 0;
-			for (int64_t kb = 0; kb < K && r_full > 0; kb += MATMUL_KC) {
-				int64_t kn = K - kb < MATMUL_KC ? K - kb : MATMUL_KC;
-				for (int64_t r = 0; r < r_full; r += R)
-					k->tile(ob + r * M + mb, M, xb + r * K + kb, K, panel + kb, K, kn, kb > 0);
+			for (int64_t kb = 0; kb < K; kb += CPU_KC) {
+				int64_t kn = K - kb < CPU_KC ? K - kb : CPU_KC;
+				if (c == C)
+					for (int64_t r = 0; r < r_full; r += R)
+						k->tile(ob + r * M + mb, M, xb + r * K + kb, K, panel + kb, K, kn, kb > 0);
+				else
+					for (int64_t r = 0; r < r_full; r += R) {
+						for (int32_t rr = 0; rr < R && kb > 0; rr++)
+							for (int64_t cc = 0; cc < c; cc++)
+								edge[rr * C + cc] = ob[(r + rr) * M + mb + cc];
+						k->tile(edge, C, xb + r * K + kb, K, panel + kb, K, kn, kb > 0);
+						for (int32_t rr = 0; rr < R; rr++)
+							for (int64_t cc = 0; cc < c; cc++)
+								ob[(r + rr) * M + mb + cc] = edge[rr * C + cc];
+					}
+				if (r_full < tn) {
+					for (int64_t rr = 0; rr < tn - r_full && kb > 0; rr++)
+						for (int64_t cc = 0; cc < c; cc++)
+							edge[rr * C + cc] = ob[(r_full + rr) * M + mb + cc];
+					k->tile(edge, C, xpad + kb, K, panel + kb, K, kn, kb > 0);
+					for (int64_t rr = 0; rr < tn - r_full; rr++)
+						for (int64_t cc = 0; cc < c; cc++)
+							ob[(r_full + rr) * M + mb + cc] = edge[rr * C + cc];
+				}
 			}
-			for (int64_t r = r_full; r < tn; r++)
-				for (int64_t cc = 0; cc < c; cc++)
-					ob[r * M + mb + cc] = k->dot(xb + r * K, panel + cc * K, K);
 		}
 	}
 }
@@ -267,8 +291,8 @@ static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, co
 	int64_t tb = (1 << 20) / (w->cols * (int64_t)sizeof(float));
 	tb = tb / c->k->tile_rows * c->k->tile_rows;
 	j.token_block = tb < c->k->tile_rows ? c->k->tile_rows : tb;
-	if (!scratch_reserve(c, (size_t)c->k->tile_cols * (size_t)w->cols))
-		abort();   /* a panel is C rows of one weight: out of memory here is not recoverable */
+	if (!scratch_reserve(c, (size_t)(c->k->tile_cols + c->k->tile_rows) * (size_t)w->cols))
+		abort();   /* a panel and a padded row block of one weight's width: out of memory here is not recoverable */
 	threadpool_run(c->tp, matmul_tile_worker, &j);
 }
 

@@ -47,10 +47,14 @@ static void gemv_generic(float *out, int64_t ldo, const float *x, int32_t n, con
 {
 	for (int64_t m = m0; m < m1; m++)
 		for (int32_t i = 0; i < n; i++) {
-			float s = 0;
-			for (int64_t k = 0; k < K; k++)
-				s += x[i * K + k] * load_elem(w, t, m * K + k);
-			out[i * ldo + m] = s;
+			float sum = 0;
+			for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* slice by slice, as tile sums (cpu_kernels.h) */
+				float s = 0;
+				for (int64_t k = kb; k < K && k < kb + CPU_KC; k++)
+					s += x[i * K + k] * load_elem(w, t, m * K + k);
+				sum = kb > 0 ? sum + s : s;
+			}
+			out[i * ldo + m] = sum;
 		}
 }
 

@@ -7,6 +7,12 @@
 
 #include "kernels/backend.h"
 
+/* Every dot product over K — in gemv and in tile alike — is summed the same way: K in slices of CPU_KC, each
+ * slice a vector sum from its start (then a fixed horizontal reduction), the slices' sums added in order. So a
+ * row's result never depends on how many rows share the call or which path ran it (batch invariance: a
+ * request's tokens do not depend on what else the server is running). */
+#define CPU_KC 256
+
 /* Prefill micro-tile sizes are the table's tile_rows × tile_cols. */
 typedef struct cpu_kernels {
 	const char *isa;

@@ -49,31 +49,38 @@ INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, con
 	const char *wr[GR];
 	UNROLL for (int j = 0; j < GR; j++)
 		wr[j] = (const char *)w + (size_t)(m + (j < rows ? j : 0)) * (size_t)K * es;
-	__m256 acc[GR][4];
-	UNROLL for (int j = 0; j < GR; j++)
-		UNROLL for (int i = 0; i < 4; i++)
-			acc[j][i] = _mm256_setzero_ps();
-	const int64_t K8 = K & ~(int64_t)7;
-	for (int64_t k = 0; k < K8; k += 8) {
-		__m256 wv[GR];
-		UNROLL for (int j = 0; j < GR; j++) {
-			_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
-			wv[j] = load8(wr[j], T, k);
+	float sum[GR][4] = { { 0 } };   /* set by the first slice (K ≥ 1) */
+	for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* the slices of CPU_KC (cpu_kernels.h) */
+		const int64_t ke = K - kb < CPU_KC ? K : kb + CPU_KC;
+		const int64_t ke8 = kb + ((ke - kb) & ~(int64_t)7);
+		__m256 acc[GR][4];
+		UNROLL for (int j = 0; j < GR; j++)
+			UNROLL for (int i = 0; i < 4; i++)
+				acc[j][i] = _mm256_setzero_ps();
+		for (int64_t k = kb; k < ke8; k += 8) {
+			__m256 wv[GR];
+			UNROLL for (int j = 0; j < GR; j++) {
+				_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
+				wv[j] = load8(wr[j], T, k);
+			}
+			UNROLL for (int i = 0; i < N; i++) {
+				__m256 xv = _mm256_loadu_ps(x + i * K + k);
+				UNROLL for (int j = 0; j < GR; j++)
+					acc[j][i] = _mm256_fmadd_ps(wv[j], xv, acc[j][i]);
+			}
 		}
-		UNROLL for (int i = 0; i < N; i++) {
-			__m256 xv = _mm256_loadu_ps(x + i * K + k);
-			UNROLL for (int j = 0; j < GR; j++)
-				acc[j][i] = _mm256_fmadd_ps(wv[j], xv, acc[j][i]);
-		}
+		UNROLL for (int i = 0; i < N; i++)
+			UNROLL for (int j = 0; j < GR; j++) {
+				float v = hsum8(acc[j][i]);
+				for (int64_t k = ke8; k < ke; k++)
+					v += x[i * K + k] * load1(wr[j], T, k);
+				sum[j][i] = kb > 0 ? sum[j][i] + v : v;
+			}
 	}
 	UNROLL for (int i = 0; i < N; i++)
 		UNROLL for (int j = 0; j < GR; j++)
-			if (j < rows) {
-				float s = hsum8(acc[j][i]);
-				for (int64_t k = K8; k < K; k++)
-					s += x[i * K + k] * load1(wr[j], T, k);
-				out[i * ldo + m + j] = s;
-			}
+			if (j < rows)
+				out[i * ldo + m + j] = sum[j][i];
 }
 
 INLINE void gemv_typed(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,

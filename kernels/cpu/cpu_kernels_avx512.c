@@ -44,40 +44,49 @@ INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, con
 	const char *wr[GR];
 	UNROLL for (int j = 0; j < GR; j++)
 		wr[j] = (const char *)w + (size_t)(m + (j < rows ? j : 0)) * (size_t)K * es;
-	__m512 acc[GR][4];
-	UNROLL for (int j = 0; j < GR; j++)
-		UNROLL for (int i = 0; i < 4; i++)
-			acc[j][i] = _mm512_setzero_ps();
-	int64_t k = 0;
-	for (; k + 16 <= K; k += 16) {
-		__m512 wv[GR];
-		UNROLL for (int j = 0; j < GR; j++) {
-			/* Software prefetch well ahead of each row stream: the hardware prefetcher alone leaves a third
-			 * of the bandwidth unused when four rows are streamed at once. */
-			_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
-			wv[j] = load16(wr[j], T, k);
-		}
-		UNROLL for (int i = 0; i < N; i++) {
-			__m512 xv = _mm512_loadu_ps(x + i * K + k);
-			UNROLL for (int j = 0; j < GR; j++)
-				acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
-		}
-	}
-	if (k < K) {
-		__mmask16 mk = (__mmask16)((1u << (K - k)) - 1);
-		__m512 wv[GR];
+	float sum[GR][4] = { { 0 } };   /* set by the first slice (K ≥ 1) */
+	for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* the slices of CPU_KC (cpu_kernels.h) */
+		const int64_t ke = K - kb < CPU_KC ? K : kb + CPU_KC;
+		__m512 acc[GR][4];
 		UNROLL for (int j = 0; j < GR; j++)
-			wv[j] = load16_tail(wr[j], T, k, mk);
-		UNROLL for (int i = 0; i < N; i++) {
-			__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * K + k);
-			UNROLL for (int j = 0; j < GR; j++)
-				acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
+			UNROLL for (int i = 0; i < 4; i++)
+				acc[j][i] = _mm512_setzero_ps();
+		int64_t k = kb;
+		for (; k + 16 <= ke; k += 16) {
+			__m512 wv[GR];
+			UNROLL for (int j = 0; j < GR; j++) {
+				/* Software prefetch well ahead of each row stream: the hardware prefetcher alone leaves a third
+				 * of the bandwidth unused when four rows are streamed at once. */
+				_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
+				wv[j] = load16(wr[j], T, k);
+			}
+			UNROLL for (int i = 0; i < N; i++) {
+				__m512 xv = _mm512_loadu_ps(x + i * K + k);
+				UNROLL for (int j = 0; j < GR; j++)
+					acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
+			}
 		}
+		if (k < ke) {
+			__mmask16 mk = (__mmask16)((1u << (ke - k)) - 1);
+			__m512 wv[GR];
+			UNROLL for (int j = 0; j < GR; j++)
+				wv[j] = load16_tail(wr[j], T, k, mk);
+			UNROLL for (int i = 0; i < N; i++) {
+				__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * K + k);
+				UNROLL for (int j = 0; j < GR; j++)
+					acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
+			}
+		}
+		UNROLL for (int i = 0; i < N; i++)
+			UNROLL for (int j = 0; j < GR; j++) {
+				float v = _mm512_reduce_add_ps(acc[j][i]);
+				sum[j][i] = kb > 0 ? sum[j][i] + v : v;
+			}
 	}
 	UNROLL for (int i = 0; i < N; i++)
 		UNROLL for (int j = 0; j < GR; j++)
 			if (j < rows)
-				out[i * ldo + m + j] = _mm512_reduce_add_ps(acc[j][i]);
+				out[i * ldo + m + j] = sum[j][i];
 }
 
 INLINE void gemv_typed(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
