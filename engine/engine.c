@@ -270,6 +270,8 @@ void engine_free(engine *e)
 
 const model_config *engine_config(const engine *e) { return &e->cfg; }
 int32_t engine_ctx_len(const engine *e) { return e->p.ctx_len; }
+int64_t engine_kv_pool_pages(const engine *e) { return e->kv.pool.n_pages; }
+int64_t engine_kv_page_bytes(const engine *e) { return (int64_t)e->kv.page_bytes; }
 aah_backend *engine_backend(engine *e) { return e->be; }
 const char *engine_backend_desc(const engine *e) { return e->desc; }
 uint64_t engine_attention_work(const engine *e) { return e->attn_work; }

@@ -31,18 +31,23 @@ typedef struct engine engine;
 int engine_init(engine **out, const char *model_dir, const engine_params *p, char *err, size_t err_len);
 void engine_free(engine *e);
 
+/* Any thread. */
 const model_config *engine_config(const engine *e);
 int32_t engine_ctx_len(const engine *e);
+/* Any thread: the KV page pool, in pages, and one page's bytes. */
+int64_t engine_kv_pool_pages(const engine *e);
+int64_t engine_kv_page_bytes(const engine *e);
 aah_backend *engine_backend(engine *e);
-/* Human-readable backend description, e.g. "cpu (avx512, 2 threads)". */
+/* Any thread: human-readable backend description, e.g. "cpu (avx512)". */
 const char *engine_backend_desc(const engine *e);
 
-/* The regimes this model offers (full_attention always; the others come from aah.json). */
+/* Any thread: the regimes this model offers (full_attention always; the others come from aah.json). */
 int32_t engine_regime_count(const engine *e);
 const char *engine_regime_name(const engine *e, int32_t i);
 const char *engine_default_regime(const engine *e);
 
-/* KV pages a sequence under `regime` (NULL: the default) holds at most at `len` positions; -1: no such regime. */
+/* Any thread: KV pages a sequence under `regime` (NULL: the default) holds at most at `len` positions; -1: no such
+ * regime. */
 int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len);
 
 /* Opens a sequence (an empty KV cache slot) that attends under `regime` (NULL: the default).

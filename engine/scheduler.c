@@ -795,10 +795,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->vocab = c->vocab_size;
 	s->ctx_len = engine_ctx_len(e);
 	s->kv_heads = (int64_t)c->n_layers * c->n_kv_heads;
-	/* The engine's pool, as engine_init sizes it (an accessor for it is asked of the engine). */
-	s->page_bytes = (int64_t)2 * AAH_PAGE_LEN * c->head_dim * (int64_t)aah_dtype_size(ep->kv_dtype);
-	int64_t per_seq = s->kv_heads * ((s->ctx_len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1);
-	s->pool_pages = ep->kv_budget_bytes > 0 ? ep->kv_budget_bytes / s->page_bytes : per_seq * engine_seqs;
+	s->page_bytes = engine_kv_page_bytes(e);
+	s->pool_pages = engine_kv_pool_pages(e);
 	s->n_regimes = engine_regime_count(e);
 	if (s->n_regimes > SCHED_MAX_REGIMES)
 		s->n_regimes = SCHED_MAX_REGIMES;
