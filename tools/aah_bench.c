@@ -104,6 +104,7 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 		return 1;
 	}
 	double t1 = now_s();
+	int64_t kv0 = engine_seq_kv_bytes(e, seq);
 	int32_t tok = sampler_argmax(logits, c->vocab_size);
 	for (int32_t i = 0; i < n_gen; i++) {
 		engine_item step = { seq, &tok, 1, false };
@@ -113,13 +114,16 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	double t2 = now_s();
 	double prefill = n_prompt / (t1 - t0), decode = n_gen / (t2 - t1);
 	int64_t wbytes = engine_weight_bytes_per_token(e);
-	double implied = (double)wbytes * decode / 1e9;
+	/* each decode step also reads the sequence's whole KV cache: on average its size halfway through */
+	double kvbytes = 0.5 * (double)(kv0 + engine_seq_kv_bytes(e, seq));
+	double implied = ((double)wbytes + kvbytes) * decode / 1e9;
 	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads\n", dir, c->hidden_size,
 	       c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads);
 	printf("  prefill  %4d tokens: %8.1f tokens/s\n", n_prompt, prefill);
 	printf("  decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", n_gen, decode);
-	printf("  weights read per decoded token: %.1f MB; implied bandwidth %.2f GB/s = %.0f%% of measured %.2f GB/s\n",
-	       (double)wbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	printf("  read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = %.0f%% "
+	       "of measured %.2f GB/s\n",
+	       (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
 	engine_seq_close(e, seq);
 	free(ids);
 	free(logits);
