@@ -325,6 +325,47 @@ START_TEST(test_large_windows_equal_full_attention)
 }
 END_TEST
 
+/* The logits do not depend on how a prompt was chunked, for every KV element type: a query reads its chunk's own
+ * keys as the cache would hold them. (Decode steps are chunks of one.) */
+START_TEST(test_chunking_invariant)
+{
+	static const aah_dtype types[] = { AAH_DTYPE_F32, AAH_DTYPE_BF16, AAH_DTYPE_F16 };
+	char src[1024], err[512], dir[256];
+	snprintf(src, sizeof src, "%s/%s", testdata(), "qwen3-small-a");
+	model_files ref;
+	ck_assert_msg(model_files_load(&ref, src, err, sizeof err) == 0, "%s", err);
+	const int32_t windows[] = { 64, 128, 256 };
+	rng_state = 2024;
+	char *json = aah_json_random(&ref.config, windows, 3, 2048, "static", 1, NULL);
+	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	const int32_t n = 300, V = ref.config.vocab_size;
+	int32_t ids[300];
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t)(rnd() % 2048);
+	float *a = malloc((size_t)n * V * sizeof *a), *b = malloc((size_t)n * V * sizeof *b);
+	const int32_t chunks[] = { 512, 37, 1 };
+	for (size_t ti = 0; ti < 3; ti++)
+		for (size_t ci = 0; ci < 3; ci++) {
+			engine_params p = { .n_threads = 2, .max_seqs = 1, .ctx_len = 1024, .max_batch_tokens = chunks[ci],
+			                    .kv_dtype = types[ti] };
+			engine *e;
+			ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
+			int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
+			engine_item it = { seq, ids, n, true };
+			ck_assert_msg(engine_forward(e, &it, 1, ci == 0 ? a : b, err, sizeof err) == 0, "%s", err);
+			if (ci > 0)
+				ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof *a) == 0,
+				              "kv %s: chunks of %d give other logits than one chunk", aah_dtype_name(types[ti]),
+				              chunks[ci]);
+			engine_free(e);
+		}
+	engine_free(NULL);
+	model_files_free(&ref);
+	remove_model_dir(dir);
+	free(json); free(a); free(b);
+}
+END_TEST
+
 /* ---- accounting ---- */
 
 START_TEST(test_kv_bytes_match_formula)
@@ -612,6 +653,7 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, test_windowed_equals_dense_masked, 0, (int)(sizeof eq_cases / sizeof eq_cases[0]));
 	tcase_add_test(tc, test_large_windows_equal_full_attention);
+	tcase_add_test(tc, test_chunking_invariant);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("accounting");
 	tcase_set_timeout(tc, 120);

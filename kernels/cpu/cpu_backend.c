@@ -346,16 +346,32 @@ static void add_band_mass(const aah_attn_seq *s, int32_t h, int64_t pos, int64_t
 
 /* The longest run of keys (which = 0) or values (which = 1) of KV head kvh starting at position t and ending by
  * `last` that lies contiguously in memory: up to a page edge in the cache, or up to `last` among the new rows.
- * Sets *rows and *stride (floats); a run from a non-f32 pool is converted into tmp (AAH_PAGE_LEN · hd floats). */
+ * Sets *rows and *stride (floats); with a non-f32 pool the run (at most a page) is converted into tmp
+ * (AAH_PAGE_LEN · hd floats). */
 static int64_t kv_run(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t t, int64_t last, int which,
                       float *tmp, const float **rows, int64_t *stride)
 {
 	const int32_t hd = j->head_dim;
 	if (t >= s->pos0) {
 		const float *m = which ? j->v : j->k;
-		*rows = m + (int64_t)(s->row0 + t - s->pos0) * j->n_kv * hd + (int64_t)kvh * hd;
+		const float *src = m + (int64_t)(s->row0 + t - s->pos0) * j->n_kv * hd + (int64_t)kvh * hd;
 		*stride = (int64_t)j->n_kv * hd;
-		return last - t + 1;
+		if (j->pool->type == AAH_DTYPE_F32) {
+			*rows = src;
+			return last - t + 1;
+		}
+		/* A new row is read as the pool will hold it (rounded to f16/bf16), so a query sees the same keys whether
+		 * they came from this call or from the pages: the result does not depend on how a prompt was chunked. */
+		int64_t n = last - t + 1 < AAH_PAGE_LEN ? last - t + 1 : AAH_PAGE_LEN;
+		for (int64_t r = 0; r < n; r++)
+			for (int32_t d = 0; d < hd; d++) {
+				float x = src[r * *stride + d];
+				tmp[r * hd + d] = j->pool->type == AAH_DTYPE_BF16 ? cpu_bf16_to_f32(cpu_f32_to_bf16(x))
+				                                                  : cpu_f16_to_f32(cpu_f32_to_f16(x));
+			}
+		*rows = tmp;
+		*stride = hd;
+		return n;
 	}
 	int64_t end = (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN - 1;   /* the page's last position */
 	if (end > s->pos0 - 1)
@@ -544,6 +560,7 @@ static const aah_backend_iface cpu_iface = {
 	/* .buf_free = */ cpu_buf_free,
 	/* .buf_write = */ cpu_buf_copy,
 	/* .buf_read = */ cpu_buf_copy,
+	/* .buf_copy = */ cpu_buf_copy,
 	/* .weight_import = */ cpu_weight_import,
 	/* .weight_release = */ cpu_weight_release,
 	/* .get_rows = */ cpu_get_rows,
