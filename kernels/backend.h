@@ -74,6 +74,8 @@ typedef struct aah_backend_iface {
 	void (*buf_free)(aah_backend *b, void *p);
 	void (*buf_write)(aah_backend *b, void *dst, const void *src_host, size_t bytes);
 	void (*buf_read)(aah_backend *b, void *dst_host, const void *src, size_t bytes);
+	/* dst = src, both in this backend's memory, not overlapping (a forked sequence's KV pages). */
+	void (*buf_copy)(aah_backend *b, void *dst, const void *src, size_t bytes);
 
 	/* Makes a host weight (e.g. memory-mapped) usable by this backend. The CPU backend uses it in place;
 	 * others copy. Returns 0, or -1 when out of memory. Release with weight_release. */
