@@ -39,7 +39,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
-.PHONY: all deps test run bench fuzz clean install
+.PHONY: all deps test test-fast run bench fuzz clean install
 all: $(BUILD)/aahd $(TOOLS)
 
 deps:
@@ -100,9 +100,20 @@ fuzz: $(BUILD)/libaah.a
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+# The suite runs twice: as built, and under ASan+UBSan (SAN=1, into $(BUILD)/san); one closing line counts both.
+# `make test-fast` skips the sanitizer pass.
 test: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTS) $(FUZZ_REPLAY) $(TOKENIZER)
-	@BUILD=$(BUILD) AAH_CACHE=$(CACHE) sh tests/run_tests.sh
+ifneq ($(SAN),1)
+	@$(MAKE) --no-print-directory -j$(NPROC) SAN=1 all $(patsubst $(BUILD)/%,$(BUILD)/san/%,$(TESTS) $(FUZZ_REPLAY))
+	@BUILDS="$(BUILD) $(BUILD)/san" AAH_CACHE=$(CACHE) sh tests/run_tests.sh
+else
+	@BUILDS="$(BUILD)" AAH_CACHE=$(CACHE) sh tests/run_tests.sh
+endif
+
+test-fast: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTS) $(FUZZ_REPLAY) $(TOKENIZER)
+	@BUILDS="$(BUILD)" AAH_CACHE=$(CACHE) sh tests/run_tests.sh
 
 run: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
