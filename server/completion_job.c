@@ -470,6 +470,8 @@ enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
 			p->sampling.presence_penalty = (float)cr->presence_penalty;
 			p->sampling.frequency_penalty = (float)cr->frequency_penalty;
 			p->sampling.seed = seed + (uint64_t)k;   /* choice k of every prompt: seed + k, as if sent alone */
+			/* a model's vocabulary is often padded past its tokenizer's: never draw an id with no text */
+			p->sampling.vocab_limit = tokenizer_vocab_size(s->tok);
 			p->regime = s->regimes[j->regime];
 			p->logprobs = cr->logprobs;
 			p->prompt_logprobs = k == 0 && cr->echo && cr->logprobs >= 0;   /* one per prompt; its choices share it */
