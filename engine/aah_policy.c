@@ -174,6 +174,22 @@ void aah_seq_state_reset(aah_seq_state *s, const aah_regimes *rs, int32_t ri)
 	heads_from_groups(s, rs);
 }
 
+void aah_seq_state_copy(aah_seq_state *dst, const aah_seq_state *src, const aah_regimes *rs)
+{
+	size_t g = (size_t)rs->max_groups, nw = rs->n_windows > 0 ? (size_t)rs->n_windows : 1;
+	size_t heads = (size_t)rs->n_layers * (size_t)rs->n_kv;
+	dst->regime = src->regime;
+	dst->decode_steps = src->decode_steps;
+	memcpy(dst->feature, src->feature, g * nw * sizeof *dst->feature);
+	memcpy(dst->resolution, src->resolution, g * sizeof *dst->resolution);
+	memcpy(dst->have_feature, src->have_feature, g * sizeof *dst->have_feature);
+	memcpy(dst->group_window, src->group_window, g * sizeof *dst->group_window);
+	memcpy(dst->head_window, src->head_window, heads * sizeof *dst->head_window);
+	memcpy(dst->usage_window, src->usage_window, sizeof dst->usage_window);
+	memcpy(dst->usage, src->usage, sizeof dst->usage);
+	dst->n_usage = src->n_usage;
+}
+
 bool aah_seq_probe_due(const aah_seq_state *s, const aah_regimes *rs)
 {
 	const aah_regime_rt *r = &rs->r[s->regime];

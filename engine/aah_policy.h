@@ -78,6 +78,8 @@ int aah_seq_state_init(aah_seq_state *s, const aah_regimes *rs);
 void aah_seq_state_free(aah_seq_state *s);
 /* Starts a sequence under regime index r. */
 void aah_seq_state_reset(aah_seq_state *s, const aah_regimes *rs, int32_t r);
+/* dst = src (both made by aah_seq_state_init for rs): a forked sequence goes on selecting as its source would. */
+void aah_seq_state_copy(aah_seq_state *dst, const aah_seq_state *src, const aah_regimes *rs);
 
 /* True when the next decode step of this sequence should be a probe. */
 bool aah_seq_probe_due(const aah_seq_state *s, const aah_regimes *rs);

@@ -60,6 +60,7 @@ struct engine {
 	uint64_t *span_work;           /* rows: attention products of each span in this chunk */
 
 	uint64_t attn_work;
+	bool host_buffers;             /* the backend's buffers are host memory (the CPU backend) */
 };
 
 static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, char *err, size_t err_len)
@@ -138,6 +139,40 @@ static int alloc_scratch(engine *e, char *err, size_t err_len)
 	return 0;
 }
 
+/* The backend p.backend names: "cuda" or fail; "cpu"; "auto" (or NULL) CUDA when the runtime sees a device, else the
+ * CPU. e->desc says which, e.g. "cuda (NVIDIA H200, 132 SMs, bf16 tensor-core matmul)" or "cpu (avx512)". */
+static int backend_open(engine *e, char *err, size_t err_len)
+{
+	/* NULL is the CPU: a library caller (a test, a tool) gets the exact reference unless it asks; the daemon passes
+	 * its `backend` setting, "auto" by default. */
+	const char *want = e->p.backend && *e->p.backend ? e->p.backend : "cpu";
+	aah_backend_params bp = { .n_threads = e->p.n_threads };
+	if (strcmp(want, "cpu") != 0 && strcmp(want, "cuda") != 0 && strcmp(want, "auto") != 0) {
+		snprintf(err, err_len, "unknown backend '%s' (cpu, cuda, auto)", want);
+		return -1;
+	}
+	if (!strcmp(want, "cuda") || (!strcmp(want, "auto") && aah_backend_cuda_available())) {
+		char berr[512] = "";
+		e->be = aah_backend_cuda_init(&bp, berr, sizeof berr);
+		if (e->be) {
+			snprintf(e->desc, sizeof e->desc, "cuda (%s)", aah_backend_cuda_device(e->be));
+			return 0;
+		}
+		if (!strcmp(want, "cuda")) {
+			snprintf(err, err_len, "backend cuda: %s", berr);
+			return -1;
+		}
+		fprintf(stderr, "engine: backend auto: a CUDA device is present but unusable (%s); using the CPU\n", berr);
+	}
+	e->be = aah_backend_cpu_init(&bp);
+	if (!e->be) {
+		snprintf(err, err_len, "cannot start the CPU backend");
+		return -1;
+	}
+	snprintf(e->desc, sizeof e->desc, "cpu (%s)", aah_backend_cpu_isa(e->be));
+	return 0;
+}
+
 int engine_init(engine **out, const char *model_dir, const engine_params *p, char *err, size_t err_len)
 {
 	*out = NULL;
@@ -172,13 +207,9 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		         c->max_position_embeddings);
 		goto fail;
 	}
-	aah_backend_params bp = { .n_threads = e->p.n_threads };
-	e->be = aah_backend_cpu_init(&bp);
-	if (!e->be) {
-		snprintf(err, err_len, "cannot start the CPU backend");
+	if (backend_open(e, err, err_len) != 0)
 		goto fail;
-	}
-	snprintf(e->desc, sizeof e->desc, "cpu (%s)", aah_backend_cpu_isa(e->be));
+	e->host_buffers = !strcmp(e->be->iface.name, "cpu");
 	if (import_weights(e, err, err_len) != 0)
 		goto fail;
 	e->inv_freq = malloc((size_t)c->head_dim / 2 * sizeof(float));
@@ -323,6 +354,31 @@ int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len
 	return -1;
 }
 
+int32_t engine_seq_fork(engine *e, int32_t src, char *err, size_t err_len)
+{
+	if (src < 0 || src >= e->p.max_seqs || !e->seq_used[src]) {
+		snprintf(err, err_len, "sequence %d is not open", src);
+		return -1;
+	}
+	int32_t dst = 0;
+	while (dst < e->p.max_seqs && e->seq_used[dst])
+		dst++;
+	if (dst == e->p.max_seqs) {
+		snprintf(err, err_len, "all %d sequences are in use", e->p.max_seqs);
+		return -1;
+	}
+	if (kv_cache_fork(&e->kv, e->be, dst, src) != 0) {
+		snprintf(err, err_len, "KV cache full: %lld pages needed, %d free", (long long)e->kv.seq_pages[src],
+		         e->kv.n_free);
+		return -1;
+	}
+	e->seq_used[dst] = true;
+	e->seq_len[dst] = e->seq_len[src];
+	e->seq_stats[dst] = e->seq_stats[src];
+	aah_seq_state_copy(&e->policy[dst], &e->policy[src], &e->regimes);
+	return dst;
+}
+
 int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len)
 {
 	int32_t ri = regime ? aah_regimes_find(&e->regimes, regime) : e->regimes.default_index;
@@ -463,6 +519,15 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 		int32_t nr = n_logit - r < e->logit_rows ? n_logit - r : e->logit_rows;
 		f->get_rows(b, e->xs, &xt, e->lrow + r, nr);
 		f->rmsnorm(b, e->xs, e->xs, &e->norm, nr, c->rms_norm_eps);
+		/* The caller's rows of a pass are consecutive; with host buffers the product goes straight into them, which
+		 * spares a copy of every logits row (16 decode rows of a 152k vocabulary: 10 MB per step). */
+		bool direct = e->host_buffers;
+		for (int32_t i = 1; i < nr && direct; i++)
+			direct = e->ldst[r + i] == e->ldst[r] + i;
+		if (direct) {
+			f->matmul(b, logits_out + e->ldst[r] * c->vocab_size, e->xs, nr, &e->lm_head);
+			continue;
+		}
 		f->matmul(b, e->logits, e->xs, nr, &e->lm_head);
 		for (int32_t i = 0; i < nr; i++)
 			f->buf_read(b, logits_out + e->ldst[r + i] * c->vocab_size, e->logits + (int64_t)i * c->vocab_size,
@@ -553,5 +618,11 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 	}
 	if (n > 0)
 		forward_chunk(e, n, n_spans, n_logit, logits);
+	/* a backend that can fail (a device) says so here; its results are then undefined */
+	const char *be_err = e->be->iface.last_error ? e->be->iface.last_error(e->be) : NULL;
+	if (be_err) {
+		snprintf(err, err_len, "backend %s: %s", e->be->iface.name, be_err);
+		return -1;
+	}
 	return 0;
 }

@@ -22,6 +22,7 @@ typedef struct engine_params {
 	aah_dtype kv_dtype;         /* KV element type; the CPU reference uses f32 */
 	int64_t kv_budget_bytes;    /* page pool size; 0 = room for max_seqs full contexts */
 	int64_t checkpoint_step;    /* in a run directory: load checkpoint-<step>; 0 = the highest */
+	const char *backend;        /* "cpu" (also NULL), "cuda", or "auto": CUDA when a device is present, else the CPU */
 } engine_params;
 
 typedef struct engine engine;
@@ -53,6 +54,11 @@ int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len)
 /* Opens a sequence (an empty KV cache slot) that attends under `regime` (NULL: the default).
  * Returns its id, or -1 with a message: every slot taken, or no such regime. */
 int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len);
+/* Opens a sequence that is a copy of the open sequence src: its regime, positions, window selection and policy state,
+ * stats so far, and KV pages of its own holding copies of src's (backend to backend). Both then go on independently,
+ * each exactly as src alone would: n choices of one prompt share its prefill this way. Returns the new id, or -1
+ * with a message: src not open, every slot taken, or too few free pages (then nothing changes). */
+int32_t engine_seq_fork(engine *e, int32_t src, char *err, size_t err_len);
 /* Closes it and returns its pages to the pool. */
 void engine_seq_close(engine *e, int32_t seq);
 /* Positions the sequence holds so far. */

@@ -139,3 +139,24 @@ void kv_cache_release(kv_cache *c, int32_t seq)
 	c->pages_used -= c->seq_pages[seq];
 	c->seq_pages[seq] = 0;
 }
+
+int kv_cache_fork(kv_cache *c, aah_backend *b, int32_t dst, int32_t src)
+{
+	const int64_t heads = (int64_t)c->n_layers * c->n_kv, n = heads * c->ring_stride;
+	if (c->seq_pages[src] > c->n_free)
+		return -1;
+	memcpy(c->n_slots + (int64_t)dst * heads, c->n_slots + (int64_t)src * heads, (size_t)heads * sizeof *c->n_slots);
+	const int32_t *from = c->rings + (int64_t)src * n;
+	int32_t *to = c->rings + (int64_t)dst * n;
+	char *pages = c->pool.data;
+	for (int64_t i = 0; i < n; i++) {
+		if (from[i] < 0)
+			continue;
+		to[i] = c->free_pages[--c->n_free];
+		b->iface.buf_copy(b, pages + (size_t)to[i] * c->page_bytes, pages + (size_t)from[i] * c->page_bytes,
+		                  c->page_bytes);
+	}
+	c->seq_pages[dst] = c->seq_pages[src];
+	c->pages_used += c->seq_pages[src];
+	return 0;
+}

@@ -45,6 +45,10 @@ int64_t kv_cache_pages_for(const kv_cache *c, const int32_t *capacity, int64_t l
 int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n);
 /* Returns every page of seq to the pool. */
 void kv_cache_release(kv_cache *c, int32_t seq);
+/* Makes dst, which holds no pages, a copy of src: the same ring sizes, and a fresh page (through b's buf_copy) for
+ * every page src holds, in the same ring slot, so that dst continues exactly where src stands. Returns 0, or -1 when
+ * the pool has too few free pages (then nothing is taken). */
+int kv_cache_fork(kv_cache *c, aah_backend *b, int32_t dst, int32_t src);
 
 /* (n_kv, ring_stride) page ids of seq at layer; n_slots of layer. */
 static inline const int32_t *kv_cache_rings(const kv_cache *c, int32_t seq, int32_t layer)

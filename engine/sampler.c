@@ -66,13 +66,28 @@ void sampler_accept(sampler *s, int32_t token)
 		s->counts[token]++;
 }
 
+/* The first index of the maximum (NaNs are never greater, as in a plain scan from index 0). Two passes: the maximum
+ * in 16 independent lanes, which the compiler turns into vector max instructions, then the first index holding it.
+ * Over a 152k vocabulary this is several times faster than one branchy scan, and the engine thread pays it once per
+ * generated token of every running sequence. */
 int32_t sampler_argmax(const float *logits, int32_t n)
 {
-	int32_t best = 0;
-	for (int32_t i = 1; i < n; i++)
-		if (logits[i] > logits[best])
-			best = i;
-	return best;
+	float lane[16];
+	for (int32_t j = 0; j < 16; j++)
+		lane[j] = logits[0];
+	int32_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (int32_t j = 0; j < 16; j++)
+			lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
+	float m = logits[0];
+	for (int32_t j = 0; j < 16; j++)
+		m = lane[j] > m ? lane[j] : m;
+	for (; i < n; i++)
+		m = logits[i] > m ? logits[i] : m;
+	for (i = 0; i < n; i++)
+		if (logits[i] == m)
+			return i;
+	return 0;   /* logits[0] is NaN and nothing is greater: the scan's answer */
 }
 
 static const float *cmp_probs;

@@ -1,5 +1,7 @@
 /* engine/scheduler.c — the engine thread (see scheduler.h): a bounded FIFO of waiting requests, a few slots
- * (IDLE → PREFILL → DECODE → DONE, as llama.cpp's server), one engine_forward per step over every running slot. */
+ * (IDLE → PREFILL → DECODE → DONE, as llama.cpp's server), one engine_forward per step over every running slot.
+ * Requests of one submission with the same prompt and regime (n choices) share its prefill: the first runs it,
+ * the others wait in FORK_WAIT and fork its sequence when the prompt is through. */
 #include "engine/scheduler.h"
 
 #include <math.h>
@@ -15,6 +17,7 @@ typedef enum sched_slot_state {
 	SCHED_SLOT_IDLE = 0,
 	SCHED_SLOT_PREFILL,       /* prompt tokens left to feed */
 	SCHED_SLOT_DECODE,        /* `next` is the token to feed */
+	SCHED_SLOT_FORK_WAIT,     /* no sequence yet: forks its leader's once the shared prompt is through */
 	SCHED_SLOT_DONE,          /* ended this step; compacted away at its end */
 } sched_slot_state;
 
@@ -23,6 +26,8 @@ struct sched_request {
 	atomic_int refs;
 	atomic_bool cancel;
 	uint64_t epoch;                   /* sched_cancel_all ends the requests of earlier epochs */
+	uint64_t id;                      /* unique in this scheduler, from 1 */
+	uint64_t leader_id;               /* an earlier request of the same submission with this prompt, else 0 */
 
 	/* set at submit, then read-only */
 	int32_t *prompt;                  /* n_prompt */
@@ -56,7 +61,8 @@ struct sched_request {
 typedef struct sched_slot {
 	sched_request *r;                 /* NULL when idle */
 	sched_slot_state state;
-	int32_t seq;                      /* engine sequence */
+	int32_t seq;                      /* engine sequence; -1 in FORK_WAIT */
+	int32_t leader;                   /* FORK_WAIT: the slot whose prefill this one forks */
 	int32_t n_fed;                    /* prompt tokens fed so far */
 	int32_t n_tokens;                 /* tokens generated */
 	int32_t next;                     /* DECODE: the token the next step feeds */
@@ -86,6 +92,7 @@ struct sched {
 	bool stop, draining;
 	int32_t n_running;
 	atomic_uint_fast64_t epoch;
+	uint64_t next_id;
 
 	/* the engine thread's: slots and per-step buffers, all allocated at init */
 	sched_slot *slots;                /* max_seqs */
@@ -276,6 +283,21 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 	return SCHED_OK;
 }
 
+/* The first of rs[0 … i-1] whose prefill rs[i] can fork: the same regime and prompt, and the prompt log-probabilities
+ * rs[i] wants (the fork copies them). -1: none. */
+static int32_t prompt_leader(sched_request *const *rs, int32_t i)
+{
+	const sched_request *r = rs[i];
+	for (int32_t j = 0; j < i; j++) {
+		const sched_request *l = rs[j];
+		if (l->regime == r->regime && l->n_prompt == r->n_prompt &&
+		    (!r->prompt_lp || (l->prompt_lp && l->prompt_lp_rows.n_top == r->prompt_lp_rows.n_top)) &&
+		    !memcmp(l->prompt, r->prompt, (size_t)r->n_prompt * sizeof *r->prompt))
+			return j;
+	}
+	return -1;
+}
+
 sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sched_request **out, char *err,
                           size_t err_len)
 {
@@ -314,6 +336,9 @@ sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sc
 		for (int32_t i = 0; i < n; i++) {
 			out[i]->t_submit = t;
 			out[i]->epoch = epoch;
+			out[i]->id = ++s->next_id;
+			int32_t l = prompt_leader(out, i);
+			out[i]->leader_id = l >= 0 ? out[l]->id : 0;
 			s->queue[(s->q_head + s->q_len++) % s->p.queue_length] = out[i];
 		}
 		pthread_cond_signal(&s->cv);
@@ -444,6 +469,8 @@ static void publish(sched_request *r, const sched_slot *sl)
 		r->notify(r->notify_ctx, false);
 }
 
+static void followers_handoff(sched *s, int32_t leader);
+
 /* Ends r (running in sl when sl is not NULL): stats, close the sequence, publish, last notify, drop the engine's
  * reference. The slot becomes DONE; the step compacts it away. */
 static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish why, const char *msg)
@@ -454,6 +481,8 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 	res.finish = why;
 	res.duration_s = t - r->t_submit;
 	if (sl) {
+		if (sl->state == SCHED_SLOT_PREFILL)
+			followers_handoff(s, (int32_t)(sl - s->slots));
 		res.n_tokens = sl->n_tokens;
 		res.has_stats = engine_seq_stats_get(s->e, sl->seq, &res.stats) == 0;
 		freed = engine_seq_kv_bytes(s->e, sl->seq);
@@ -583,17 +612,45 @@ static int32_t queue_take(sched *s, int32_t *n_dropped)
 	}
 	s->q_len = kept;
 	while (s->q_len > 0 && s->n_running < s->p.max_seqs) {
+		/* The head and the requests right behind it that share its prompt enter together, so that its prefill
+		 * serves them all — unless the group could never fit at once; then one at a time. */
 		sched_request *r = s->queue[s->q_head];
-		if (s->reserved_pages + r->pages_max > s->pool_pages)
-			break;   /* the head waits for pages; those behind it wait too (FIFO) */
-		s->q_head = (s->q_head + 1) % s->p.queue_length;
-		s->q_len--;
-		s->n_running++;
-		s->reserved_pages += r->pages_max;
-		s->admitted[n_admit++] = r;
+		int32_t g = 1;
+		int64_t pages = r->pages_max;
+		while (g < s->q_len) {
+			sched_request *f = s->queue[(s->q_head + g) % s->p.queue_length];
+			if (f->leader_id != r->id)
+				break;
+			pages += f->pages_max;
+			g++;
+		}
+		if (g > s->p.max_seqs || pages > s->pool_pages) {
+			g = 1;
+			pages = r->pages_max;
+		}
+		if (s->n_running + g > s->p.max_seqs || s->reserved_pages + pages > s->pool_pages)
+			break;   /* the head waits for slots or pages; those behind it wait too (FIFO) */
+		for (int32_t i = 0; i < g; i++) {
+			s->admitted[n_admit++] = s->queue[s->q_head];
+			s->q_head = (s->q_head + 1) % s->p.queue_length;
+		}
+		s->q_len -= g;
+		s->n_running += g;
+		s->reserved_pages += pages;
 	}
 	*n_dropped = n_drop;
 	return n_admit;
+}
+
+/* Opens the slot's own sequence to prefill its prompt from the start. */
+static void slot_prefill(sched *s, sched_slot *sl)
+{
+	char err[256];
+	sl->state = SCHED_SLOT_PREFILL;
+	sl->n_fed = 0;
+	sl->seq = engine_seq_open(s->e, s->regimes[sl->r->regime], err, sizeof err);
+	if (sl->seq < 0)   /* cannot happen: the regime was checked at submit and a slot is free */
+		request_end(s, sl->r, sl, SCHED_FINISH_ERROR, err);
 }
 
 static void slot_start(sched *s, sched_request *r, double t)
@@ -605,12 +662,68 @@ static void slot_start(sched *s, sched_request *r, double t)
 	sched_slot *sl = &s->slots[k];
 	memset(sl, 0, sizeof *sl);
 	sl->r = r;
-	sl->state = SCHED_SLOT_PREFILL;
+	sl->seq = -1;
 	s->order[s->n_order++] = k;
-	char err[256];
-	sl->seq = engine_seq_open(s->e, s->regimes[r->regime], err, sizeof err);
-	if (sl->seq < 0)   /* cannot happen: the regime was checked at submit and a slot is free */
-		request_end(s, r, sl, SCHED_FINISH_ERROR, err);
+	/* a choice whose leader is still prefilling the same prompt waits for it; otherwise it prefills alone */
+	for (int32_t i = 0; r->leader_id && i < s->n_order; i++) {
+		const sched_slot *l = &s->slots[s->order[i]];
+		if (l->state == SCHED_SLOT_PREFILL && l->r->id == r->leader_id) {
+			sl->state = SCHED_SLOT_FORK_WAIT;
+			sl->leader = s->order[i];
+			return;
+		}
+	}
+	slot_prefill(s, sl);
+}
+
+/* A leader ends before its prompt is through: the first of its waiting followers prefills instead, and the others
+ * wait for that one. */
+static void followers_handoff(sched *s, int32_t leader)
+{
+	int32_t heir = -1;
+	for (int32_t i = 0; i < s->n_order; i++) {
+		sched_slot *f = &s->slots[s->order[i]];
+		if (f->state != SCHED_SLOT_FORK_WAIT || f->leader != leader)
+			continue;
+		if (heir < 0) {
+			heir = s->order[i];
+			slot_prefill(s, f);
+		} else {
+			f->leader = heir;
+		}
+	}
+}
+
+/* The leader's prompt is through (row: its logits after the last prompt token): each waiting follower forks its
+ * sequence and samples its first token from the same row. Runs before the leader samples, which may end it. */
+static void followers_fork(sched *s, int32_t leader, const float *row, double t)
+{
+	const sched_slot *l = &s->slots[leader];
+	for (int32_t i = 0; i < s->n_order; i++) {
+		sched_slot *f = &s->slots[s->order[i]];
+		if (f->state != SCHED_SLOT_FORK_WAIT || f->leader != leader)
+			continue;
+		char err[256];
+		f->seq = engine_seq_fork(s->e, l->seq, err, sizeof err);
+		if (f->seq < 0) {   /* cannot happen: admission reserved the follower's pages and a slot */
+			request_end(s, f->r, f, SCHED_FINISH_ERROR, err);
+			continue;
+		}
+		f->state = SCHED_SLOT_PREFILL;
+		f->n_fed = f->r->n_prompt;
+		if (f->r->prompt_lp) {   /* prompt_leader made sure the leader computes the same rows */
+			const sched_logprob_rows *a = &l->r->prompt_lp_rows;
+			sched_logprob_rows *b = &f->r->prompt_lp_rows;
+			size_t n = (size_t)f->r->n_prompt, nt = (size_t)(b->n_top > 0 ? b->n_top : 1);
+			memcpy(b->logprob, a->logprob, n * sizeof *b->logprob);
+			memcpy(b->top_ids, a->top_ids, n * nt * sizeof *b->top_ids);
+			memcpy(b->top_logprobs, a->top_logprobs, n * nt * sizeof *b->top_logprobs);
+		}
+		f->changed = true;   /* prompt_done */
+		slot_generate(s, f, row, t);
+		if (f->state != SCHED_SLOT_DONE && f->changed)
+			publish(f->r, f);
+	}
 }
 
 /* Drops DONE slots from the running order. */
@@ -723,6 +836,7 @@ static void sched_step(sched *s)
 			if (sl->n_fed < r->n_prompt)
 				continue;
 			sl->changed = true;   /* prompt_done */
+			followers_fork(s, s->item_slot[i], row, t);
 		}
 		slot_generate(s, sl, row, t);
 		if (sl->state != SCHED_SLOT_DONE && sl->changed)

@@ -43,6 +43,9 @@ typedef enum sched_status {
 	SCHED_ERR_NOMEM,
 } sched_status;
 
+/* Admission: first come, first served. The head of the queue enters when a slot is free and its worst-case KV pages
+ * (its regime's capacities at prompt + max_tokens positions) fit beside those reserved by the running requests; until
+ * then no request behind it enters, so a large request is never overtaken forever by small ones. */
 typedef struct sched_params {
 	int32_t max_seqs;         /* sequences running at once; must be ≤ the engine's max_seqs; 0 = 8 */
 	int32_t queue_length;     /* requests waiting at most (beyond that sched_submit refuses); 0 = 64 */
@@ -139,7 +142,11 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 void sched_free(sched *s);
 
 /* Submits n requests at once, all or none (a request with n choices). On SCHED_OK out[0 … n-1] hold them, each
- * with a reference the caller drops with sched_request_release; otherwise nothing is queued and err says why. */
+ * with a reference the caller drops with sched_request_release; otherwise nothing is queued and err says why.
+ * Requests of one submission with the same prompt and regime share its prefill: they are admitted together (when they
+ * can ever fit together), the first runs the prompt, and the others fork its sequence (engine_seq_fork) before their
+ * first token — each still samples with its own generator, so each gets what it would get alone. A later one that
+ * wants prompt log-probabilities shares only with an earlier one that computes the same (they are copied). */
 sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sched_request **out, char *err,
                           size_t err_len);
 /* Refuses new work from now on (SCHED_ERR_SHUTDOWN); what runs and waits goes on. */

@@ -112,6 +112,9 @@ typedef struct aah_backend_iface {
 
 	/* Waits until all queued work is done (no-op on the CPU). */
 	void (*synchronize)(aah_backend *b);
+	/* Optional: the first error this backend met (a failed device call, a work counter that disagrees), or NULL.
+	 * Ops return nothing, so a backend that can fail records it here; after one, results are undefined. */
+	const char *(*last_error)(aah_backend *b);
 } aah_backend_iface;
 
 struct aah_backend {
@@ -121,12 +124,32 @@ struct aah_backend {
 
 typedef struct aah_backend_params {
 	int32_t n_threads;   /* CPU: 0 = number of online cores */
+	int32_t device;      /* CUDA: device index */
 } aah_backend_params;
 
 /* Creates the CPU backend; NULL when out of memory. Free with b->iface.free(b). */
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p);
 /* The instruction set the CPU backend's kernels use: "avx512", "avx2" or "generic". */
 const char *aah_backend_cpu_isa(const aah_backend *b);
+
+/* The CUDA backend (kernels/cuda/). Weights are copied to the device once, in their dtype; every op runs there on
+ * one stream, and only buf_read, synchronize and probe attention calls (band_mass) wait for the device.
+ * Environment: AAH_CUDA_MATMUL=f32 makes every projection an f32 product (f32 activations, weights widened
+ * exactly), for the reference tests; by default products of more than a few rows run on the tensor cores with the
+ * activations rounded to the weights' 16-bit type and f32 accumulation. In a build without nvcc these are stubs:
+ * available() is 0 and init() fails with "built without CUDA". */
+/* 1 when the CUDA runtime sees at least one device. */
+int aah_backend_cuda_available(void);
+/* Creates the CUDA backend on device p->device; NULL with a message in err. Free with b->iface.free(b). */
+aah_backend *aah_backend_cuda_init(const aah_backend_params *p, char *err, size_t err_len);
+/* The device, e.g. "NVIDIA H200, 132 SMs, bf16 tensor-core matmul". */
+const char *aah_backend_cuda_device(const aah_backend *b);
+/* Query·key products the attention kernels counted on the device since init (waits for the device). The attention
+ * op returns the counts its plan prescribes without waiting; every synchronisation compares the two (last_error). */
+uint64_t aah_backend_cuda_work_measured(aah_backend *b);
+/* Device-to-device copy bandwidth of device `device` in GB/s, counting bytes read plus bytes written (a copy of
+ * `bytes`, best of several), or 0 when there is no device. For benchmarks: the ceiling for memory-bound steps. */
+double aah_cuda_copy_bandwidth(int32_t device, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -208,6 +208,7 @@ int main(int argc, char **argv)
 		                    : !strcmp(cfg.kv_dtype, "bf16") ? AAH_DTYPE_BF16 : AAH_DTYPE_F32;
 		a.engine.kv_budget_bytes = cfg.kv_budget_bytes;
 		a.engine.checkpoint_step = cfg.checkpoint_step;
+		a.engine.backend = cfg.backend;
 		a.regime = *cfg.regime ? cfg.regime : NULL;
 		rc = prompt_cli_run(&a);
 	} else {

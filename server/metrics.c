@@ -66,7 +66,28 @@ static void per_regime(FILE *f, const sched_metrics *m, const char *name, const 
 	}
 }
 
-char *server_metrics_render(server_metrics *sm, sched *s, size_t *len)
+/* aahd_backend_info{backend="cuda",device="NVIDIA H200, …"} 1, from a description "NAME (DEVICE)". */
+static void backend_info(FILE *f, const char *desc)
+{
+	family(f, "aahd_backend_info", "gauge", "The compute backend the engine runs on (the value is always 1).");
+	const char *open = strstr(desc, " (");
+	size_t n = open ? (size_t)(open - desc) : strlen(desc);
+	char name[64], device[192] = "";
+	snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), desc);
+	if (open) {
+		snprintf(device, sizeof device, "%s", open + 2);
+		size_t dl = strlen(device);
+		if (dl > 0 && device[dl - 1] == ')')
+			device[dl - 1] = 0;
+	}
+	fprintf(f, "aahd_backend_info{backend=\"");
+	label_value(f, name);
+	fprintf(f, "\",device=\"");
+	label_value(f, device);
+	fprintf(f, "\"} 1\n");
+}
+
+char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, size_t *len)
 {
 	sched_metrics *m = malloc(sizeof *m);
 	if (!m)
@@ -121,6 +142,8 @@ char *server_metrics_render(server_metrics *sm, sched *s, size_t *len)
 	histogram(f, "aahd_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.",
 	          &m->inter_token);
 	histogram(f, "aahd_request_duration_seconds", "Time from arrival to the end of a sequence.", &m->duration);
+	if (backend && *backend)
+		backend_info(f, backend);
 	free(m);
 	if (fclose(f) != 0) {
 		free(text);
@@ -132,7 +155,7 @@ char *server_metrics_render(server_metrics *sm, sched *s, size_t *len)
 enum MHD_Result api_metrics(http_request *req)
 {
 	size_t len;
-	char *text = server_metrics_render(&req->srv->metrics, req->srv->sch, &len);
+	char *text = server_metrics_render(&req->srv->metrics, req->srv->sch, req->srv->backend, &len);
 	if (!text)
 		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
 	enum MHD_Result rc = http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

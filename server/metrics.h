@@ -13,7 +13,8 @@ typedef struct server_metrics {
 } server_metrics;
 
 void server_metrics_count(server_metrics *m, int status);
-/* Renders every metric into a malloc'd text (caller frees); *len its length. NULL when out of memory. */
-char *server_metrics_render(server_metrics *m, sched *s, size_t *len);
+/* Renders every metric into a malloc'd text (caller frees); *len its length. NULL when out of memory.
+ * backend: engine_backend_desc, e.g. "cuda (NVIDIA H200, …)", shown as aahd_backend_info{backend, device}. */
+char *server_metrics_render(server_metrics *m, sched *s, const char *backend, size_t *len);
 
 #endif

@@ -77,12 +77,8 @@ int server_run(const aahd_config *cfg)
 	srv->api_key = env_key && *env_key ? env_key : *cfg->api_key ? cfg->api_key : NULL;
 	atomic_init(&srv->draining, false);
 
-	if (!strcmp(cfg->backend, "cuda"))
-		log_msg(LOG_WARN, NULL, "backend cuda: this build has no CUDA backend; running on the CPU");
-	else if (!strcmp(cfg->backend, "auto"))
-		log_msg(LOG_INFO, NULL, "backend auto: no CUDA backend in this build; running on the CPU");
-
 	engine_params ep = { 0 };
+	ep.backend = cfg->backend;   /* auto, cpu, cuda: the load line below says which one runs */
 	ep.n_threads = (int32_t)cfg->threads;
 	ep.max_seqs = (int32_t)cfg->max_batch;
 	ep.ctx_len = (int32_t)cfg->ctx_len;
@@ -150,6 +146,7 @@ int server_run(const aahd_config *cfg)
 		log_msg(LOG_ERROR, NULL, "%s", err);
 		goto done;
 	}
+	snprintf(srv->backend, sizeof srv->backend, "%s", engine_backend_desc(e));
 	sched_metrics *m = malloc(sizeof *m);
 	if (m)
 		sched_metrics_get(srv->sch, m);

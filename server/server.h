@@ -28,6 +28,7 @@ typedef struct server_ctx {
 	int32_t n_regimes;
 	char regimes[SCHED_MAX_REGIMES][64];
 	const char *default_regime;       /* one of regimes */
+	char backend[192];                /* engine_backend_desc: "cuda (…)" or "cpu (…)", for the log and /metrics */
 	server_metrics metrics;
 	atomic_bool draining;             /* SIGTERM seen: new work gets 503 */
 } server_ctx;

@@ -1,6 +1,7 @@
 /* tests/check_scheduler.c — Check suite for engine/scheduler: concurrent submitters get exactly the tokens a lone
- * run gives (greedy and seeded, chunked prompts, n choices), prompt log-probabilities equal the engine's own
- * log-softmax, finish reasons, cancellation frees pages, the queue bound, invalid submissions. No HTTP. */
+ * run gives (greedy and seeded, chunked prompts, n choices sharing one prefill through engine_seq_fork), prompt
+ * log-probabilities equal the engine's own log-softmax, finish reasons, cancellation frees pages, the queue bound,
+ * first come first served under a KV budget, invalid submissions. No HTTP. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -46,14 +49,27 @@ static engine_params eparams(void)
 static engine *eng, *ref_eng;
 static sched *sch;
 
-static void start(int32_t queue_length, int32_t step_delay_us)
+static void start_budget(int32_t queue_length, int32_t step_delay_us, int64_t kv_budget_bytes)
 {
 	char err[512];
 	engine_params ep = eparams();
+	ep.kv_budget_bytes = kv_budget_bytes;
 	ck_assert_msg(engine_init(&eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
 	sched_params sp = { .max_seqs = SLOTS, .queue_length = queue_length, .step_tokens = 64,
 	                    .step_delay_us = step_delay_us };
 	ck_assert_msg(sched_init(&sch, eng, &ep, &sp, err, sizeof err) == 0, "%s", err);
+}
+
+static void start(int32_t queue_length, int32_t step_delay_us)
+{
+	start_budget(queue_length, step_delay_us, 0);
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void setup(void)
@@ -211,28 +227,242 @@ START_TEST(test_concurrent_seeded)
 }
 END_TEST
 
-/* n choices from one submission: seeds seed, seed+1, …, each equal to its lone run */
+/* n choices from one submission: seeds seed, seed+1, …, each equal to its lone run; the prompt is processed once
+ * (the others fork its sequence), also when it takes several chunks and when every choice wants its log-probabilities
+ * (loop 1: then they are copied from the first). Each choice's stats are those of a lone run. */
 START_TEST(test_choices)
 {
-	int32_t prompt[40];
-	make_prompt(prompt, 40, 5);
-	sched_request_params rp[3];
-	for (int32_t i = 0; i < 3; i++) {
-		rp[i] = req_params(prompt, 40, 20);
+	enum { N = 3, NP = 150 };
+	int32_t prompt[NP];
+	make_prompt(prompt, NP, 5);
+	sched_request_params rp[N];
+	for (int32_t i = 0; i < N; i++) {
+		rp[i] = req_params(prompt, NP, 20);
 		rp[i].sampling.temperature = 1.0f;
 		rp[i].sampling.seed = 42 + (uint64_t)i;
+		rp[i].logprobs = _i ? 2 : -1;
+		rp[i].prompt_logprobs = _i == 1;
 	}
-	sched_request *r[3];
+	sched_request *r[N];
 	char err[256];
-	ck_assert_int_eq(sched_submit(sch, rp, 3, r, err, sizeof err), SCHED_OK);
-	for (int32_t i = 0; i < 3; i++) {
-		sched_result res = wait_end(r[i]);
+	ck_assert_int_eq(sched_submit(sch, rp, N, r, err, sizeof err), SCHED_OK);
+	sched_result res[N];
+	for (int32_t i = 0; i < N; i++) {
+		res[i] = wait_end(r[i]);
 		int32_t want[20];
-		int32_t n = lone_run(prompt, 40, 20, &rp[i].sampling, NULL, 0, want);
+		int32_t n = lone_run(prompt, NP, 20, &rp[i].sampling, NULL, 0, want);
+		ck_assert_int_eq(res[i].n_tokens, n);
+		ck_assert_mem_eq(sched_request_tokens(r[i]), want, (size_t)n * sizeof *want);
+		ck_assert_int_eq(res[i].stats.n_positions, NP + 19);
+		ck_assert(res[i].stats.attn_products == res[0].stats.attn_products);
+		ck_assert_int_eq(res[i].stats.kv_bytes_peak, res[0].stats.kv_bytes_peak);
+	}
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	ck_assert_uint_eq(m.prompt_tokens, NP);
+	ck_assert_uint_eq(m.generation_tokens, N * 20);
+	if (_i == 1) {
+		const sched_logprob_rows *a = sched_request_prompt_logprobs(r[0]);
+		for (int32_t i = 1; i < N; i++) {
+			const sched_logprob_rows *b = sched_request_prompt_logprobs(r[i]);
+			ck_assert_ptr_nonnull(b);
+			ck_assert_mem_eq(a->logprob + 1, b->logprob + 1, (NP - 1) * sizeof *a->logprob);
+			ck_assert_mem_eq(a->top_ids + 2, b->top_ids + 2, (NP - 1) * 2 * sizeof *a->top_ids);
+		}
+	}
+	for (int32_t i = 0; i < N; i++)
+		sched_request_release(r[i]);
+}
+END_TEST
+
+/* The first choice (the one that prefills) is cancelled in the middle of the prompt: the next takes over the prefill,
+ * the last still forks it, and both give their lone runs' tokens. */
+START_TEST(test_choices_leader_cancelled)
+{
+	teardown();
+	char err[512];
+	engine_params ep = eparams();
+	ck_assert_msg(engine_init(&ref_eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	start(16, 20000);
+	enum { N = 3, NP = 200 };   /* four prompt steps of 64 */
+	int32_t prompt[NP];
+	make_prompt(prompt, NP, 6);
+	sched_request_params rp[N];
+	for (int32_t i = 0; i < N; i++) {
+		rp[i] = req_params(prompt, NP, 10);
+		rp[i].sampling.temperature = 0.8f;
+		rp[i].sampling.seed = 7 + (uint64_t)i;
+	}
+	sched_request *r[N];
+	ck_assert_int_eq(sched_submit(sch, rp, N, r, err, sizeof err), SCHED_OK);
+	sched_metrics m;
+	do {
+		usleep(2000);
+		sched_metrics_get(sch, &m);
+	} while (m.prompt_tokens == 0);   /* the first chunk went through */
+	sched_request_cancel(r[0]);
+	sched_result res = wait_end(r[0]);
+	ck_assert_int_eq(res.finish, SCHED_FINISH_CANCELLED);
+	ck_assert_int_eq(res.n_tokens, 0);
+	for (int32_t i = 1; i < N; i++) {
+		res = wait_end(r[i]);
+		int32_t want[10];
+		int32_t n = lone_run(prompt, NP, 10, &rp[i].sampling, NULL, 0, want);
+		ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
 		ck_assert_int_eq(res.n_tokens, n);
 		ck_assert_mem_eq(sched_request_tokens(r[i]), want, (size_t)n * sizeof *want);
-		sched_request_release(r[i]);
 	}
+	sched_metrics_get(sch, &m);
+	ck_assert_uint_lt(m.prompt_tokens, 2 * NP);   /* the cancelled part, then one whole prefill for the other two */
+	ck_assert_int_eq(m.kv_bytes_used, 0);
+	for (int32_t i = 0; i < N; i++)
+		sched_request_release(r[i]);
+}
+END_TEST
+
+/* ---- engine_seq_fork: a copy that goes on exactly as its source would ---- */
+
+/* qwen3-small-a with an aah.json: an adaptive regime (probes every 3 decode steps) whose rings wrap, so that the fork
+ * copies wrapped rings and a policy that has moved. */
+static void make_aah_dir(char *dir, size_t n)
+{
+	snprintf(dir, n, "/tmp/aah-sched-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
+	for (size_t i = 0; i < 4; i++) {
+		char src[2048], dst[2048], abs_src[4096];
+		snprintf(src, sizeof src, "%s/%s", model_dir(), files[i]);
+		ck_assert_ptr_nonnull(realpath(src, abs_src));
+		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+		ck_assert_int_eq(symlink(abs_src, dst), 0);
+	}
+	char p[2048];
+	snprintf(p, sizeof p, "%s/aah.json", dir);
+	FILE *f = fopen(p, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64,128],\"default_regime\":\"ad\","
+	      "\"regimes\":{\"ad\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3,\"feature_ema\":0.5,"
+	      "\"resolution_ema\":0.5,\"coverage\":0.6},\"layers\":["
+	      "{\"groups\":[{\"kv_heads\":[0],\"window\":32,\"capacity\":64},{\"kv_heads\":[1],\"window\":64,\"capacity\":128}]},"
+	      "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16,\"capacity\":32}]}]}}}", f);
+	fclose(f);
+}
+
+static void remove_dir(const char *dir)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void stats_eq(const engine_seq_stats *a, const engine_seq_stats *b)
+{
+	ck_assert_str_eq(a->regime, b->regime);
+	ck_assert_int_eq(a->n_positions, b->n_positions);
+	ck_assert(a->attn_products == b->attn_products && a->attn_products_full == b->attn_products_full);
+	ck_assert_int_eq(a->kv_bytes, b->kv_bytes);
+	ck_assert_int_eq(a->kv_bytes_peak, b->kv_bytes_peak);
+	ck_assert_int_eq(a->n_usage, b->n_usage);
+	ck_assert_mem_eq(a->usage, b->usage, (size_t)a->n_usage * sizeof *a->usage);
+	ck_assert(a->acr == b->acr);
+}
+
+START_TEST(test_engine_fork)
+{
+	char dir[256], err[512];
+	make_aah_dir(dir, sizeof dir);
+	engine_params ep = { .n_threads = 1, .max_seqs = 3, .ctx_len = CTX, .max_batch_tokens = 64 };
+	engine *a, *b;
+	ck_assert_msg(engine_init(&a, dir, &ep, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_init(&b, dir, &ep, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(a)->vocab_size;
+	float *la = malloc(2 * (size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+	int32_t ids[220];
+	make_prompt(ids, 220, 99);
+	/* a: 150 prompt tokens (three chunks), 25 decode steps (probes move the windows), then fork */
+	int32_t sa = engine_seq_open(a, "ad", err, sizeof err), sb = engine_seq_open(b, "ad", err, sizeof err);
+	engine_item it = { sa, ids, 150, false };
+	ck_assert_msg(engine_forward(a, &it, 1, la, err, sizeof err) == 0, "%s", err);
+	it.seq = sb;
+	ck_assert_msg(engine_forward(b, &it, 1, lb, err, sizeof err) == 0, "%s", err);
+	for (int32_t i = 150; i < 175; i++) {
+		engine_item s1 = { sa, &ids[i], 1, false }, s2 = { sb, &ids[i], 1, false };
+		ck_assert(engine_forward(a, &s1, 1, la, err, sizeof err) == 0);
+		ck_assert(engine_forward(b, &s2, 1, lb, err, sizeof err) == 0);
+	}
+	ck_assert_int_eq(engine_seq_fork(a, 2, err, sizeof err), -1);   /* not open */
+	int32_t fa = engine_seq_fork(a, sa, err, sizeof err);
+	ck_assert_msg(fa >= 0, "%s", err);
+	ck_assert_int_eq(engine_seq_len(a, fa), 175);
+	ck_assert_int_eq(engine_seq_kv_bytes(a, fa), engine_seq_kv_bytes(a, sa));
+	engine_seq_stats st_src, st_fork, st_ref;
+	engine_seq_stats_get(a, sa, &st_src);
+	engine_seq_stats_get(a, fa, &st_fork);
+	stats_eq(&st_src, &st_fork);
+	ck_assert(st_src.acr < 1);
+	/* both go on as b's lone sequence does, batched together (one product per projection) */
+	for (int32_t i = 175; i < 190; i++) {
+		engine_item two[2] = { { sa, &ids[i], 1, false }, { fa, &ids[i], 1, false } };
+		engine_item s2 = { sb, &ids[i], 1, false };
+		ck_assert_msg(engine_forward(a, two, 2, la, err, sizeof err) == 0, "%s", err);
+		ck_assert(engine_forward(b, &s2, 1, lb, err, sizeof err) == 0);
+		ck_assert_msg(memcmp(la, lb, (size_t)V * sizeof *la) == 0, "source differs at %d", i);
+		ck_assert_msg(memcmp(la + V, lb, (size_t)V * sizeof *la) == 0, "fork differs at %d", i);
+	}
+	engine_seq_close(a, sa);   /* the fork's pages are its own */
+	for (int32_t i = 190; i < 220; i++) {
+		engine_item s1 = { fa, &ids[i], 1, false }, s2 = { sb, &ids[i], 1, false };
+		ck_assert(engine_forward(a, &s1, 1, la, err, sizeof err) == 0);
+		ck_assert(engine_forward(b, &s2, 1, lb, err, sizeof err) == 0);
+		ck_assert_msg(memcmp(la, lb, (size_t)V * sizeof *la) == 0, "fork differs at %d", i);
+	}
+	engine_seq_stats_get(a, fa, &st_fork);
+	engine_seq_stats_get(b, sb, &st_ref);
+	stats_eq(&st_fork, &st_ref);
+	/* every slot taken: refused, nothing changes */
+	ck_assert_int_ge(engine_seq_open(a, NULL, err, sizeof err), 0);
+	ck_assert_int_ge(engine_seq_open(a, NULL, err, sizeof err), 0);
+	ck_assert_int_eq(engine_seq_fork(a, fa, err, sizeof err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "in use"));
+	engine_free(a);
+	engine_free(b);
+	free(la);
+	free(lb);
+	remove_dir(dir);
+}
+END_TEST
+
+/* A fork needs as many free pages as its source holds; without them it is refused and nothing is taken. */
+START_TEST(test_engine_fork_pool_full)
+{
+	char err[512];
+	engine_params ep = eparams();
+	ep.kv_budget_bytes = 0;
+	engine *e;
+	ck_assert_msg(engine_init(&e, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	int64_t pool = engine_kv_pool_pages(e), page = engine_kv_page_bytes(e);
+	engine_free(e);
+	/* room for one sequence of 200 positions and a bit */
+	ep.kv_budget_bytes = (engine_regime_kv_pages(ref_eng, NULL, 200) + 5) * page;
+	ck_assert_int_lt(ep.kv_budget_bytes / page, pool);
+	ck_assert_msg(engine_init(&e, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	int32_t ids[200];
+	make_prompt(ids, 200, 3);
+	float *logits = malloc((size_t)engine_config(e)->vocab_size * sizeof *logits);
+	int32_t s = engine_seq_open(e, NULL, err, sizeof err);
+	engine_item it = { s, ids, 200, false };
+	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
+	int64_t held = engine_seq_kv_bytes(e, s);
+	ck_assert_int_eq(engine_seq_fork(e, s, err, sizeof err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "KV cache full"));
+	ck_assert_int_eq(engine_seq_kv_bytes(e, s), held);
+	/* and the pool is intact: a short sequence still fits */
+	int32_t t = engine_seq_open(e, NULL, err, sizeof err);
+	ck_assert_int_ge(t, 0);
+	engine_item it2 = { t, ids, 16, false };
+	ck_assert(engine_forward(e, &it2, 1, logits, err, sizeof err) == 0);
+	free(logits);
+	engine_free(e);
 }
 END_TEST
 
@@ -496,6 +726,70 @@ START_TEST(test_queue_full)
 }
 END_TEST
 
+/* ---- fairness: first come, first served under the KV budget ---- */
+
+/* A long request that must wait for pages is not overtaken by the short ones that arrive after it, though they
+ * would fit at once: each is admitted no earlier than the long one, and the long one completes (no starvation). */
+START_TEST(test_fcfs_no_starvation)
+{
+	teardown();
+	char err[512];
+	engine_params ep = eparams();
+	ck_assert_msg(engine_init(&ref_eng, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
+	enum { NS = 14, LONG_PROMPT = 200, LONG_GEN = 40, SHORT_PROMPT = 10, SHORT_GEN = 20 };
+	int64_t long_pages = engine_regime_kv_pages(ref_eng, NULL, LONG_PROMPT + LONG_GEN);
+	int64_t short_pages = engine_regime_kv_pages(ref_eng, NULL, SHORT_PROMPT + SHORT_GEN);
+	/* 3 shorts and the long one do not fit together; the long one and 2 shorts do */
+	int64_t pool = long_pages + 2 * short_pages;
+	ck_assert_int_lt(pool, long_pages + 3 * short_pages);
+	start_budget(32, 3000, pool * (int64_t)(2 * 16 * engine_config(ref_eng)->head_dim * sizeof(float)));
+	int32_t lp[LONG_PROMPT], sp[NS][SHORT_PROMPT];
+	make_prompt(lp, LONG_PROMPT, 1);
+	sched_request *shorts[NS], *lr;
+	double t_before[NS], t_after[NS], l_before = 0, l_after = 0;
+	for (int32_t i = 0; i < NS; i++) {
+		make_prompt(sp[i], SHORT_PROMPT, 100u + (uint32_t)i);
+		sched_request_params rp = req_params(sp[i], SHORT_PROMPT, SHORT_GEN);
+		if (i == 3) {   /* three shorts are running: the long one arrives, then the rest, one every 10 ms */
+			sched_request_params lrp = req_params(lp, LONG_PROMPT, LONG_GEN);
+			l_before = mono_s();
+			ck_assert_int_eq(sched_submit(sch, &lrp, 1, &lr, err, sizeof err), SCHED_OK);
+			l_after = mono_s();
+		}
+		t_before[i] = mono_s();
+		ck_assert_int_eq(sched_submit(sch, &rp, 1, &shorts[i], err, sizeof err), SCHED_OK);
+		t_after[i] = mono_s();
+		if (i < 3) {
+			sched_view v = { 0 };
+			while (v.n_tokens < 1)
+				sched_request_wait(shorts[i], v.version, 5000, &v);
+		} else {
+			usleep(10000);
+		}
+	}
+	sched_result lres = wait_end(lr);
+	ck_assert_int_eq(lres.finish, SCHED_FINISH_LENGTH);
+	ck_assert_int_eq(lres.n_tokens, LONG_GEN);
+	double l_admit_lo = l_before + lres.queue_s, l_admit_hi = l_after + lres.queue_s;
+	ck_assert(lres.queue_s > 0.005);   /* it did wait for pages */
+	for (int32_t i = 0; i < NS; i++) {
+		sched_result res = wait_end(shorts[i]);
+		ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+		if (i < 3)
+			ck_assert(t_before[i] + res.queue_s <= l_admit_hi);
+		else
+			ck_assert_msg(t_after[i] + res.queue_s >= l_admit_lo - 1e-3,
+			              "short %d admitted %.1f ms before the long one that arrived first", i,
+			              (l_admit_lo - t_after[i] - res.queue_s) * 1e3);
+		sched_request_release(shorts[i]);
+	}
+	sched_request_release(lr);
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	ck_assert_int_eq(m.kv_bytes_used, 0);
+}
+END_TEST
+
 /* ---- invalid submissions ---- */
 
 START_TEST(test_invalid)
@@ -572,7 +866,11 @@ static Suite *scheduler_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_concurrent_greedy);
 	tcase_add_test(tc, test_concurrent_seeded);
-	tcase_add_test(tc, test_choices);
+	tcase_add_loop_test(tc, test_choices, 0, 2);
+	tcase_add_test(tc, test_choices_leader_cancelled);
+	tcase_add_test(tc, test_engine_fork);
+	tcase_add_test(tc, test_engine_fork_pool_full);
+	tcase_add_test(tc, test_fcfs_no_starvation);
 	tcase_add_test(tc, test_finish_reasons);
 	tcase_add_test(tc, test_prompt_logprobs);
 	tcase_add_test(tc, test_cancel_frees_pages);

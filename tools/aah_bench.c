@@ -22,6 +22,8 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static const char *backend_name;   /* --backend: auto, cpu or cuda (engine_params.backend; NULL = cpu) */
+
 /* ---- streaming-read bandwidth: every thread sums its share of a buffer far larger than the caches ---- */
 
 typedef struct bw_job {
@@ -75,10 +77,17 @@ static double measure_read_bandwidth(int32_t threads)
 
 /* ---- model speed ---- */
 
+/* Weights one token multiplies: every projection of every layer and the output head. */
+static double matmul_params(const model_config *c)
+{
+	const double h = c->hidden_size, q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
+	return c->n_layers * (h * (q + 2 * kv) + q * h + 3 * h * c->intermediate_size) + h * c->vocab_size;
+}
+
 static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw)
 {
-	engine_params p = { .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512, .kv_dtype = AAH_DTYPE_F32,
-	                    .ctx_len = n_prompt + n_gen + 16 };
+	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
+	                    .kv_dtype = AAH_DTYPE_F32, .ctx_len = n_prompt + n_gen + 16 };
 	engine *e;
 	char err[512];
 	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
@@ -119,7 +128,8 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	double implied = ((double)wbytes + kvbytes) * decode / 1e9;
 	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads\n", dir, c->hidden_size,
 	       c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads);
-	printf("  prefill  %4d tokens: %8.1f tokens/s\n", n_prompt, prefill);
+	printf("  prefill  %4d tokens: %8.1f tokens/s (projections alone: %.3f TFLOP/s, 2 FLOP per weight per token)\n",
+	       n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
 	printf("  decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", n_gen, decode);
 	printf("  read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = %.0f%% "
 	       "of measured %.2f GB/s\n",
@@ -217,8 +227,8 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 
 static int bench_context(const char *dir, int32_t threads, const char *regime, int32_t gen)
 {
-	engine_params p = { .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512, .kv_dtype = AAH_DTYPE_F32,
-	                    .ctx_len = 4096 };
+	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
+	                    .kv_dtype = AAH_DTYPE_F32, .ctx_len = 4096 };
 	engine *e;
 	char err[512];
 	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
@@ -257,27 +267,222 @@ static int bench_context(const char *dir, int32_t threads, const char *regime, i
 	return 0;
 }
 
+/* ---- continuous batching: aggregate decode speed against concurrency, under one KV budget ---- */
+
+#define N_CONC 4
+static const int32_t batch_conc[N_CONC] = { 1, 4, 16, 64 };
+
+typedef struct batch_row {
+	double tps[N_CONC];          /* aggregate decode tokens/s at each concurrency */
+	int32_t ran[N_CONC];         /* sequences decoded together: the concurrency, or fewer when only that many fit */
+	int64_t seq_bytes;           /* worst-case KV bytes of one sequence of ctx positions (what admission reserves) */
+	int32_t fits;                /* sequences of ctx positions the budget admits at once */
+	double acr;
+} batch_row;
+
+/* One model, context and regime. A template sequence is prefilled once with ctx - gen tokens; for each concurrency c,
+ * min(c, what the budget admits) forks of it decode gen tokens together, one engine_forward (one matrix product per
+ * projection) per step, greedy. Timed: the steps after the first; the best of `reps` runs. Admission is the scheduler's rule: a sequence
+ * reserves its worst-case pages (engine_regime_kv_pages at ctx positions) out of budget bytes; the template's own
+ * pages come on top of the budget. */
+static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const char *regime, int32_t gen,
+                           int32_t reps, int64_t budget, batch_row *out)
+{
+	char err[512];
+	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .ctx_len = ctx,
+	                    .max_batch_tokens = 512, .kv_dtype = AAH_DTYPE_F32, .kv_budget_bytes = 4 << 20 };
+	engine *e;
+	/* a first engine only to learn the page sizes; the real one gets the budget plus the template's pages */
+	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return -1;
+	}
+	int64_t page = engine_kv_page_bytes(e), pages = engine_regime_kv_pages(e, regime, ctx);
+	engine_free(e);
+	if (pages < 0) {
+		fprintf(stderr, "aah-bench: %s has no regime '%s'\n", dir, regime);
+		return -1;
+	}
+	out->seq_bytes = pages * page;
+	int64_t fits = budget / page / pages;
+	out->fits = fits > batch_conc[N_CONC - 1] ? batch_conc[N_CONC - 1] : (int32_t)fits;
+	p.max_seqs = batch_conc[N_CONC - 1] + 1;
+	p.kv_budget_bytes = (budget / page + pages) * page;
+	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return -1;
+	}
+	const int32_t V = engine_config(e)->vocab_size, n_prompt = ctx - gen;
+	int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+	float *logits = malloc((size_t)batch_conc[N_CONC - 1] * V * sizeof *logits);
+	int32_t seqs[64], toks[64];
+	engine_item items[64];
+	int rc = -1;
+	if (!ids || !logits)
+		goto done;
+	for (int32_t i = 0; i < n_prompt; i++)
+		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
+	int32_t tmpl = engine_seq_open(e, regime, err, sizeof err);
+	engine_item it = { tmpl, ids, n_prompt, false };
+	if (tmpl < 0 || engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		goto done;
+	}
+	engine_seq_stats st;
+	engine_seq_stats_get(e, tmpl, &st);
+	out->acr = st.acr;
+	int32_t first = sampler_argmax(logits, V);
+	for (int32_t ci = 0; ci < N_CONC; ci++) {
+		out->ran[ci] = batch_conc[ci] < out->fits ? batch_conc[ci] : out->fits;
+		out->tps[ci] = 0;
+	}
+	/* Rounds of one run per concurrency, so that every concurrency meets the same moments of a shared machine: at
+	 * least `reps` rounds and, while they are short, up to 10 within 3 s. Each keeps its best run. */
+	double spent = 0;
+	for (int32_t round = 0; round < reps || (round < 10 && spent < 3.0); round++)
+		for (int32_t ci = 0; ci < N_CONC; ci++) {
+			const int32_t n = out->ran[ci];
+			if (n < 1 || (ci > 0 && n == out->ran[ci - 1]))
+				continue;   /* nothing fits, or the budget capped this concurrency to the previous one's run */
+			for (int32_t i = 0; i < n; i++) {
+				seqs[i] = engine_seq_fork(e, tmpl, err, sizeof err);
+				if (seqs[i] < 0) {
+					fprintf(stderr, "aah-bench: %s\n", err);
+					goto done;
+				}
+				toks[i] = first;
+				items[i] = (engine_item){ seqs[i], &toks[i], 1, false };
+			}
+			double t0 = 0;
+			for (int32_t step = 0; step < gen; step++) {
+				if (step == 1)
+					t0 = now_s();   /* the first step warms the caches and the thread pool */
+				if (engine_forward(e, items, n, logits, err, sizeof err) != 0) {
+					fprintf(stderr, "aah-bench: %s\n", err);
+					goto done;
+				}
+				for (int32_t i = 0; i < n; i++)
+					toks[i] = sampler_argmax(logits + (int64_t)i * V, V);
+			}
+			double dt = now_s() - t0, tps = (double)n * (gen - 1) / dt;
+			spent += dt;
+			out->tps[ci] = tps > out->tps[ci] ? tps : out->tps[ci];
+			for (int32_t i = 0; i < n; i++)
+				engine_seq_close(e, seqs[i]);
+		}
+	for (int32_t ci = 1; ci < N_CONC; ci++)
+		if (out->ran[ci] == out->ran[ci - 1])
+			out->tps[ci] = out->tps[ci - 1];
+	rc = 0;
+done:
+	free(ids);
+	free(logits);
+	engine_free(e);
+	return rc;
+}
+
+static double load_average(void)
+{
+	double l = -1;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = -1;
+		fclose(f);
+	}
+	return l;
+}
+
+static void batch_print(const char *label, int32_t ctx, const char *regime, const batch_row *r)
+{
+	printf("%-10s %5d  %-15s %6.4f %9.1f %5d ", label, ctx, regime, r->acr, (double)r->seq_bytes / (1 << 20),
+	       r->fits);
+	for (int32_t i = 0; i < N_CONC; i++) {
+		char cell[32];
+		if (r->ran[i] < 1)
+			snprintf(cell, sizeof cell, "-");
+		else if (r->ran[i] < batch_conc[i])
+			snprintf(cell, sizeof cell, "%.1f (%d)", r->tps[i], r->ran[i]);
+		else
+			snprintf(cell, sizeof cell, "%.1f", r->tps[i]);
+		printf(" %13s", cell);
+	}
+	printf("  %6.2fx\n", r->ran[2] > 0 && r->tps[0] > 0 ? r->tps[2] / r->tps[0] : 0);
+	fflush(stdout);
+}
+
+/* demo at 512 (full attention); the AAH model at 512 and 4096, full attention against `regime`. */
+static int bench_batch(const char *demo, const char *aah, const char *regime, int32_t threads, int32_t gen,
+                       int32_t reps, int64_t budget)
+{
+	printf("Continuous batching: aggregate decode tokens/s with c sequences decoding together (one forward per step),\n"
+	       "each at ctx positions (prefilled once, forked); KV budget %.0f MiB (f32), admission by worst-case pages; %d\n"
+	       "threads; %d decode steps, the first untimed; best of %d rounds or more (short ones: up to 10 within 3 s),\n"
+	       "each round one run per concurrency. (n): only n sequences fit the budget. Load average\n"
+	       "%.2f\n",
+	       (double)budget / (1 << 20), threads, gen, reps, load_average());
+	printf("%-10s %5s  %-15s %6s %9s %5s  %13s %13s %13s %13s  %7s\n", "model", "ctx", "regime", "ACR", "MiB/seq",
+	       "fits", "c=1", "c=4", "c=16", "c=64", "16 vs 1");
+	batch_row rows[5];
+	if (bench_batch_row(demo, threads, 512, AAH_FULL_ATTENTION, gen, reps, budget, &rows[0]) != 0)
+		return 1;
+	batch_print("demo", 512, AAH_FULL_ATTENTION, &rows[0]);
+	if (!aah)
+		return 0;
+	const int32_t ctxs[2] = { 512, 4096 };
+	const char *regs[2] = { AAH_FULL_ATTENTION, regime };
+	for (int32_t k = 0; k < 4; k++) {
+		if (bench_batch_row(aah, threads, ctxs[k / 2], regs[k % 2], gen, reps, budget, &rows[1 + k]) != 0)
+			return 1;
+		batch_print("0.6B-8L", ctxs[k / 2], regs[k % 2], &rows[1 + k]);
+	}
+	const batch_row *f = &rows[3], *a = &rows[4];
+	double best_f = 0, best_a = 0;
+	for (int32_t i = 0; i < N_CONC; i++) {
+		best_f = f->tps[i] > best_f ? f->tps[i] : best_f;
+		best_a = a->tps[i] > best_a ? a->tps[i] : best_a;
+	}
+	printf("demo at 512: c=16 gives %.2fx the aggregate tokens/s of c=1 (target 4x)\n", rows[0].tps[2] / rows[0].tps[0]);
+	printf("at 4096 under %.0f MiB: %s admits %d sequences, full_attention %d (%.2fx; target 2.5x); best aggregate "
+	       "%.1f against %.1f tokens/s (%.2fx; target 1.5x); load average %.2f\n",
+	       (double)budget / (1 << 20), regime, a->fits, f->fits, f->fits > 0 ? (double)a->fits / f->fits : 0, best_a,
+	       best_f, best_f > 0 ? best_a / best_f : 0, load_average());
+	return 0;
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: aah-bench [--threads N] [--prompt N] [--gen N] [--no-bandwidth] MODEL_DIR...\n"
+	fprintf(f, "usage: aah-bench [--backend B] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] MODEL_DIR...\n"
 	           "       aah-bench --context [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
+	           "       aah-bench --batch [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
 	           "tokens, default 512), decode tokens/s at batch 1 (default 64 tokens), the weight bytes read per\n"
 	           "decoded token and the bandwidth that implies, as a share of the measured one.\n"
 	           "--context: full attention against an AAH regime (default: the model's default regime) at 4096\n"
 	           "context (prompt 4096 - gen, then gen tokens; default gen 512): ACR, attention work ratio, KV bytes per\n"
-	           "sequence against the capacity-weighted window ratio, prefill speed, decode speed at 512..4096.\n");
+	           "sequence against the capacity-weighted window ratio, prefill speed, decode speed at 512..4096.\n"
+	           "--batch: aggregate decode tokens/s of 1, 4, 16 and 64 sequences decoding together under one KV budget\n"
+	           "(--kv-budget BYTES, default 1 GiB; --gen steps, default 16, best of --reps, default 3): the first model\n"
+	           "at 512 positions with full\n"
+	           "attention; the second (optional, with aah.json) at 512 and 4096 with full attention and --regime\n"
+	           "(default: its default regime), with the sequences each admits and the ratios.\n"
+	           "--backend auto|cpu|cuda (every mode): the engine's backend (default auto: CUDA when a device is present);\n"
+	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n");
 }
 
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
-	int no_bw = 0, context = 0, gen_set = 0;
+	int no_bw = 0, context = 0, gen_set = 0, batch = 0;
+	int64_t budget = (int64_t)1 << 30;
+	int32_t reps = 3;
 	const char *regime = NULL;
 	static const struct option opts[] = {
 		{ "context", no_argument, 0, 'c' }, { "regime", required_argument, 0, 'r' },
 		{ "threads", required_argument, 0, 't' }, { "prompt", required_argument, 0, 'p' },
 		{ "gen", required_argument, 0, 'g' }, { "no-bandwidth", no_argument, 0, 'B' },
+		{ "batch", no_argument, 0, 'b' }, { "kv-budget", required_argument, 0, 'k' },
+		{ "reps", required_argument, 0, 'R' }, { "backend", required_argument, 0, 'x' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -287,6 +492,10 @@ int main(int argc, char **argv)
 		case 'p': n_prompt = atoi(optarg); break;
 		case 'g': n_gen = atoi(optarg); gen_set = 1; break;
 		case 'c': context = 1; break;
+		case 'b': batch = 1; break;
+		case 'k': budget = atoll(optarg); break;
+		case 'R': reps = atoi(optarg); break;
+		case 'x': backend_name = optarg; break;
 		case 'r': regime = optarg; break;
 		case 'B': no_bw = 1; break;
 		case 'h': usage(stdout); return 0;
@@ -297,6 +506,25 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (batch) {
+		int32_t gen = gen_set ? n_gen : 16;
+		if (gen < 2 || gen > 256 || budget < 1 || reps < 1 || argc - optind > 2) {
+			usage(stderr);
+			return 2;
+		}
+		const char *aah = optind + 1 < argc ? argv[optind + 1] : NULL;
+		char def[64] = AAH_FULL_ATTENTION;
+		if (aah && !regime) {   /* the AAH model's default regime */
+			model_config mc;
+			aah_config a;
+			char err[512];
+			if (model_config_load(&mc, aah, err, sizeof err) == 0 && aah_config_load(&a, aah, &mc, err, sizeof err) == 0) {
+				snprintf(def, sizeof def, "%s", a.default_regime);
+				aah_config_free(&a);
+			}
+		}
+		return bench_batch(argv[optind], aah, regime ? regime : def, threads, gen, reps, budget);
+	}
 	if (context) {
 		int32_t gen = gen_set ? n_gen : 512;
 		if (gen < 1 || gen > 4096 - 2048 || optind != argc - 1) {
@@ -306,7 +534,13 @@ int main(int argc, char **argv)
 		return bench_context(argv[optind], threads, regime, gen);
 	}
 	double bw = 0;
-	if (!no_bw) {
+	const int on_gpu = backend_name ? !strcmp(backend_name, "cuda") || (!strcmp(backend_name, "auto") &&
+	                                                                    aah_backend_cuda_available())
+	                                : aah_backend_cuda_available();
+	if (!no_bw && on_gpu) {   /* the ceiling of a memory-bound decode step on the device */
+		bw = aah_cuda_copy_bandwidth(0, (size_t)4 << 30);
+		printf("device copy bandwidth (4 GiB device to device, bytes read + written, median of 11): %.1f GB/s\n", bw);
+	} else if (!no_bw) {
 		bw = measure_read_bandwidth(threads);
 		printf("streaming read bandwidth (%d threads, 1 GiB buffer): %.2f GB/s\n", threads, bw);
 	}

@@ -11,8 +11,19 @@ if [ ! -s "$Q06/model.safetensors" ]; then
 	"$BUILD/aah-mkmodel" --preset qwen3-0.6b --tokenizer "$CACHE/qwen3-tokenizer" --out "$Q06"
 fi
 
+# The Qwen3-0.6B layout cut to 8 layers, with aah.json: shallow_freeze has ACR ≈ 0.3 at 4096 positions.
+AAH="$CACHE/bench-aah"
+if [ ! -s "$AAH/aah.json" ]; then
+	"$BUILD/aah-mkmodel" --preset qwen3-0.6b --layers 8 --tokenizer "$CACHE/qwen3-tokenizer" --aah --aah-acr 0.3 \
+		--out "$AAH"
+fi
+
 echo "== engine: prefill and decode (BF16 weights, $THREADS threads)"
 "$BUILD/aah-bench" --threads "$THREADS" --prompt 512 --gen 64 "$CACHE/demo-model" "$Q06"
+
+echo
+echo "== continuous batching: aggregate decode speed against concurrency, under one KV budget"
+"$BUILD/aah-bench" --batch --threads "$THREADS" "$CACHE/demo-model" "$AAH"
 
 echo
 echo "== tokenizer throughput"

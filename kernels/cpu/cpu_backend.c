@@ -210,10 +210,14 @@ static void matmul_gemv_worker(void *p, int32_t ti, int32_t nt)
 	}
 }
 
+/* How far ahead matmul_tile_worker prefetches weights, in panels, and into which cache (2: L2). */
+#define PREFETCH_PANELS 4
+#define PREFETCH_LOCALITY 2
+
 /* Many activation rows: convert C weight rows to an f32 panel once, then run R × C register tiles over a
  * block of activation rows that stays in L2, K in CPU_KC slices whose panel part (C · 256 floats = 4 KiB) stays
- * in L1. Edge rows and columns run through the same tile on zero-padded copies, so every output element is
- * summed exactly as gemv sums it (batch invariance, cpu_kernels.h). out (n, M), x (n, K). */
+ * in L1. Edge rows run through gemv on the panel, edge columns through the same tile on zero-padded copies, so
+ * every output element is summed exactly as gemv sums it (batch invariance, cpu_kernels.h). out (n, M), x (n, K). */
 static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 {
 	matmul_job *j = p;
@@ -238,6 +242,15 @@ static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 		for (int64_t mb = lo; mb < hi; mb += C) {
 			int64_t c = hi - mb < C ? hi - mb : C;
 			const char *wsrc = (const char *)j->w->data + (size_t)mb * (size_t)K * es;
+			/* The weights PREFETCH_PANELS panels ahead are fetched while this panel's tiles run, so that their
+			 * conversion reads L2: with a few activation rows (batched decode) the tiles are short, and the weights'
+			 * stream from L3 or memory and the tiles took turns instead of overlapping (the demo model's output head,
+			 * 16 rows: 20% less time on one core). */
+			if (mb + PREFETCH_PANELS * C < hi) {
+				const char *ahead = wsrc + (size_t)PREFETCH_PANELS * (size_t)C * (size_t)K * es;
+				for (size_t o = 0; o < (size_t)C * (size_t)K * es; o += 64)
+					__builtin_prefetch(ahead + o, 0, PREFETCH_LOCALITY);
+			}
 			const float *panel;
 			if (j->w->type == AAH_DTYPE_F32 && c == C) {
 				panel = (const float *)wsrc;
@@ -246,6 +259,12 @@ static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 				memset(panel_buf + c * K, 0, (size_t)((C - c) * K) * sizeof(float));
 				panel = panel_buf;
 			}
+			/* Rows beyond the last full tile, against a full panel: gemv over the f32 panel, which sums exactly as a
+			 * tile does, without computing a padded tile's empty rows (16 decode rows: 16 computed, not 18). */
+			if (c == C)
+				for (int64_t r = r_full; r < tn; r += 4)
+					k->gemv(ob + r * M + mb, M, xb + r * K, tn - r < 4 ? (int32_t)(tn - r) : 4, panel, AAH_DTYPE_F32,
+					        K, 0, C);
 			for (int64_t kb = 0; kb < K; kb += CPU_KC) {
 				int64_t kn = K - kb < CPU_KC ? K - kb : CPU_KC;
 				if (c == C)
@@ -261,7 +280,7 @@ static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 							for (int64_t cc = 0; cc < c; cc++)
 								ob[(r + rr) * M + mb + cc] = edge[rr * C + cc];
 					}
-				if (r_full < tn) {
+				if (r_full < tn && c < C) {
 					for (int64_t rr = 0; rr < tn - r_full && kb > 0; rr++)
 						for (int64_t cc = 0; cc < c; cc++)
 							edge[rr * C + cc] = ob[(r_full + rr) * M + mb + cc];
@@ -572,6 +591,7 @@ static const aah_backend_iface cpu_iface = {
 	/* .attention = */ cpu_attention,
 	/* .kv_store = */ cpu_kv_store,
 	/* .synchronize = */ cpu_synchronize,
+	/* .last_error = */ NULL,
 };
 
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p)

@@ -33,7 +33,22 @@ INLINE __m512 load16_tail(const void *w, aah_dtype t, int64_t i, __mmask16 m)
 	return _mm512_maskz_loadu_ps(m, (const float *)w + i);
 }
 
-#define GR 4   /* weight rows per gemv pass */
+/* The sums of a, b, c and d's 16 lanes, in lanes 0 … 3: each exactly what _mm512_reduce_add_ps gives (lanes i and
+ * i + 8 added, then i and i + 4, then 0 + 2 and 1 + 3, then those two; float addition commutes, so the pairing alone
+ * fixes the result), four at a time with 10 shuffles and adds in place of 28. Every dot product of gemv and tile ends
+ * here, so a row's result is the same whichever of the two computes it (cpu_kernels.h). */
+INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+	__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+	__m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+	x = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4e));
+	x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xb1));
+	return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	                                                                      0, 0), x));
+}
+
+#define GR 4   /* weight rows per gemv pass (hsum16x4 reduces them together) */
 #define PREFETCH_ELEMS 512
 
 /* GR weight rows (of type T) against N activation rows: GR·N accumulators, the weights read once. */
@@ -44,7 +59,8 @@ INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, con
 	const char *wr[GR];
 	UNROLL for (int j = 0; j < GR; j++)
 		wr[j] = (const char *)w + (size_t)(m + (j < rows ? j : 0)) * (size_t)K * es;
-	float sum[GR][4] = { { 0 } };   /* set by the first slice (K ≥ 1) */
+	/* per activation row, the GR weight rows' dot products (the first slice sets them: K ≥ 1) */
+	__m128 sum[4] = { _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps() };
 	for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* the slices of CPU_KC (cpu_kernels.h) */
 		const int64_t ke = K - kb < CPU_KC ? K : kb + CPU_KC;
 		__m512 acc[GR][4];
@@ -77,16 +93,14 @@ INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, con
 					acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
 			}
 		}
-		UNROLL for (int i = 0; i < N; i++)
-			UNROLL for (int j = 0; j < GR; j++) {
-				float v = _mm512_reduce_add_ps(acc[j][i]);
-				sum[j][i] = kb > 0 ? sum[j][i] + v : v;
-			}
+		UNROLL for (int i = 0; i < N; i++) {
+			__m128 v = hsum16x4(acc[0][i], acc[1][i], acc[2][i], acc[3][i]);
+			sum[i] = kb > 0 ? _mm_add_ps(sum[i], v) : v;
+		}
 	}
+	const __mmask8 keep = (__mmask8)((1u << rows) - 1);
 	UNROLL for (int i = 0; i < N; i++)
-		UNROLL for (int j = 0; j < GR; j++)
-			if (j < rows)
-				out[i * ldo + m + j] = sum[j][i];
+		_mm_mask_storeu_ps(out + i * ldo + m, keep, sum[i]);
 }
 
 INLINE void gemv_typed(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
@@ -131,6 +145,7 @@ static void to_f32_avx512(float *dst, const void *src, aah_dtype t, int64_t coun
 
 #define R 6
 #define C 4
+_Static_assert(C == 4, "tile_avx512 reduces a row's C sums with hsum16x4");
 static void tile_avx512(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp,
                         int64_t K, int accumulate)
 {
@@ -160,11 +175,10 @@ static void tile_avx512(float *out, int64_t ldo, const float *x, int64_t ldx, co
 				acc[r][c] = _mm512_fmadd_ps(xv, p[c], acc[r][c]);
 		}
 	}
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++) {
-			float v = _mm512_reduce_add_ps(acc[r][c]);
-			out[r * ldo + c] = accumulate ? out[r * ldo + c] + v : v;
-		}
+	UNROLL for (int r = 0; r < R; r++) {   /* C = 4: a row's four sums are adjacent in out */
+		__m128 v = hsum16x4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+		_mm_storeu_ps(out + r * ldo, accumulate ? _mm_add_ps(_mm_loadu_ps(out + r * ldo), v) : v);
+	}
 }
 
 static float dot_avx512(const float *a, const float *b, int64_t n)
@@ -197,7 +211,9 @@ static void axpy_avx512(float *y, float a, const float *x, int64_t n)
 	}
 }
 
-/* Keys against two query heads held in registers (NV = head_dim / 16 vectors each): one key row load feeds both. */
+/* Keys against two query heads held in registers (NV = head_dim / 16 vectors each): one key row load feeds both.
+ * Four keys at a time, so that their eight sums reduce together (hsum16x4); a key's score is the same in a block of
+ * four or alone, so how the keys are split into runs never matters. */
 INLINE void qk2(float *scores, int64_t ld, const float *q, const int NV, const float *keys, int64_t ks, int32_t n,
                 int32_t hd)
 {
@@ -206,7 +222,21 @@ INLINE void qk2(float *scores, int64_t ld, const float *q, const int NV, const f
 		qa[c] = _mm512_loadu_ps(q + c * 16);
 		qb[c] = _mm512_loadu_ps(q + hd + c * 16);
 	}
-	for (int32_t t = 0; t < n; t++) {
+	int32_t t = 0;
+	for (; t + 4 <= n; t += 4) {
+		__m512 a[4], b[4];
+		UNROLL for (int u = 0; u < 4; u++)
+			a[u] = b[u] = _mm512_setzero_ps();
+		UNROLL for (int c = 0; c < NV; c++)
+			UNROLL for (int u = 0; u < 4; u++) {
+				__m512 kv = _mm512_loadu_ps(keys + (t + u) * ks + c * 16);
+				a[u] = _mm512_fmadd_ps(qa[c], kv, a[u]);
+				b[u] = _mm512_fmadd_ps(qb[c], kv, b[u]);
+			}
+		_mm_storeu_ps(scores + t, hsum16x4(a[0], a[1], a[2], a[3]));
+		_mm_storeu_ps(scores + ld + t, hsum16x4(b[0], b[1], b[2], b[3]));
+	}
+	for (; t < n; t++) {
 		const float *k = keys + t * ks;
 		__m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
 		UNROLL for (int c = 0; c < NV; c++) {
@@ -240,33 +270,46 @@ static void qk_avx512(float *scores, int64_t ld, const float *q, int32_t group, 
 			scores[g * ld + t] = dot_avx512(q + (int64_t)g * hd, keys + t * ks, hd);
 }
 
-/* NG heads' output rows, 64 dimensions of them, in registers while the value rows stream past. */
-INLINE void pv_block(float *out, const float *p, int64_t ld, const int NG, const float *values, int64_t vs,
-                     int32_t n, int32_t hd)
+/* NG heads' output rows, NC · 16 dimensions of them, in registers while the value rows stream past. */
+INLINE void pv_block(float *out, const float *p, int64_t ld, const int NG, const int NC, const float *values,
+                     int64_t vs, int32_t n, int32_t hd)
 {
-	__m512 acc[4][4];   /* NG ≤ 4 */
+	__m512 acc[4][4];   /* NG, NC ≤ 4 */
 	UNROLL for (int g = 0; g < NG; g++)
-		UNROLL for (int c = 0; c < 4; c++)
+		UNROLL for (int c = 0; c < NC; c++)
 			acc[g][c] = _mm512_loadu_ps(out + (int64_t)g * hd + c * 16);
 	for (int32_t t = 0; t < n; t++) {
 		const float *v = values + t * vs;
 		__m512 vv[4];
-		UNROLL for (int c = 0; c < 4; c++)
+		UNROLL for (int c = 0; c < NC; c++)
 			vv[c] = _mm512_loadu_ps(v + c * 16);
 		UNROLL for (int g = 0; g < NG; g++) {
 			__m512 sc = _mm512_set1_ps(p[g * ld + t]);
-			UNROLL for (int c = 0; c < 4; c++)
+			UNROLL for (int c = 0; c < NC; c++)
 				acc[g][c] = _mm512_fmadd_ps(sc, vv[c], acc[g][c]);
 		}
 	}
 	UNROLL for (int g = 0; g < NG; g++)
-		UNROLL for (int c = 0; c < 4; c++)
+		UNROLL for (int c = 0; c < NC; c++)
 			_mm512_storeu_ps(out + (int64_t)g * hd + c * 16, acc[g][c]);
 }
 
 static void pv_avx512(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs,
                       int32_t n, int32_t hd)
 {
+	if (hd == 32) {   /* the same sums as the axpy below (one FMA per value element, keys in order), in registers */
+		for (int32_t g0 = 0; g0 < group; g0 += 4) {
+			float *o = out + (int64_t)g0 * hd;
+			const float *pg = p + g0 * ld;
+			switch (group - g0 < 4 ? group - g0 : 4) {
+			case 1: pv_block(o, pg, ld, 1, 2, values, vs, n, hd); break;
+			case 2: pv_block(o, pg, ld, 2, 2, values, vs, n, hd); break;
+			case 3: pv_block(o, pg, ld, 3, 2, values, vs, n, hd); break;
+			default: pv_block(o, pg, ld, 4, 2, values, vs, n, hd); break;
+			}
+		}
+		return;
+	}
 	if (hd % 64 != 0) {
 		for (int32_t t = 0; t < n; t++)
 			for (int32_t g = 0; g < group; g++)
@@ -278,10 +321,10 @@ static void pv_avx512(float *out, const float *p, int64_t ld, int32_t group, con
 			float *o = out + (int64_t)g0 * hd + d0;
 			const float *pg = p + g0 * ld, *v = values + d0;
 			switch (group - g0 < 4 ? group - g0 : 4) {
-			case 1: pv_block(o, pg, ld, 1, v, vs, n, hd); break;
-			case 2: pv_block(o, pg, ld, 2, v, vs, n, hd); break;
-			case 3: pv_block(o, pg, ld, 3, v, vs, n, hd); break;
-			default: pv_block(o, pg, ld, 4, v, vs, n, hd); break;
+			case 1: pv_block(o, pg, ld, 1, 4, v, vs, n, hd); break;
+			case 2: pv_block(o, pg, ld, 2, 4, v, vs, n, hd); break;
+			case 3: pv_block(o, pg, ld, 3, 4, v, vs, n, hd); break;
+			default: pv_block(o, pg, ld, 4, 4, v, vs, n, hd); break;
 			}
 		}
 }

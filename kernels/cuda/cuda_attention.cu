@@ -1,0 +1,690 @@
+/* kernels/cuda/cuda_attention.cu — windowed GQA attention over the paged KV pool (flash-decoding style), the probe's
+ * band mass, and the store of new rows into the pages; the device twin of cpu_attention / cpu_kv_store.
+ *
+ * The host plans each call. A *work item* is one block: a tile of up to bq query rows of one sequence × up to gb
+ * query heads of one KV head (the heads that share its keys, so each key is read once for all of them) × a range
+ * of keys. Its keys are the union of its rows' windows [p − W + 1, p], walked in tiles of BK = 32 positions
+ * (two pages) aligned to pages: tiles wholly outside every row's window are never visited, and a key outside one
+ * row's window is masked for that row only. Keys older than the call come from the pages through a compact page
+ * list (the ring slots that cover the window, in position order); the call's own keys come from the k, v matrices,
+ * rounded to the pool's type as the CPU does, so chunking never changes a result. Softmax is online (running max
+ * and sum per row). When there are fewer items than about four per multiprocessor (decode at small batch), the key
+ * range of each item is split into pieces whose partial (max, sum, Σp·v) a combine kernel merges (flash-decoding).
+ *
+ * Work: every block counts the in-window products it computed and adds them to a device counter; the host's plan
+ * prescribes the same count, which the op returns at once, and every sync point compares the two (cuda_ctx.cuh).
+ * Probes: the final log-sum-exp of every row is kept, and a second kernel recomputes each in-window score of the
+ * probe's rows to add exp(s − lse) into distance bands; the band totals come back with a wait (probe steps only). */
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_attention.cuh"
+#include "kernels/cuda/cuda_convert.cuh"
+
+#define BK 32          /* keys per tile: one per lane of a warp */
+#define ATT_NT 256     /* threads per attention block */
+#define R_TARGET 64    /* query-head rows per prefill block */
+#define BQ_MAX 16      /* query rows per prefill block */
+#define PAGE AAH_PAGE_LEN
+
+typedef struct att_span {
+	int32_t row0, n_new, pos0;
+	int32_t probe;       /* index into probes, or -1 */
+} att_span;
+
+typedef struct att_head {          /* per (span, KV head) */
+	int32_t window;
+	int32_t first_page;            /* position / PAGE of the first cached page listed */
+	int32_t list_off;              /* its page id in pages[list_off] */
+	int32_t pad;
+} att_head;
+
+typedef struct att_item {
+	int32_t span, kvh;
+	int32_t q_lo, q_n;             /* query rows [q_lo, q_lo + q_n) of the span */
+	int32_t g0, gn;                /* query heads kvh·group + [g0, g0 + gn) */
+	int32_t k_lo, k_hi;            /* key positions [k_lo, k_hi) */
+	int32_t part;                  /* partial slot, or -1: this item writes the output itself */
+	int32_t pad;
+} att_item;
+
+typedef struct att_comb {          /* merges the n_split partials part0 … of one tile */
+	int32_t span, kvh, q_lo, q_n, g0, gn, part0, n_split;
+} att_comb;
+
+typedef struct att_probe {
+	int32_t span;
+	int32_t edges_off, n_bands;
+	int32_t band_off;              /* floats into band: (n_heads, n_bands) */
+} att_probe;
+
+typedef struct att_band_item {
+	int32_t probe, qi, kvh, pad;
+} att_band_item;
+
+typedef struct att_args {
+	float *out;
+	const float *q, *k, *v;
+	const void *pool;
+	float *part;                   /* (slots, rmax · (hd + 2)): max[rmax], sum[rmax], acc[rmax][hd] */
+	float *lse;                    /* (rows, n_heads): log Σ exp of each row's scores */
+	float *band;                   /* probe output on the device */
+	unsigned long long *work;
+	const att_span *spans;
+	const att_head *heads;
+	const int32_t *pages;
+	const att_item *items;
+	const att_comb *combs;
+	const att_probe *probes;
+	const int32_t *edges;
+	const att_band_item *band_items;
+	int32_t n_heads, n_kv, hd, group, rmax;
+	float scale;
+} att_args;
+
+/* Shared memory of an attention block of r rows (floats): Q and the accumulators (r × hd each), one K or V tile
+ * (BK rows padded to hd + 1, so that lanes reading different keys hit different banks), the tile's
+ * probabilities (r × BK) and three per-row values (max, sum, the rescale of this tile). */
+static size_t att_smem(int32_t r, int32_t hd)
+{
+	return ((size_t)2 * r * hd + (size_t)BK * (hd + 1) + (size_t)r * BK + 3 * (size_t)r) * sizeof(float);
+}
+
+/* Four elements d … d+3 of the key (which = 0) or value (1) of KV head kvh at position t. */
+template <typename KT>
+__device__ __forceinline__ float4 kv_load4(const att_args &a, const att_span &s, const att_head &hh, int32_t kvh,
+                                           int32_t t, int32_t d, int which)
+{
+	if (t < s.pos0) {
+		const int32_t page = a.pages[hh.list_off + t / PAGE - hh.first_page];
+		const size_t off = (((size_t)page * 2 + (size_t)which) * PAGE + (size_t)(t % PAGE)) * (size_t)a.hd + (size_t)d;
+		return load4(reinterpret_cast<const KT *>(a.pool) + off);
+	}
+	const float *m = which ? a.v : a.k;
+	const float4 x = load4(m + ((size_t)(s.row0 + t - s.pos0) * a.n_kv + (size_t)kvh) * a.hd + (size_t)d);
+	return round_to4<KT>(x);   /* as the pool will hold it */
+}
+
+/* tile[j][d] (row stride hd + 1) = key or value at position t0 + j, zero outside [k_lo, k_hi). */
+template <typename KT>
+__device__ __forceinline__ void load_tile(float *tile, const att_args &a, const att_span &s, const att_head &hh,
+                                          int32_t kvh, int32_t t0, int32_t k_lo, int32_t k_hi, int which)
+{
+	const int32_t hd = a.hd, hd4 = hd / 4;
+	for (int32_t idx = threadIdx.x; idx < BK * hd4; idx += blockDim.x) {
+		const int32_t j = idx / hd4, d = (idx - j * hd4) * 4, t = t0 + j;
+		float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+		if (t >= k_lo && t < k_hi)
+			x = kv_load4<KT>(a, s, hh, kvh, t, d, which);
+		float *r = tile + j * (hd + 1) + d;
+		r[0] = x.x;
+		r[1] = x.y;
+		r[2] = x.z;
+		r[3] = x.w;
+	}
+}
+
+template <typename KT>
+__global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
+{
+	extern __shared__ float sm[];
+	const att_item it = a.items[blockIdx.x];
+	const att_span s = a.spans[it.span];
+	const att_head hh = a.heads[it.span * a.n_kv + it.kvh];
+	const int32_t hd = a.hd, R = it.q_n * it.gn, ld = hd + 1;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+	float *Qs = sm;                        /* [R][hd] scaled queries */
+	float *Acc = Qs + a.rmax * hd;         /* [R][hd] Σ p·v */
+	float *T = Acc + a.rmax * hd;          /* [BK][hd + 1] the K tile, then the V tile */
+	float *P = T + BK * ld;                /* [R][BK] probabilities of the tile */
+	float *Mx = P + a.rmax * BK;           /* [R] running max */
+	float *Ls = Mx + a.rmax;               /* [R] running sum */
+	float *Cr = Ls + a.rmax;               /* [R] rescale of the accumulators for this tile */
+
+	/* row r of the block: query row q_lo + r / gn of the span, query head kvh·group + g0 + r % gn */
+	for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
+		const int32_t r = idx / hd, d = idx - r * hd;
+		const int32_t row = s.row0 + it.q_lo + r / it.gn, h = it.kvh * a.group + it.g0 + r % it.gn;
+		Qs[idx] = a.q[((size_t)row * a.n_heads + h) * hd + d] * a.scale;
+		Acc[idx] = 0.f;
+	}
+	for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
+		Mx[r] = -INFINITY;
+		Ls[r] = 0.f;
+	}
+	__syncthreads();
+
+	unsigned long long my_work = 0;   /* in-window products this thread computed */
+	for (int32_t t0 = it.k_lo / PAGE * PAGE; t0 < it.k_hi; t0 += BK) {
+		load_tile<KT>(T, a, s, hh, it.kvh, t0, it.k_lo, it.k_hi, 0);
+		__syncthreads();
+		/* scores and the online softmax: warp w owns rows w, w + n_warps, …; lane j scores key t0 + j */
+		for (int32_t r = warp; r < R; r += n_warps) {
+			const int32_t pos = s.pos0 + it.q_lo + r / it.gn;
+			const int32_t first = max(0, pos - hh.window + 1);
+			const int32_t t = t0 + lane;
+			const bool valid = t >= first && t <= pos && t >= it.k_lo && t < it.k_hi;
+			float sc = -INFINITY;
+			if (valid) {
+				const float *qr = Qs + r * hd, *kr = T + lane * ld;
+				float acc = 0.f;
+				for (int32_t d = 0; d < hd; d++)
+					acc += qr[d] * kr[d];
+				sc = acc;
+				my_work++;
+			}
+			const float m_old = Mx[r];
+			const float m_new = fmaxf(m_old, warp_max(sc));
+			const float p = valid ? expf(sc - m_new) : 0.f;
+			const float corr = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+			const float psum = warp_sum(p);
+			P[r * BK + lane] = p;
+			if (lane == 0) {
+				Mx[r] = m_new;
+				Ls[r] = Ls[r] * corr + psum;
+				Cr[r] = corr;
+			}
+		}
+		__syncthreads();
+		load_tile<KT>(T, a, s, hh, it.kvh, t0, it.k_lo, it.k_hi, 1);
+		__syncthreads();
+		for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
+			const int32_t r = idx / hd, d = idx - r * hd;
+			const float *pr = P + r * BK;
+			float acc = Acc[idx] * Cr[r];
+#pragma unroll 8
+			for (int32_t j = 0; j < BK; j++)
+				acc += pr[j] * T[j * ld + d];
+			Acc[idx] = acc;
+		}
+		__syncthreads();
+	}
+
+	/* the work counter: a warp sum, one atomic per warp */
+	my_work = warp_sum(my_work);
+	if (lane == 0 && my_work > 0)
+		atomicAdd(a.work, my_work);
+	if (it.part < 0) {
+		for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
+			const int32_t r = idx / hd, d = idx - r * hd;
+			const int32_t row = s.row0 + it.q_lo + r / it.gn, h = it.kvh * a.group + it.g0 + r % it.gn;
+			const float l = Ls[r];
+			a.out[((size_t)row * a.n_heads + h) * hd + d] = l > 0.f ? Acc[idx] / l : 0.f;
+		}
+		for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
+			const int32_t row = s.row0 + it.q_lo + r / it.gn, h = it.kvh * a.group + it.g0 + r % it.gn;
+			a.lse[(size_t)row * a.n_heads + h] = Mx[r] + logf(Ls[r]);
+		}
+	} else {
+		float *pb = a.part + (size_t)it.part * a.rmax * (hd + 2);
+		for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
+			pb[r] = Mx[r];
+			pb[a.rmax + r] = Ls[r];
+		}
+		for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x)
+			pb[2 * a.rmax + idx] = Acc[idx];
+	}
+}
+
+/* Merges the pieces of one split tile: out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M), M = max_s m_s. */
+__global__ void __launch_bounds__(ATT_NT) att_combine_kernel(att_args a)
+{
+	const att_comb cb = a.combs[blockIdx.x];
+	const att_span s = a.spans[cb.span];
+	const int32_t hd = a.hd, R = cb.q_n * cb.gn;
+	const size_t stride = (size_t)a.rmax * (hd + 2);
+	for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
+		const int32_t r = idx / hd, d = idx - r * hd;
+		const float *p0 = a.part + (size_t)cb.part0 * stride;
+		float M = -INFINITY;
+		for (int32_t sp = 0; sp < cb.n_split; sp++)
+			M = fmaxf(M, p0[sp * stride + r]);
+		float L = 0.f, A = 0.f;
+		for (int32_t sp = 0; sp < cb.n_split; sp++) {
+			const float *pb = p0 + sp * stride;
+			const float m = pb[r];
+			if (m == -INFINITY)
+				continue;   /* a piece with none of this row's keys */
+			const float w = expf(m - M);
+			L += pb[a.rmax + r] * w;
+			A += pb[2 * a.rmax + idx] * w;
+		}
+		const int32_t row = s.row0 + cb.q_lo + r / cb.gn, h = cb.kvh * a.group + cb.g0 + r % cb.gn;
+		a.out[((size_t)row * a.n_heads + h) * hd + d] = L > 0.f ? A / L : 0.f;
+		if (d == 0)
+			a.lse[(size_t)row * a.n_heads + h] = M + logf(L);
+	}
+}
+
+/* A probe row (one query row, one KV head, its group of query heads): a warp per key of the window, each query
+ * head's probability exp(s − lse) added into the band of distance pos − t. Keys up to head_dim 1024 sit in
+ * registers (8 float4 per lane). */
+template <typename KT>
+__global__ void __launch_bounds__(ATT_NT) att_band_kernel(att_args a)
+{
+	extern __shared__ float sm[];
+	const att_band_item bi = a.band_items[blockIdx.x];
+	const att_probe pr = a.probes[bi.probe];
+	const att_span s = a.spans[pr.span];
+	const att_head hh = a.heads[pr.span * a.n_kv + bi.kvh];
+	const int32_t hd = a.hd, G = a.group, nb = pr.n_bands;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+	float *qs = sm;              /* [G][hd] */
+	float *acc = qs + G * hd;    /* [G][nb] */
+	const int32_t row = s.row0 + bi.qi, pos = s.pos0 + bi.qi;
+	for (int32_t idx = threadIdx.x; idx < G * hd; idx += blockDim.x)
+		qs[idx] = a.q[((size_t)row * a.n_heads + (size_t)bi.kvh * G) * hd + idx] * a.scale;
+	for (int32_t idx = threadIdx.x; idx < G * nb; idx += blockDim.x)
+		acc[idx] = 0.f;
+	__syncthreads();
+	const int32_t first = max(0, pos - hh.window + 1);
+	for (int32_t t = first + warp; t <= pos; t += n_warps) {
+		float4 kr[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int32_t d = (u * 32 + lane) * 4;
+			kr[u] = d < hd ? kv_load4<KT>(a, s, hh, bi.kvh, t, d, 0) : make_float4(0.f, 0.f, 0.f, 0.f);
+		}
+		int32_t b = 0;
+		while (b < nb - 1 && pos - t >= a.edges[pr.edges_off + b])
+			b++;
+		for (int32_t g = 0; g < G; g++) {
+			float sd = 0.f;
+#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const int32_t d = (u * 32 + lane) * 4;
+				if (d < hd) {
+					const float *qq = qs + g * hd + d;
+					sd += qq[0] * kr[u].x + qq[1] * kr[u].y + qq[2] * kr[u].z + qq[3] * kr[u].w;
+				}
+			}
+			sd = warp_sum(sd);
+			if (lane == 0) {
+				const int32_t h = bi.kvh * G + g;
+				atomicAdd(&acc[g * nb + b], expf(sd - a.lse[(size_t)row * a.n_heads + h]));
+			}
+		}
+	}
+	__syncthreads();
+	for (int32_t idx = threadIdx.x; idx < G * nb; idx += blockDim.x)
+		atomicAdd(&a.band[pr.band_off + ((size_t)bi.kvh * G + idx / nb) * nb + idx % nb], acc[idx]);
+}
+
+/* ---- kv_store: a warp per (new row, KV head) that the ring keeps ---- */
+
+typedef struct kv_entry {
+	int32_t src_row, kvh, page, prow;
+} kv_entry;
+
+template <typename KT>
+__global__ void kv_store_kernel(void *pool, const float *__restrict__ k, const float *__restrict__ v,
+                                const kv_entry *__restrict__ entries, int32_t n_entries, int32_t n_kv, int32_t hd)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t e = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	if (e >= n_entries)
+		return;
+	const kv_entry en = entries[e];
+	KT *kd = reinterpret_cast<KT *>(pool) + ((size_t)en.page * 2 * PAGE + (size_t)en.prow) * hd;
+	KT *vd = kd + (size_t)PAGE * hd;
+	const size_t src = ((size_t)en.src_row * n_kv + (size_t)en.kvh) * hd;
+	for (int32_t d = lane; d < hd; d += 32) {
+		kd[d] = from_f32<KT>(k[src + d]);
+		vd[d] = from_f32<KT>(v[src + d]);
+	}
+}
+
+/* ---- host side ---- */
+
+bool cuda_attention_setup(cuda_ctx *c)
+{
+	const int smem = (int)c->smem_optin;
+	return CUDA_CHECK(c, cudaFuncSetAttribute(att_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) &&
+	       CUDA_CHECK(c, cudaFuncSetAttribute(att_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) &&
+	       CUDA_CHECK(c, cudaFuncSetAttribute(att_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                                          smem)) &&
+	       CUDA_CHECK(c, cudaFuncSetAttribute(att_band_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                                          smem)) &&
+	       CUDA_CHECK(c, cudaFuncSetAttribute(att_band_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                                          smem)) &&
+	       CUDA_CHECK(c, cudaFuncSetAttribute(att_band_kernel<__nv_bfloat16>,
+	                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+}
+
+/* Calls f(span, kvh, q_lo, q_n, k_lo, k_hi, tiles) for every (span, KV head, tile of bq query rows): the keys that
+ * tile needs are [k_lo, k_hi), walked in `tiles` page-aligned tiles of BK. */
+template <typename F>
+static void for_each_tile(const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv, int32_t bq, F f)
+{
+	for (int32_t si = 0; si < n_seqs; si++) {
+		const aah_attn_seq *s = &seqs[si];
+		for (int32_t h = 0; h < n_kv && s->n_new > 0; h++) {
+			const int64_t w = s->windows[h];
+			for (int32_t q_lo = 0; q_lo < s->n_new; q_lo += bq) {
+				const int32_t q_n = std::min(bq, s->n_new - q_lo);
+				const int64_t k_lo = std::max<int64_t>(0, (int64_t)s->pos0 + q_lo - w + 1);
+				const int64_t k_hi = (int64_t)s->pos0 + q_lo + q_n;
+				const int64_t tiles = (k_hi - k_lo / PAGE * PAGE + BK - 1) / BK;
+				f(si, h, q_lo, q_n, (int32_t)k_lo, (int32_t)k_hi, tiles);
+			}
+		}
+	}
+}
+
+/* Offsets of the tables of one call inside its one upload. */
+typedef struct att_layout {
+	size_t spans, heads, pages, items, combs, probes, edges, band_items, total;
+} att_layout;
+
+template <typename KT>
+static void att_launch(cuda_ctx *c, const att_args &a, int64_t n_items, int64_t n_comb, int64_t n_band_items,
+                       size_t smem, size_t band_smem)
+{
+	LAUNCH((unsigned)n_items, ATT_NT, smem, c->stream, att_kernel<KT>)(a);
+	LAUNCH_CHECK(c, "att_kernel");
+	if (n_comb > 0) {
+		LAUNCH((unsigned)n_comb, ATT_NT, 0, c->stream, att_combine_kernel)(a);
+		LAUNCH_CHECK(c, "att_combine_kernel");
+	}
+	if (n_band_items > 0) {
+		LAUNCH((unsigned)n_band_items, ATT_NT, band_smem, c->stream, att_band_kernel<KT>)(a);
+		LAUNCH_CHECK(c, "att_band_kernel");
+	}
+}
+
+uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
+                            const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_heads,
+                            int32_t n_kv, float scale, uint64_t *seq_work)
+{
+	const int32_t hd = pool->head_dim;
+	if (n_seqs <= 0)
+		return 0;
+	if (n_kv <= 0 || n_heads % n_kv != 0 || hd <= 0 || hd % 4 != 0 || hd > 1024) {
+		cuda_fail(c, "attention: %d query heads over %d KV heads with head_dim %d (the CUDA kernels need a whole "
+		          "group per KV head and head_dim a multiple of 4, at most 1024)", n_heads, n_kv, hd);
+		return 0;
+	}
+	const int32_t G = n_heads / n_kv;
+
+	/* Block shape: the whole group of query heads when it fits in shared memory, and for prompt chunks up to
+	 * BQ_MAX query rows so that each key tile serves about R_TARGET rows. */
+	int32_t gb = G;
+	while (gb > 1 && att_smem(gb, hd) > c->smem_optin)
+		gb = (gb + 1) / 2;
+	bool multi = false;
+	for (int32_t si = 0; si < n_seqs; si++)
+		multi |= seqs[si].n_new > 1;
+	int32_t bq = 1;
+	if (multi) {
+		bq = std::max(1, std::min(BQ_MAX, R_TARGET / gb));
+		while (bq > 1 && att_smem(bq * gb, hd) > c->smem_optin)
+			bq--;
+	}
+	const int32_t rmax = bq * gb, n_sub = (G + gb - 1) / gb;
+	const size_t smem = att_smem(rmax, hd);
+	if (smem > c->smem_optin) {
+		cuda_fail(c, "attention: head_dim %d needs %zu bytes of shared memory, the device has %zu", hd, smem,
+		          c->smem_optin);
+		return 0;
+	}
+
+	/* Pass 1: the work each sequence must do (returned), page lists, tiles, probes. */
+	int64_t n_pages = 0, n_base = 0, total_tiles = 0, n_probe = 0, n_band_items = 0, n_edges = 0, band_floats = 0;
+	int32_t max_row = 0, max_bands = 1;
+	uint64_t total = 0;
+	for (int32_t si = 0; si < n_seqs; si++) {
+		const aah_attn_seq *s = &seqs[si];
+		if (s->n_new <= 0)
+			continue;
+		max_row = std::max(max_row, s->row0 + s->n_new);
+		uint64_t sw = 0;
+		for (int32_t h = 0; h < n_kv; h++) {
+			const int64_t w = s->windows[h];
+			const int64_t f0 = std::max<int64_t>(0, (int64_t)s->pos0 - w + 1);
+			if (f0 < s->pos0)
+				n_pages += (s->pos0 - 1) / PAGE - f0 / PAGE + 1;
+			for (int32_t i = 0; i < s->n_new; i++) {   /* the CPU's count: min(W, p + 1) keys per query head */
+				const int64_t p = (int64_t)s->pos0 + i;
+				sw += (uint64_t)std::max<int64_t>(0, std::min(w, p + 1)) * (uint64_t)G;
+			}
+		}
+		if (s->band_mass) {
+			n_probe++;
+			n_band_items += (int64_t)s->n_new * n_kv;
+			n_edges += s->n_bands;
+			band_floats += (int64_t)n_heads * s->n_bands;
+			max_bands = std::max(max_bands, s->n_bands);
+		}
+		if (seq_work)
+			seq_work[si] += sw;
+		total += sw;
+	}
+	for_each_tile(seqs, n_seqs, n_kv, bq, [&](int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int64_t tiles) {
+		n_base += n_sub;
+		total_tiles += tiles * n_sub;
+	});
+	if (n_base == 0)
+		return total;
+
+	/* Split keys when there are too few items to fill the device: pieces of `chunk` tiles. */
+	const int64_t target = 4 * (int64_t)c->n_sm;
+	const int64_t chunk = n_base >= target ? (int64_t)1 << 40   /* no split */
+	                                       : std::max<int64_t>(1, (total_tiles + target - 1) / target);
+	int64_t n_items = 0, n_part = 0, n_comb = 0;
+	for_each_tile(seqs, n_seqs, n_kv, bq, [&](int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int64_t tiles) {
+		const int64_t pieces = (tiles + chunk - 1) / chunk;
+		n_items += pieces * n_sub;
+		if (pieces > 1) {
+			n_part += pieces * n_sub;
+			n_comb += n_sub;
+		}
+	});
+	if (n_items > INT32_MAX || n_band_items > INT32_MAX) {
+		cuda_fail(c, "attention: %lld blocks is more than one launch takes", (long long)n_items);
+		return 0;
+	}
+
+	/* One upload holds every table. */
+	att_layout L;
+	size_t at = 0;
+	L.spans = at; at = align_up(at + (size_t)n_seqs * sizeof(att_span), 16);
+	L.heads = at; at = align_up(at + (size_t)n_seqs * n_kv * sizeof(att_head), 16);
+	L.pages = at; at = align_up(at + (size_t)n_pages * sizeof(int32_t), 16);
+	L.items = at; at = align_up(at + (size_t)n_items * sizeof(att_item), 16);
+	L.combs = at; at = align_up(at + (size_t)n_comb * sizeof(att_comb), 16);
+	L.probes = at; at = align_up(at + (size_t)n_probe * sizeof(att_probe), 16);
+	L.edges = at; at = align_up(at + (size_t)n_edges * sizeof(int32_t), 16);
+	L.band_items = at; at = align_up(at + (size_t)n_band_items * sizeof(att_band_item), 16);
+	L.total = at;
+	uint8_t *h = (uint8_t *)stage_host(c, L.total);
+	if (!h)
+		return total;
+	att_span *spans = (att_span *)(h + L.spans);
+	att_head *heads = (att_head *)(h + L.heads);
+	int32_t *pages = (int32_t *)(h + L.pages);
+	att_item *items = (att_item *)(h + L.items);
+	att_comb *combs = (att_comb *)(h + L.combs);
+	att_probe *probes = (att_probe *)(h + L.probes);
+	int32_t *edges = (int32_t *)(h + L.edges);
+	att_band_item *band_items = (att_band_item *)(h + L.band_items);
+
+	int64_t pi = 0, ei = 0, bo = 0, probe_i = 0, band_i = 0;
+	for (int32_t si = 0; si < n_seqs; si++) {
+		const aah_attn_seq *s = &seqs[si];
+		spans[si] = att_span{ s->row0, s->n_new, s->pos0, -1 };
+		for (int32_t kh = 0; kh < n_kv; kh++) {
+			att_head *hh = &heads[(size_t)si * n_kv + kh];
+			*hh = att_head{ 0, 0, 0, 0 };
+			if (s->n_new <= 0)
+				continue;
+			const int64_t w = s->windows[kh];
+			const int64_t f0 = std::max<int64_t>(0, (int64_t)s->pos0 - w + 1);
+			hh->window = (int32_t)w;
+			hh->first_page = (int32_t)(f0 / PAGE);
+			hh->list_off = (int32_t)pi;
+			if (f0 < s->pos0) {   /* the ring slots of the cached positions the window reaches, oldest first */
+				const int32_t *ring = s->rings + (int64_t)kh * s->ring_stride;
+				for (int64_t pg = f0 / PAGE; pg <= (s->pos0 - 1) / PAGE; pg++)
+					pages[pi++] = ring[pg % s->n_slots[kh]];
+			}
+		}
+		if (s->band_mass && s->n_new > 0) {
+			spans[si].probe = (int32_t)probe_i;
+			probes[probe_i] = att_probe{ si, (int32_t)ei, s->n_bands, (int32_t)bo };
+			for (int32_t b = 0; b < s->n_bands; b++)
+				edges[ei++] = s->band_edges[b];
+			bo += (int64_t)n_heads * s->n_bands;
+			for (int32_t i = 0; i < s->n_new; i++)
+				for (int32_t kh = 0; kh < n_kv; kh++)
+					band_items[band_i++] = att_band_item{ (int32_t)probe_i, i, kh, 0 };
+			probe_i++;
+		}
+	}
+	int64_t ii = 0, part = 0, ci = 0;
+	for_each_tile(seqs, n_seqs, n_kv, bq,
+	              [&](int32_t si, int32_t kh, int32_t q_lo, int32_t q_n, int32_t k_lo, int32_t k_hi, int64_t tiles) {
+		const int64_t pieces = (tiles + chunk - 1) / chunk;
+		const int32_t t_start = k_lo / PAGE * PAGE;
+		for (int32_t g0 = 0; g0 < G; g0 += gb) {
+			const int32_t gn = std::min(gb, G - g0);
+			if (pieces > 1)
+				combs[ci++] = att_comb{ si, kh, q_lo, q_n, g0, gn, (int32_t)part, (int32_t)pieces };
+			for (int64_t p = 0; p < pieces; p++) {
+				const int64_t lo = std::max<int64_t>(k_lo, t_start + p * chunk * BK);
+				const int64_t hi = std::min<int64_t>(k_hi, t_start + (p + 1) * chunk * BK);
+				items[ii++] = att_item{ si, kh, q_lo, q_n, g0, gn, (int32_t)lo, (int32_t)hi,
+				                        pieces > 1 ? (int32_t)(part + p) : -1, 0 };
+			}
+			if (pieces > 1)
+				part += pieces;
+		}
+	});
+
+	uint8_t *d = (uint8_t *)tab_reserve(c, L.total);
+	const size_t part_bytes = align_up((size_t)n_part * rmax * (hd + 2) * sizeof(float), 256);
+	const size_t lse_bytes = align_up((size_t)max_row * n_heads * sizeof(float), 256);
+	uint8_t *scratch = (uint8_t *)scratch_reserve(c, part_bytes + lse_bytes + (size_t)band_floats * sizeof(float));
+	if (!d || !scratch || !CUDA_CHECK(c, cudaMemcpyAsync(d, h, L.total, cudaMemcpyHostToDevice, c->stream)))
+		return total;
+
+	att_args a;
+	a.out = out;
+	a.q = q;
+	a.k = k;
+	a.v = v;
+	a.pool = pool->data;
+	a.part = (float *)scratch;
+	a.lse = (float *)(scratch + part_bytes);
+	a.band = (float *)(scratch + part_bytes + lse_bytes);
+	a.work = c->d_work;
+	a.spans = (const att_span *)(d + L.spans);
+	a.heads = (const att_head *)(d + L.heads);
+	a.pages = (const int32_t *)(d + L.pages);
+	a.items = (const att_item *)(d + L.items);
+	a.combs = (const att_comb *)(d + L.combs);
+	a.probes = (const att_probe *)(d + L.probes);
+	a.edges = (const int32_t *)(d + L.edges);
+	a.band_items = (const att_band_item *)(d + L.band_items);
+	a.n_heads = n_heads;
+	a.n_kv = n_kv;
+	a.hd = hd;
+	a.group = G;
+	a.rmax = rmax;
+	a.scale = scale;
+	const size_t band_smem = ((size_t)G * hd + (size_t)G * max_bands) * sizeof(float);
+	if (n_band_items > 0) {
+		if (band_smem > c->smem_optin) {
+			cuda_fail(c, "attention probe: %d query heads of head_dim %d do not fit in shared memory", G, hd);
+			return total;
+		}
+		if (!CUDA_CHECK(c, cudaMemsetAsync(a.band, 0, (size_t)band_floats * sizeof(float), c->stream)))
+			return total;
+	}
+	switch (pool->type) {
+	case AAH_DTYPE_F32: att_launch<float>(c, a, n_items, n_comb, n_band_items, smem, band_smem); break;
+	case AAH_DTYPE_F16: att_launch<__half>(c, a, n_items, n_comb, n_band_items, smem, band_smem); break;
+	case AAH_DTYPE_BF16: att_launch<__nv_bfloat16>(c, a, n_items, n_comb, n_band_items, smem, band_smem); break;
+	default: cuda_fail(c, "attention: unknown KV element type %d", (int)pool->type); return total;
+	}
+	c->work_expected += total;
+
+	/* A probe's band mass goes back to the host now: the one wait in a probe step's attention. */
+	if (n_probe > 0) {
+		if ((size_t)band_floats > c->band_cap) {
+			cudaFreeHost(c->h_band);
+			c->h_band = NULL;
+			c->band_cap = 0;
+			if (!CUDA_CHECK(c, cudaHostAlloc((void **)&c->h_band, (size_t)band_floats * sizeof(float),
+			                                 cudaHostAllocDefault)))
+				return total;
+			c->band_cap = (size_t)band_floats;
+		}
+		if (!CUDA_CHECK(c, cudaMemcpyAsync(c->h_band, a.band, (size_t)band_floats * sizeof(float),
+		                                   cudaMemcpyDeviceToHost, c->stream)))
+			return total;
+		ctx_sync(c);
+		if (c->failed)
+			return total;
+		for (int64_t p = 0; p < n_probe; p++) {
+			const aah_attn_seq *s = &seqs[probes[p].span];
+			const float *src = c->h_band + probes[p].band_off;
+			for (int64_t i = 0; i < (int64_t)n_heads * s->n_bands; i++)
+				s->band_mass[i] += src[i];
+		}
+	}
+	return total;
+}
+
+void cuda_kv_store_run(cuda_ctx *c, const aah_kv_pool *pool, const float *k, const float *v, const aah_attn_seq *seqs,
+                       int32_t n_seqs, int32_t n_kv)
+{
+	const int32_t hd = pool->head_dim;
+	int64_t n = 0;
+	for (int32_t si = 0; si < n_seqs; si++)
+		n += seqs[si].n_new > 0 ? (int64_t)seqs[si].n_new * n_kv : 0;
+	if (n == 0)
+		return;
+	kv_entry *h = (kv_entry *)stage_host(c, (size_t)n * sizeof(kv_entry));
+	if (!h)
+		return;
+	int64_t e = 0;
+	for (int32_t si = 0; si < n_seqs; si++) {
+		const aah_attn_seq *s = &seqs[si];
+		if (s->n_new <= 0)
+			continue;
+		const int64_t last = (int64_t)s->pos0 + s->n_new - 1;
+		for (int32_t kh = 0; kh < n_kv; kh++) {
+			const int64_t slots = s->n_slots[kh];
+			const int64_t keep_from = (last / PAGE - slots + 1) * PAGE;   /* the oldest page the ring keeps */
+			const int32_t *ring = s->rings + (int64_t)kh * s->ring_stride;
+			for (int32_t i = 0; i < s->n_new; i++) {
+				const int64_t pos = (int64_t)s->pos0 + i;
+				if (pos < keep_from)
+					continue;
+				h[e++] = kv_entry{ s->row0 + i, kh, ring[(pos / PAGE) % slots], (int32_t)(pos % PAGE) };
+			}
+		}
+	}
+	if (e == 0)
+		return;
+	void *d = tab_reserve(c, (size_t)e * sizeof(kv_entry));
+	if (!d || !CUDA_CHECK(c, cudaMemcpyAsync(d, h, (size_t)e * sizeof(kv_entry), cudaMemcpyHostToDevice, c->stream)))
+		return;
+	const unsigned grid = (unsigned)((e + ATT_NT / 32 - 1) / (ATT_NT / 32));
+	const kv_entry *de = (const kv_entry *)d;
+	switch (pool->type) {
+	case AAH_DTYPE_F32:
+		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<float>)(pool->data, k, v, de, (int32_t)e, n_kv, hd);
+		break;
+	case AAH_DTYPE_F16:
+		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<__half>)(pool->data, k, v, de, (int32_t)e, n_kv, hd);
+		break;
+	case AAH_DTYPE_BF16:
+		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<__nv_bfloat16>)(pool->data, k, v, de, (int32_t)e, n_kv, hd);
+		break;
+	default: cuda_fail(c, "kv_store: unknown KV element type %d", (int)pool->type); return;
+	}
+	LAUNCH_CHECK(c, "kv_store_kernel");
+}

@@ -1,0 +1,557 @@
+/* tests/check_gpu.c — the CUDA backend against the CPU backend, op by op, on fresh random inputs (after ggml's
+ * test-backend-ops): memory, embedding rows, RMSNorm, every matmul path and dtype, RoPE, SwiGLU, add, attention
+ * over rings with windows and chunked prefill (outputs, per-sequence work, the device's own count, probe bands),
+ * kv_store byte for byte, and one engine run in the default (bf16 tensor-core) mode. Outputs are poisoned with NaN
+ * first, so an element the device never wrote fails. Where there is no CUDA device it says so and passes. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+/* Backends made once: CUDA contexts do not survive fork, so this suite runs without Check's fork. */
+static aah_backend *cpu, *gpu, *gpu32;   /* gpu32: AAH_CUDA_MATMUL=f32 */
+
+static uint64_t rng_state;
+
+static uint64_t rng_u64(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static float rng_f(void)
+{
+	return (float)((double)(rng_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static float *rand_f32(int64_t n, float scale)
+{
+	float *p = malloc((size_t)n * sizeof *p);
+	ck_assert_ptr_nonnull(p);
+	for (int64_t i = 0; i < n; i++)
+		p[i] = rng_f() * scale;
+	return p;
+}
+
+/* n random elements of type t (host memory, caller frees). */
+static void *rand_typed(aah_dtype t, int64_t n, float scale)
+{
+	void *p = malloc((size_t)n * aah_dtype_size(t));
+	ck_assert_ptr_nonnull(p);
+	for (int64_t i = 0; i < n; i++) {
+		float f = rng_f() * scale;
+		if (t == AAH_DTYPE_F32)
+			((float *)p)[i] = f;
+		else if (t == AAH_DTYPE_BF16)
+			((uint16_t *)p)[i] = cpu_f32_to_bf16(f);
+		else
+			((uint16_t *)p)[i] = cpu_f32_to_f16(f);
+	}
+	return p;
+}
+
+/* A device copy of host bytes. */
+static void *gdup(aah_backend *g, const void *host, size_t bytes)
+{
+	void *d = g->iface.buf_alloc(g, bytes);
+	ck_assert_ptr_nonnull(d);
+	g->iface.buf_write(g, d, host, bytes);
+	return d;
+}
+
+/* A device buffer of `bytes` filled with NaN. */
+static void *gpoison(aah_backend *g, size_t bytes)
+{
+	void *h = malloc(bytes);
+	ck_assert_ptr_nonnull(h);
+	memset(h, 0xff, bytes);
+	void *d = gdup(g, h, bytes);
+	free(h);
+	return d;
+}
+
+static float *gread(aah_backend *g, const void *d, int64_t n)
+{
+	float *h = malloc((size_t)n * sizeof *h);
+	ck_assert_ptr_nonnull(h);
+	g->iface.buf_read(g, h, d, (size_t)n * sizeof *h);
+	return h;
+}
+
+/* ‖got − want‖ / ‖want‖, infinite when got holds a NaN or infinity. */
+static double rel_err(const float *got, const float *want, int64_t n)
+{
+	double num = 0, den = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (!isfinite(got[i]))
+			return INFINITY;
+		double d = (double)got[i] - want[i];
+		num += d * d;
+		den += (double)want[i] * want[i];
+	}
+	return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void no_error(aah_backend *g)
+{
+	const char *e = g->iface.last_error(g);
+	ck_assert_msg(e == NULL, "CUDA backend error: %s", e);
+}
+
+static const aah_dtype dtypes[3] = { AAH_DTYPE_F32, AAH_DTYPE_F16, AAH_DTYPE_BF16 };
+
+/* ---- memory ---- */
+
+START_TEST(test_memory)
+{
+	rng_state = 1;
+	const size_t n = 1000003;
+	uint8_t *h = malloc(n), *back = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		h[i] = (uint8_t)rng_u64();
+	void *a = gdup(gpu, h, n), *b = gpu->iface.buf_alloc(gpu, n);
+	gpu->iface.buf_copy(gpu, b, a, n);
+	gpu->iface.buf_read(gpu, back, b, n);
+	ck_assert_int_eq(memcmp(h, back, n), 0);
+	gpu->iface.buf_free(gpu, a);
+	gpu->iface.buf_free(gpu, b);
+	no_error(gpu);
+	free(h);
+	free(back);
+}
+END_TEST
+
+/* ---- row and element-wise ops ---- */
+
+START_TEST(test_get_rows)
+{
+	const aah_dtype t = dtypes[_i];
+	rng_state = 10 + (uint64_t)_i;
+	const int64_t rows = 1000, cols = 301;
+	const int32_t n = 37;
+	void *table = rand_typed(t, rows * cols, 1.0f);
+	int32_t ids[37];
+	for (int32_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(rng_u64() % rows);
+	aah_tensor tc, tg;
+	cpu->iface.weight_import(cpu, &tc, table, t, rows, cols);
+	ck_assert_int_eq(gpu->iface.weight_import(gpu, &tg, table, t, rows, cols), 0);
+	float *want = malloc((size_t)n * cols * sizeof *want);
+	cpu->iface.get_rows(cpu, want, &tc, ids, n);
+	float *d = gpoison(gpu, (size_t)n * cols * sizeof(float));
+	gpu->iface.get_rows(gpu, d, &tg, ids, n);
+	float *got = gread(gpu, d, n * cols);
+	ck_assert_int_eq(memcmp(got, want, (size_t)n * cols * sizeof *got), 0);   /* widening is exact */
+	no_error(gpu);
+	gpu->iface.weight_release(gpu, &tg);
+	gpu->iface.buf_free(gpu, d);
+	free(table); free(want); free(got);
+}
+END_TEST
+
+START_TEST(test_rmsnorm)
+{
+	static const int64_t dims[] = { 16, 128, 100, 2560 };
+	static const int32_t rows[] = { 1, 7, 300 };
+	rng_state = 20;
+	for (int di = 0; di < 4; di++)
+		for (int ri = 0; ri < 3; ri++)
+			for (int ti = 0; ti < 3; ti++)
+				for (int inplace = 0; inplace < 2; inplace++) {
+					const int64_t d = dims[di], n = rows[ri] * d;
+					float *x = rand_f32(n, 3.0f), *want = malloc((size_t)n * sizeof *want);
+					void *w = rand_typed(dtypes[ti], d, 1.5f);
+					aah_tensor wc, wg;
+					cpu->iface.weight_import(cpu, &wc, w, dtypes[ti], 1, d);
+					ck_assert_int_eq(gpu->iface.weight_import(gpu, &wg, w, dtypes[ti], 1, d), 0);
+					cpu->iface.rmsnorm(cpu, want, x, &wc, rows[ri], 1e-6f);
+					float *dx = gdup(gpu, x, (size_t)n * sizeof *x);
+					float *dout = inplace ? dx : gpoison(gpu, (size_t)n * sizeof(float));
+					gpu->iface.rmsnorm(gpu, dout, dx, &wg, rows[ri], 1e-6f);
+					float *got = gread(gpu, dout, n);
+					double e = rel_err(got, want, n);
+					ck_assert_msg(e <= 1e-6, "rmsnorm dim %lld rows %d %s%s: relative error %.3g", (long long)d,
+					              rows[ri], aah_dtype_name(dtypes[ti]), inplace ? " in place" : "", e);
+					no_error(gpu);
+					gpu->iface.weight_release(gpu, &wg);
+					gpu->iface.buf_free(gpu, dx);
+					if (!inplace)
+						gpu->iface.buf_free(gpu, dout);
+					free(x); free(want); free(w); free(got);
+				}
+}
+END_TEST
+
+START_TEST(test_rope)
+{
+	static const int32_t hds[] = { 16, 64, 128 };
+	rng_state = 30;
+	for (int hi = 0; hi < 3; hi++) {
+		const int32_t hd = hds[hi], nh = 5, n_rows = 33;
+		float inv_freq[64];
+		for (int32_t j = 0; j < hd / 2; j++)
+			inv_freq[j] = (float)pow(1e6, -2.0 * j / hd);
+		int32_t pos[33];
+		for (int32_t r = 0; r < n_rows; r++)
+			pos[r] = r < 3 ? r : (int32_t)(rng_u64() % 40000);
+		const int64_t n = (int64_t)n_rows * nh * hd;
+		float *x = rand_f32(n, 2.0f);
+		float *dx = gdup(gpu, x, (size_t)n * sizeof *x);
+		cpu->iface.rope(cpu, x, n_rows, nh, hd, pos, inv_freq);
+		gpu->iface.rope(gpu, dx, n_rows, nh, hd, pos, inv_freq);
+		float *got = gread(gpu, dx, n);
+		double e = rel_err(got, x, n);
+		ck_assert_msg(e <= 1e-6, "rope head_dim %d: relative error %.3g", hd, e);
+		/* the same positions again hit the device's cached copy; new ones must replace it */
+		pos[5] += 7;
+		cpu->iface.rope(cpu, x, n_rows, nh, hd, pos, inv_freq);
+		gpu->iface.rope(gpu, dx, n_rows, nh, hd, pos, inv_freq);
+		free(got);
+		got = gread(gpu, dx, n);
+		e = rel_err(got, x, n);
+		ck_assert_msg(e <= 2e-6, "rope head_dim %d, changed positions: relative error %.3g", hd, e);
+		no_error(gpu);
+		gpu->iface.buf_free(gpu, dx);
+		free(x); free(got);
+	}
+}
+END_TEST
+
+START_TEST(test_swiglu_add)
+{
+	rng_state = 40;
+	const int64_t n = 100003;
+	float *g = rand_f32(n, 8.0f), *u = rand_f32(n, 2.0f), *want = malloc((size_t)n * sizeof *want);
+	float *dg = gdup(gpu, g, (size_t)n * 4), *du = gdup(gpu, u, (size_t)n * 4), *dout = gpoison(gpu, (size_t)n * 4);
+	cpu->iface.swiglu(cpu, want, g, u, n);
+	gpu->iface.swiglu(gpu, dout, dg, du, n);
+	float *got = gread(gpu, dout, n);
+	ck_assert_msg(rel_err(got, want, n) <= 1e-6, "swiglu: relative error %.3g", rel_err(got, want, n));
+	free(got);
+	gpu->iface.swiglu(gpu, dg, dg, du, n);   /* in place */
+	got = gread(gpu, dg, n);
+	ck_assert_msg(rel_err(got, want, n) <= 1e-6, "swiglu in place: relative error %.3g", rel_err(got, want, n));
+	free(got);
+	cpu->iface.add(cpu, want, u, n);
+	gpu->iface.add(gpu, dout, du, n);
+	got = gread(gpu, dout, n);
+	ck_assert_msg(rel_err(got, want, n) <= 1e-6, "add: relative error %.3g", rel_err(got, want, n));
+	no_error(gpu);
+	gpu->iface.buf_free(gpu, dg);
+	gpu->iface.buf_free(gpu, du);
+	gpu->iface.buf_free(gpu, dout);
+	free(g); free(u); free(want); free(got);
+}
+END_TEST
+
+/* ---- matmul: gemv (n ≤ 4), tensor cores (default), exact f32 (AAH_CUDA_MATMUL=f32) ---- */
+
+typedef struct mm_shape {
+	int32_t n;
+	int64_t M, K;
+} mm_shape;
+
+static const mm_shape mm_shapes[] = {
+	{ 1, 2560, 2560 }, { 2, 300, 100 }, { 3, 2056, 64 }, { 4, 1000, 2568 }, { 4, 33, 7 },
+	{ 5, 512, 256 },   { 17, 300, 100 }, { 64, 2560, 2560 }, { 200, 2056, 64 }, { 9, 151936, 64 },
+};
+
+START_TEST(test_matmul)
+{
+	const aah_dtype t = dtypes[_i % 3];
+	aah_backend *g = _i < 3 ? gpu : gpu32;
+	rng_state = 50 + (uint64_t)_i;
+	for (size_t si = 0; si < sizeof mm_shapes / sizeof mm_shapes[0]; si++) {
+		const mm_shape *s = &mm_shapes[si];
+		void *w = rand_typed(t, s->M * s->K, 0.1f);
+		float *x = rand_f32((int64_t)s->n * s->K, 1.0f), *want = malloc((size_t)(s->n * s->M) * sizeof(float));
+		aah_tensor wc, wg;
+		cpu->iface.weight_import(cpu, &wc, w, t, s->M, s->K);
+		ck_assert_int_eq(g->iface.weight_import(g, &wg, w, t, s->M, s->K), 0);
+		cpu->iface.matmul(cpu, want, x, s->n, &wc);
+		float *dx = gdup(g, x, (size_t)s->n * s->K * 4), *dout = gpoison(g, (size_t)(s->n * s->M) * 4);
+		g->iface.matmul(g, dout, dx, s->n, &wg);
+		float *got = gread(g, dout, s->n * s->M);
+		/* exact-f32 paths: rounding only; the tensor cores take bf16 (8 bits), f16 (11) or tf32 (11) inputs */
+		double tol = s->n <= 4 || g == gpu32 ? 1e-5 : t == AAH_DTYPE_BF16 ? 1e-2 : 2e-3;
+		double e = rel_err(got, want, s->n * s->M);
+		ck_assert_msg(e <= tol, "matmul %s%s n %d M %lld K %lld: relative error %.3g (tolerance %.0e)",
+		              aah_dtype_name(t), g == gpu32 ? " (f32 mode)" : "", s->n, (long long)s->M, (long long)s->K, e,
+		              tol);
+		no_error(g);
+		g->iface.weight_release(g, &wg);
+		g->iface.buf_free(g, dx);
+		g->iface.buf_free(g, dout);
+		free(w); free(x); free(want); free(got);
+	}
+}
+END_TEST
+
+/* ---- attention and kv_store, in lockstep on both backends ----
+ * Sequences are fed chunk by chunk as the engine feeds them (attention, then kv_store), with windows per KV head
+ * and rings that wrap, so the pages the GPU reads are the ones it wrote; some sequences are probes. */
+
+#define MAX_SEQS 160
+#define MAX_KV 8
+
+typedef struct att_cfg {
+	int32_t nh, nkv, hd;
+	aah_dtype pool_type;
+	int32_t n_seqs;
+	int32_t len;          /* positions per sequence */
+	int32_t prompt;       /* the first chunk; then `chunk` at a time (1: decode) */
+	int32_t chunk;
+} att_cfg;
+
+static const att_cfg att_cfgs[] = {
+	{ 8, 2, 32, AAH_DTYPE_F32, 4, 700, 300, 1 },      /* prefill then decode, group 4 */
+	{ 32, 8, 128, AAH_DTYPE_F32, 3, 600, 37, 50 },    /* Qwen3-4B heads, chunked prefill */
+	{ 32, 8, 128, AAH_DTYPE_BF16, 3, 500, 200, 1 },   /* bf16 pool */
+	{ 8, 1, 16, AAH_DTYPE_F16, 5, 400, 13, 29 },      /* MQA, f16 pool, odd chunks */
+	{ 4, 4, 64, AAH_DTYPE_F32, 2, 300, 1, 1 },        /* no GQA, all decode */
+	{ 16, 8, 128, AAH_DTYPE_BF16, 150, 40, 20, 1 },   /* a wide batch: enough blocks that no key range is split */
+};
+
+typedef struct att_seq {
+	int32_t windows[MAX_KV], caps[MAX_KV], n_slots[MAX_KV];
+	int32_t *rings;       /* (nkv, ring_stride) */
+	int32_t done;
+} att_seq;
+
+START_TEST(test_attention_lockstep)
+{
+	const att_cfg *ac = &att_cfgs[_i];
+	rng_state = 60 + (uint64_t)_i;
+	const int32_t nh = ac->nh, nkv = ac->nkv, hd = ac->hd, ns = ac->n_seqs;
+	static const int32_t wins[] = { 16, 40, 64, 128, 512, 4096 };
+	static const int32_t edges[3] = { 16, 64, 256 };
+	att_seq *sq = calloc((size_t)ns, sizeof *sq);
+	int32_t ring_stride = 4096 / AAH_PAGE_LEN + 1, n_pages = 0;
+	for (int32_t s = 0; s < ns; s++)
+		for (int32_t h = 0; h < nkv; h++) {
+			do   /* windows up to twice the length: some wider than every position, the pool stays small */
+				sq[s].windows[h] = wins[rng_u64() % 6];
+			while (sq[s].windows[h] > 2 * ac->len && sq[s].windows[h] > 16);
+			sq[s].caps[h] = sq[s].windows[h] * (int32_t)(1 + rng_u64() % 2);
+			if (sq[s].caps[h] > 4096)
+				sq[s].caps[h] = 4096;
+			sq[s].n_slots[h] = (sq[s].caps[h] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN + 1;
+			n_pages += sq[s].n_slots[h];
+		}
+	/* every ring gets distinct pages, in a shuffled order */
+	int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
+	for (int32_t i = 0; i < n_pages; i++)
+		perm[i] = i;
+	for (int32_t i = n_pages - 1; i > 0; i--) {
+		int32_t j = (int32_t)(rng_u64() % (uint64_t)(i + 1)), tmp = perm[i];
+		perm[i] = perm[j];
+		perm[j] = tmp;
+	}
+	int32_t next = 0;
+	for (int32_t s = 0; s < ns; s++) {
+		sq[s].rings = calloc((size_t)nkv * ring_stride, sizeof(int32_t));
+		for (int32_t h = 0; h < nkv; h++)
+			for (int32_t r = 0; r < sq[s].n_slots[h]; r++)
+				sq[s].rings[h * ring_stride + r] = perm[next++];
+	}
+	const size_t pool_bytes = (size_t)n_pages * 2 * AAH_PAGE_LEN * hd * aah_dtype_size(ac->pool_type);
+	void *pool_host = rand_typed(ac->pool_type, (int64_t)(pool_bytes / aah_dtype_size(ac->pool_type)), 1.0f);
+	aah_kv_pool pc = { pool_host, ac->pool_type, n_pages, hd };
+	aah_kv_pool pg = { gdup(gpu, pool_host, pool_bytes), ac->pool_type, n_pages, hd };
+
+	const int32_t max_rows = ns * (ac->prompt > ac->chunk ? ac->prompt : ac->chunk);
+	const int64_t qn = (int64_t)max_rows * nh * hd, kn = (int64_t)max_rows * nkv * hd;
+	float *dq = gpu->iface.buf_alloc(gpu, (size_t)qn * 4), *dk = gpu->iface.buf_alloc(gpu, (size_t)kn * 4);
+	float *dv = gpu->iface.buf_alloc(gpu, (size_t)kn * 4), *dout = gpu->iface.buf_alloc(gpu, (size_t)qn * 4);
+	float *want = malloc((size_t)qn * 4), *nan_rows = malloc((size_t)qn * 4);
+	memset(nan_rows, 0xff, (size_t)qn * 4);
+	aah_attn_seq *cs = calloc((size_t)ns, sizeof *cs), *gs = calloc((size_t)ns, sizeof *gs);
+	float *band_c = calloc((size_t)ns * nh * 4, sizeof(float)), *band_g = calloc((size_t)ns * nh * 4, sizeof(float));
+	uint64_t *work_c = calloc((size_t)ns, sizeof(uint64_t)), *work_g = calloc((size_t)ns, sizeof(uint64_t));
+	const uint64_t measured0 = aah_backend_cuda_work_measured(gpu);
+	uint64_t total_c = 0, total_g = 0;
+	double worst = 0;
+	for (int step = 0;; step++) {
+		int32_t rows = 0, active = 0;
+		for (int32_t s = 0; s < ns; s++) {
+			int32_t n = ac->len - sq[s].done, want_n = sq[s].done == 0 ? ac->prompt : ac->chunk;
+			n = n < want_n ? n : want_n;
+			aah_attn_seq a = { .row0 = rows, .n_new = n, .pos0 = sq[s].done, .ring_stride = ring_stride,
+			                   .rings = sq[s].rings, .n_slots = sq[s].n_slots, .windows = sq[s].windows };
+			cs[s] = gs[s] = a;
+			if (n == 1 && s % 2 == 0 && step % 3 == 0) {   /* a probe, as the engine makes them */
+				cs[s].band_mass = band_c + (int64_t)s * nh * 4;
+				gs[s].band_mass = band_g + (int64_t)s * nh * 4;
+				cs[s].band_edges = gs[s].band_edges = edges;
+				cs[s].n_bands = gs[s].n_bands = 4;
+			}
+			rows += n;
+			active += n > 0;
+		}
+		if (!active)
+			break;
+		float *q = rand_f32((int64_t)rows * nh * hd, 1.0f), *k = rand_f32((int64_t)rows * nkv * hd, 1.0f);
+		float *v = rand_f32((int64_t)rows * nkv * hd, 1.0f);
+		gpu->iface.buf_write(gpu, dq, q, (size_t)rows * nh * hd * 4);
+		gpu->iface.buf_write(gpu, dk, k, (size_t)rows * nkv * hd * 4);
+		gpu->iface.buf_write(gpu, dv, v, (size_t)rows * nkv * hd * 4);
+		gpu->iface.buf_write(gpu, dout, nan_rows, (size_t)rows * nh * hd * 4);
+		const float scale = 1.0f / sqrtf((float)hd);
+		total_c += cpu->iface.attention(cpu, want, q, k, v, &pc, cs, ns, nh, nkv, scale, work_c);
+		total_g += gpu->iface.attention(gpu, dout, dq, dk, dv, &pg, gs, ns, nh, nkv, scale, work_g);
+		float *got = gread(gpu, dout, (int64_t)rows * nh * hd);
+		double e = rel_err(got, want, (int64_t)rows * nh * hd);
+		worst = e > worst ? e : worst;
+		ck_assert_msg(e <= 2e-5, "attention cfg %d step %d (%d rows): relative error %.3g", _i, step, rows, e);
+		cpu->iface.kv_store(cpu, &pc, k, v, cs, ns, nkv);
+		gpu->iface.kv_store(gpu, &pg, dk, dv, gs, ns, nkv);
+		for (int32_t s = 0; s < ns; s++)
+			sq[s].done += cs[s].n_new;
+		free(q); free(k); free(v); free(got);
+	}
+	/* the work: per sequence, in total, and as the device's kernels counted it */
+	ck_assert_uint_eq(total_g, total_c);
+	for (int32_t s = 0; s < ns; s++)
+		ck_assert_uint_eq(work_g[s], work_c[s]);
+	ck_assert_uint_eq(aah_backend_cuda_work_measured(gpu) - measured0, total_c);
+	/* the probes' band mass */
+	double eb = rel_err(band_g, band_c, (int64_t)ns * nh * 4);
+	ck_assert_msg(eb <= 1e-5, "attention cfg %d: band mass relative error %.3g", _i, eb);
+	/* kv_store wrote the same bytes, and nothing else */
+	uint8_t *pool_back = malloc(pool_bytes);
+	gpu->iface.buf_read(gpu, pool_back, pg.data, pool_bytes);
+	ck_assert_msg(memcmp(pool_back, pool_host, pool_bytes) == 0, "attention cfg %d: the pools differ after kv_store",
+	              _i);
+	no_error(gpu);
+	printf("attention %d heads / %d KV, head_dim %d, %s pool, %d sequences: worst relative error %.2e, band %.2e, "
+	       "%llu products\n",
+	       nh, nkv, hd, aah_dtype_name(ac->pool_type), ns, worst, eb, (unsigned long long)total_c);
+	gpu->iface.buf_free(gpu, pg.data);
+	gpu->iface.buf_free(gpu, dq);
+	gpu->iface.buf_free(gpu, dk);
+	gpu->iface.buf_free(gpu, dv);
+	gpu->iface.buf_free(gpu, dout);
+	for (int32_t s = 0; s < ns; s++)
+		free(sq[s].rings);
+	free(sq); free(perm); free(pool_host); free(pool_back); free(want); free(nan_rows); free(cs); free(gs);
+	free(band_c); free(band_g); free(work_c); free(work_g);
+}
+END_TEST
+
+/* ---- the engine in the default mode (bf16 tensor cores for prompt chunks) against the CPU ---- */
+
+START_TEST(test_engine_default_mode)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	char dir[1024], err[512];
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	engine *ec, *eg;
+	engine_params p = { .n_threads = 2, .max_seqs = 2, .max_batch_tokens = 128, .backend = "cpu" };
+	ck_assert_msg(engine_init(&ec, dir, &p, err, sizeof err) == 0, "%s", err);
+	p.backend = "cuda";
+	ck_assert_msg(engine_init(&eg, dir, &p, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(strncmp(engine_backend_desc(eg), "cuda", 4) == 0, "%s", engine_backend_desc(eg));
+	const int32_t V = engine_config(ec)->vocab_size, n = 300;
+	int32_t ids[300];
+	rng_state = 70;
+	for (int32_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(rng_u64() % (uint64_t)V);
+	float *lc = malloc((size_t)n * V * 4), *lg = malloc((size_t)n * V * 4);
+	int32_t sc = engine_seq_open(ec, NULL, err, sizeof err), sg = engine_seq_open(eg, NULL, err, sizeof err);
+	engine_item ic = { sc, ids, n, true }, ig = { sg, ids, n, true };
+	ck_assert_msg(engine_forward(ec, &ic, 1, lc, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_forward(eg, &ig, 1, lg, err, sizeof err) == 0, "%s", err);
+	double worst = 0;
+	for (int32_t i = 0; i < n; i++) {
+		double e = rel_err(lg + (int64_t)i * V, lc + (int64_t)i * V, V);
+		worst = e > worst ? e : worst;
+	}
+	ck_assert_msg(worst <= 3e-2, "engine logits, bf16 tensor-core mode: worst row relative error %.3g", worst);
+	/* decode steps: the gemv path, f32 activations */
+	for (int32_t i = 0; i < 20; i++) {
+		int32_t id = ids[i];
+		engine_item dc = { sc, &id, 1, false }, dg = { sg, &id, 1, false };
+		ck_assert(engine_forward(ec, &dc, 1, lc, err, sizeof err) == 0);
+		ck_assert(engine_forward(eg, &dg, 1, lg, err, sizeof err) == 0);
+		double e = rel_err(lg, lc, V);
+		ck_assert_msg(e <= 3e-2, "engine decode step %d: relative error %.3g", i, e);
+	}
+	engine_seq_stats stc, stg;
+	ck_assert_int_eq(engine_seq_stats_get(ec, sc, &stc), 0);
+	ck_assert_int_eq(engine_seq_stats_get(eg, sg, &stg), 0);
+	ck_assert_uint_eq(stg.attn_products, stc.attn_products);
+	printf("engine on %s: prompt logits worst relative error %.2e against the CPU\n", engine_backend_desc(eg), worst);
+	engine_free(ec);
+	engine_free(eg);
+	free(lc);
+	free(lg);
+}
+END_TEST
+
+START_TEST(test_init_errors)
+{
+	char err[256] = "";
+	aah_backend_params p = { .device = 1000 };
+	ck_assert_ptr_null(aah_backend_cuda_init(&p, err, sizeof err));
+	ck_assert_msg(strstr(err, "does not exist") != NULL, "%s", err);
+}
+END_TEST
+
+int main(void)
+{
+	if (!aah_backend_cuda_available()) {
+		printf("no CUDA device: skipped (the CUDA backend's parity tests need a GPU)\n");
+		return 0;
+	}
+	char err[512];
+	aah_backend_params bp = { .n_threads = 2, .device = 0 };
+	cpu = aah_backend_cpu_init(&bp);
+	unsetenv("AAH_CUDA_MATMUL");
+	gpu = aah_backend_cuda_init(&bp, err, sizeof err);
+	if (!gpu) {
+		fprintf(stderr, "check_gpu: %s\n", err);
+		return 1;
+	}
+	setenv("AAH_CUDA_MATMUL", "f32", 1);
+	gpu32 = aah_backend_cuda_init(&bp, err, sizeof err);
+	unsetenv("AAH_CUDA_MATMUL");
+	if (!cpu || !gpu32) {
+		fprintf(stderr, "check_gpu: %s\n", cpu ? err : "no CPU backend");
+		return 1;
+	}
+	printf("CUDA backend on %s\n", aah_backend_cuda_device(gpu));
+
+	Suite *s = suite_create("gpu");
+	TCase *tc = tcase_create("ops");
+	tcase_add_test(tc, test_memory);
+	tcase_add_loop_test(tc, test_get_rows, 0, 3);
+	tcase_add_test(tc, test_rmsnorm);
+	tcase_add_test(tc, test_rope);
+	tcase_add_test(tc, test_swiglu_add);
+	tcase_add_loop_test(tc, test_matmul, 0, 6);
+	tcase_add_test(tc, test_init_errors);
+	suite_add_tcase(s, tc);
+	TCase *ta = tcase_create("attention");
+	tcase_add_loop_test(ta, test_attention_lockstep, 0, (int)(sizeof att_cfgs / sizeof att_cfgs[0]));
+	suite_add_tcase(s, ta);
+	TCase *te = tcase_create("engine");
+	tcase_add_test(te, test_engine_default_mode);
+	suite_add_tcase(s, te);
+	SRunner *sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	gpu32->iface.free(gpu32);
+	gpu->iface.free(gpu);
+	cpu->iface.free(cpu);
+	return failed ? 1 : 0;
+}
