@@ -66,25 +66,36 @@ void sampler_accept(sampler *s, int32_t token)
 		s->counts[token]++;
 }
 
-/* The first index of the maximum (NaNs are never greater, as in a plain scan from index 0). Two passes: the maximum
- * in 16 independent lanes, which the compiler turns into vector max instructions, then the first index holding it.
- * Over a 152k vocabulary this is several times faster than one branchy scan, and the engine thread pays it once per
- * generated token of every running sequence. */
+/* The first index of the maximum (NaNs are never greater, as in a plain scan from index 0). One pass in blocks of 64:
+ * each block's maximum in 16 lanes (vector max instructions), kept when it beats the best so far; the first index is
+ * then sought from the start of the block where the best was first reached. Over a 152k vocabulary (600 KB, read from
+ * L3 or memory) this is several times faster than a branchy scan, and the engine thread pays it once per generated
+ * token of every running sequence. */
 int32_t sampler_argmax(const float *logits, int32_t n)
 {
-	float lane[16];
-	for (int32_t j = 0; j < 16; j++)
-		lane[j] = logits[0];
-	int32_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		for (int32_t j = 0; j < 16; j++)
-			lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
 	float m = logits[0];
-	for (int32_t j = 0; j < 16; j++)
-		m = lane[j] > m ? lane[j] : m;
+	int32_t best = 0, i = 0;
+	for (; i + 64 <= n; i += 64) {
+		float lane[16];
+		for (int32_t j = 0; j < 16; j++)
+			lane[j] = -INFINITY;
+		for (int32_t k = 0; k < 64; k += 16)
+			for (int32_t j = 0; j < 16; j++)
+				lane[j] = logits[i + k + j] > lane[j] ? logits[i + k + j] : lane[j];
+		float bm = lane[0];
+		for (int32_t j = 1; j < 16; j++)
+			bm = lane[j] > bm ? lane[j] : bm;
+		if (bm > m) {
+			m = bm;
+			best = i;
+		}
+	}
 	for (; i < n; i++)
-		m = logits[i] > m ? logits[i] : m;
-	for (i = 0; i < n; i++)
+		if (logits[i] > m) {
+			m = logits[i];
+			best = i;
+		}
+	for (i = best; i < n; i++)
 		if (logits[i] == m)
 			return i;
 	return 0;   /* logits[0] is NaN and nothing is greater: the scan's answer */

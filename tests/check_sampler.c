@@ -112,6 +112,22 @@ START_TEST(test_argmax)
 	ck_assert_int_eq(sampler_argmax(e, 4), 2);
 	const float f[] = { -INFINITY, INFINITY, 5, INFINITY };
 	ck_assert_int_eq(sampler_argmax(f, 4), 1);
+	/* long rows (blocks of 64 and a tail): ties across blocks, NaNs ignored, a NaN first wins as in a plain scan */
+	float g[1000];
+	for (int32_t i = 0; i < 1000; i++)
+		g[i] = (float)(i % 97);
+	g[130] = g[700] = g[999] = 200;
+	g[5] = g[131] = NAN;
+	ck_assert_int_eq(sampler_argmax(g, 1000), 130);
+	g[130] = g[700] = 0;
+	ck_assert_int_eq(sampler_argmax(g, 1000), 999);   /* in the tail */
+	g[0] = NAN;
+	ck_assert_int_eq(sampler_argmax(g, 1000), 0);
+	for (int32_t i = 0; i < 1000; i++)
+		g[i] = -INFINITY;
+	ck_assert_int_eq(sampler_argmax(g, 1000), 0);
+	g[640] = -1e30f;
+	ck_assert_int_eq(sampler_argmax(g, 1000), 640);
 }
 END_TEST
 
