@@ -514,7 +514,7 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 	for (int32_t s = 0; s < n_spans; s++)
 		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s], e->span_probe[s]);
 	/* Logits only for the rows that asked, a pass of logit_rows at a time. */
-	aah_tensor xt = { e->x, AAH_DTYPE_F32, e->p.max_batch_tokens, c->hidden_size };
+	aah_tensor xt = { e->x, AAH_DTYPE_F32, e->p.max_batch_tokens, c->hidden_size, 0 };
 	for (int32_t r = 0; r < n_logit; r += e->logit_rows) {
 		int32_t nr = n_logit - r < e->logit_rows ? n_logit - r : e->logit_rows;
 		f->get_rows(b, e->xs, &xt, e->lrow + r, nr);

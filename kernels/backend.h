@@ -25,6 +25,9 @@ typedef struct aah_tensor {
 	void *data;
 	aah_dtype type;
 	int64_t rows, cols;
+	/* 0: row-major as above. Otherwise a backend's own arrangement of a weight it imported (the CPU backend packs
+	 * matrices into panels: kernels/cpu/cpu_kernels.h); only that backend's ops read it. */
+	int32_t layout;
 } aah_tensor;
 
 /* The KV cache is a pool of pages. One page holds AAH_PAGE_LEN consecutive positions of one KV head:
@@ -77,8 +80,10 @@ typedef struct aah_backend_iface {
 	/* dst = src, both in this backend's memory, not overlapping (a forked sequence's KV pages). */
 	void (*buf_copy)(aah_backend *b, void *dst, const void *src, size_t bytes);
 
-	/* Makes a host weight (e.g. memory-mapped) usable by this backend. The CPU backend uses it in place;
-	 * others copy. Returns 0, or -1 when out of memory. Release with weight_release. */
+	/* Makes a host weight (e.g. memory-mapped) usable by this backend: a copy in the backend's own layout (the CPU
+	 * backend packs matrices into panels and uses vectors in place; the CUDA backend copies to the device). The host
+	 * memory may be unmapped afterwards except for vectors on the CPU. Returns 0, or -1 when out of memory. Release
+	 * with weight_release. */
 	int (*weight_import)(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type,
 	                     int64_t rows, int64_t cols);
 	void (*weight_release)(aah_backend *b, aah_tensor *t);

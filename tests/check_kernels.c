@@ -158,8 +158,8 @@ START_TEST(test_table_select)
 			continue;
 		setenv("AAH_CPU_ISA", isa_names[i], 1);
 		ck_assert_ptr_eq(cpu_kernels_select(), k);
-		ck_assert_int_ge(k->tile_rows, 1);
-		ck_assert_int_ge(k->tile_cols, 1);
+		ck_assert_int_ge(k->panel_rows, 1);
+		ck_assert_ptr_nonnull(k->panel_mm);
 	}
 	/* an unknown name falls back to the best table */
 	setenv("AAH_CPU_ISA", "nonsense", 1);
@@ -169,109 +169,69 @@ START_TEST(test_table_select)
 }
 END_TEST
 
-static const int64_t gemv_K[] = { 1, 7, 15, 16, 17, 33, 100, 1024 };
-static const int64_t gemv_ranges[][2] = { { 0, 13 }, { 1, 13 }, { 3, 10 }, { 5, 6 }, { 12, 13 }, { 4, 4 }, { 2, 11 } };
+static const int64_t pmm_K[] = { 1, 2, 7, 15, 16, 17, 33, 100, 1024 };
+static const int64_t pmm_M[] = { 13, 16, 37 };
 
-/* out[i·ldo + m] for m ∈ [m0, m1), i < n; every other element of out keeps its sentinel. */
-START_TEST(test_gemv)
+/* panel_mm over every range of panels [p0, p1) of packed weights, 1 … panel_rows activation rows (row stride ldx > K):
+ * out[i·ldo + m] for the rows m < M of those panels, i < n, within 1e-5 of a float64 sum; every other element of out
+ * keeps its sentinel. */
+START_TEST(test_panel_mm)
 {
 	const cpu_kernels *k = table_or_skip(_i);
 	if (!k)
 		return;
 	rng_seed(100 + (uint64_t)_i);
-	const int64_t M = 13, ldo = M + 3;
-	float *out = malloc(4 * (size_t)ldo * sizeof(float));
-	double *ref = malloc(4 * (size_t)M * sizeof(double)), *mag = malloc(4 * (size_t)M * sizeof(double));
+	const int32_t n_max = k->panel_rows < 13 ? k->panel_rows : 13;
 	for (int di = 0; di < 3; di++)
-		for (size_t ki = 0; ki < sizeof gemv_K / sizeof gemv_K[0]; ki++) {
-			const int64_t K = gemv_K[ki];
-			wmat w;
-			wmat_init(&w, dtypes[di], M, K, 1.0f);
-			for (int32_t n = 1; n <= 4; n++) {
-				float *x = rand_floats(n * K, 1.0f);
-				for (int32_t i = 0; i < n; i++)
+		for (size_t mi = 0; mi < sizeof pmm_M / sizeof pmm_M[0]; mi++)
+			for (size_t ki = 0; ki < sizeof pmm_K / sizeof pmm_K[0]; ki++) {
+				const int64_t M = pmm_M[mi], K = pmm_K[ki], ldo = M + 3, ldx = K + 2;
+				const int64_t panels = (M + CPU_PANEL - 1) / CPU_PANEL;
+				wmat w;
+				wmat_init(&w, dtypes[di], M, K, 1.0f);
+				void *packed = aligned_alloc(64, (size_t)cpu_packed_elems(w.type, M, K) * 4 + 64);
+				cpu_pack_panels(packed, w.data, w.type, M, K, 0, panels);
+				float *x = rand_floats(n_max * ldx, 1.0f);
+				float *out = malloc((size_t)(n_max * ldo) * sizeof(float));
+				double *ref = malloc((size_t)(n_max * M) * sizeof(double)), *mag = malloc((size_t)(n_max * M) * sizeof(double));
+				for (int32_t i = 0; i < n_max; i++)
 					for (int64_t m = 0; m < M; m++) {
 						double s = 0, a = 0;
 						for (int64_t kk = 0; kk < K; kk++) {
-							double p = (double)x[i * K + kk] * w.deq[m * K + kk];
+							double p = (double)x[i * ldx + kk] * w.deq[m * K + kk];
 							s += p;
 							a += fabs(p);
 						}
 						ref[i * M + m] = s;
 						mag[i * M + m] = a;
 					}
-				for (size_t ri = 0; ri < sizeof gemv_ranges / sizeof gemv_ranges[0]; ri++) {
-					const int64_t m0 = gemv_ranges[ri][0], m1 = gemv_ranges[ri][1];
-					for (int64_t e = 0; e < 4 * ldo; e++)
-						out[e] = SENTINEL;
-					k->gemv(out, ldo, x, n, w.data, w.type, K, m0, m1);
-					for (int32_t i = 0; i < 4; i++)
-						for (int64_t m = 0; m < ldo; m++) {
-							float got = out[i * ldo + m];
-							if (i < n && m >= m0 && m < m1)
-								CHECK(close_to(got, ref[i * M + m], mag[i * M + m], 1e-5),
-								      "%s gemv %s K=%lld n=%d [%lld,%lld) out[%d][%lld] = %.9g, want %.9g",
-								      k->isa, aah_dtype_name(w.type), (long long)K, n, (long long)m0,
-								      (long long)m1, i, (long long)m, got, ref[i * M + m]);
-							else
-								CHECK(got == SENTINEL, "%s gemv %s K=%lld n=%d [%lld,%lld) wrote out[%d][%lld]",
-								      k->isa, aah_dtype_name(w.type), (long long)K, n, (long long)m0,
-								      (long long)m1, i, (long long)m);
+				for (int32_t n = 1; n <= n_max; n++)
+					for (int64_t p0 = 0; p0 < panels; p0++)
+						for (int64_t p1 = p0 + 1; p1 <= panels; p1++) {
+							for (int64_t e = 0; e < n_max * ldo; e++)
+								out[e] = SENTINEL;
+							k->panel_mm(out, ldo, x, ldx, n, packed, w.type, K, M, p0, p1);
+							for (int32_t i = 0; i < n_max; i++)
+								for (int64_t m = 0; m < ldo; m++) {
+									float got = out[i * ldo + m];
+									if (i < n && m < M && m >= p0 * CPU_PANEL && m < p1 * CPU_PANEL)
+										CHECK(close_to(got, ref[i * M + m], mag[i * M + m], 1e-5),
+										      "%s panel_mm %s M=%lld K=%lld n=%d panels [%lld,%lld) out[%d][%lld] = %.9g, "
+										      "want %.9g", k->isa, aah_dtype_name(w.type), (long long)M, (long long)K, n,
+										      (long long)p0, (long long)p1, i, (long long)m, got, ref[i * M + m]);
+									else
+										CHECK(got == SENTINEL, "%s panel_mm %s M=%lld K=%lld n=%d panels [%lld,%lld) "
+										      "wrote out[%d][%lld]", k->isa, aah_dtype_name(w.type), (long long)M,
+										      (long long)K, n, (long long)p0, (long long)p1, i, (long long)m);
+								}
 						}
-				}
+				free(packed);
 				free(x);
+				free(out);
+				free(ref);
+				free(mag);
+				wmat_free(&w);
 			}
-			wmat_free(&w);
-		}
-	free(out);
-	free(ref);
-	free(mag);
-}
-END_TEST
-
-static const int64_t tile_K[] = { 1, 7, 15, 16, 17, 33, 64, 100, 256, 1000 };
-
-/* out (+)= x · panelᵀ over kn columns of x (row stride ldx) and of the panel (row stride ldp ≥ kn), the full
- * R × C tile; the rest of out (row stride ldo > C) keeps its sentinel. */
-START_TEST(test_tile)
-{
-	const cpu_kernels *k = table_or_skip(_i);
-	if (!k)
-		return;
-	rng_seed(200 + (uint64_t)_i);
-	const int32_t R = k->tile_rows, C = k->tile_cols;
-	for (size_t ki = 0; ki < sizeof tile_K / sizeof tile_K[0]; ki++)
-		for (int acc = 0; acc < 2; acc++) {
-			const int64_t kn = tile_K[ki], ldx = kn + 3, ldp = kn + 5 * acc, ldo = C + 5;
-			float *x = rand_floats(R * ldx, 1.0f);
-			float *panel = rand_floats(C * ldp, 1.0f);
-			float *out = malloc((size_t)(R * ldo) * sizeof(float)), *out0 = malloc((size_t)(R * ldo) * sizeof(float));
-			for (int64_t e = 0; e < R * ldo; e++)
-				out[e] = e % ldo < C ? 10.0f * rng_f() : SENTINEL;
-			memcpy(out0, out, (size_t)(R * ldo) * sizeof(float));
-			k->tile(out, ldo, x, ldx, panel, ldp, kn, acc);
-			for (int32_t r = 0; r < R; r++)
-				for (int64_t c = 0; c < ldo; c++) {
-					float got = out[r * ldo + c];
-					if (c >= C) {
-						CHECK(got == SENTINEL, "%s tile kn=%lld wrote out[%d][%lld]", k->isa, (long long)kn, r,
-						      (long long)c);
-						continue;
-					}
-					double s = acc ? out0[r * ldo + c] : 0, a = fabs(s);
-					for (int64_t kk = 0; kk < kn; kk++) {
-						double p = (double)x[r * ldx + kk] * panel[c * ldp + kk];
-						s += p;
-						a += fabs(p);
-					}
-					CHECK(close_to(got, s, a, 1e-5), "%s tile kn=%lld accumulate=%d out[%d][%lld] = %.9g, want %.9g",
-					      k->isa, (long long)kn, acc, r, (long long)c, got, s);
-				}
-			free(x);
-			free(panel);
-			free(out);
-			free(out0);
-		}
 }
 END_TEST
 
@@ -557,7 +517,7 @@ START_TEST(test_matmul)
 			aah_backend *b = bs.b[bi];
 			aah_tensor wt;
 			ck_assert_int_eq(b->iface.weight_import(b, &wt, w.data, t, M, K), 0);
-			ck_assert_ptr_eq(wt.data, w.data);
+			ck_assert_ptr_ne(wt.data, w.data);   /* a packed copy */
 			for (size_t ni = 0; ni < sizeof matmul_n / sizeof matmul_n[0]; ni++) {
 				const int32_t n = matmul_n[ni];
 				if (n > sh->n_max)
@@ -1618,8 +1578,7 @@ static Suite *kernels_suite(void)
 	TCase *tc = tcase_create("tables");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_table_select);
-	tcase_add_loop_test(tc, test_gemv, 0, 3);
-	tcase_add_loop_test(tc, test_tile, 0, 3);
+	tcase_add_loop_test(tc, test_panel_mm, 0, 3);
 	tcase_add_loop_test(tc, test_dot_axpy, 0, 3);
 	tcase_add_loop_test(tc, test_qk_pv, 0, 3);
 	tcase_add_loop_test(tc, test_to_f32, 0, 3);

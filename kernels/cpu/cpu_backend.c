@@ -1,5 +1,6 @@
 /* kernels/cpu/cpu_backend.c — the CPU backend: the reference every other backend is tested against, and the
- * embedded default. Weights are used in place (memory-mapped); activations are f32; loops run on a thread pool. */
+ * embedded default. Weight matrices are packed into panels at import (cpu_kernels.h), vectors used in place
+ * (memory-mapped); activations are f32; loops run on a thread pool. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -19,11 +20,24 @@ typedef struct cpu_scratch {
 	size_t cap;   /* floats */
 } cpu_scratch;
 
+/* A packed weight matrix, shared by every import of the same host matrix (a tied embedding and output head). */
+typedef struct cpu_packed {
+	const void *host;
+	aah_dtype type;
+	int64_t rows, cols;
+	void *data;
+	int32_t refs;
+} cpu_packed;
+
+#define CPU_LAYOUT_PANELS 1   /* aah_tensor.layout of a packed matrix */
+
 typedef struct cpu_ctx {
 	threadpool *tp;
 	const cpu_kernels *k;
 	int32_t n_threads;
 	cpu_scratch scratch[MAX_THREADS];
+	cpu_packed *packed;
+	int32_t n_packed, cap_packed;
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(aah_backend *b)
@@ -74,18 +88,72 @@ static void cpu_buf_copy(aah_backend *b, void *dst, const void *src, size_t byte
 	memcpy(dst, src, bytes);
 }
 
+typedef struct pack_job {
+	void *dst;
+	const void *src;
+	aah_dtype type;
+	int64_t rows, cols;
+} pack_job;
+
+static void pack_worker(void *p, int32_t ti, int32_t nt)
+{
+	pack_job *j = p;
+	int64_t lo, hi;
+	split_range((j->rows + CPU_PANEL - 1) / CPU_PANEL, 1, ti, nt, &lo, &hi);
+	cpu_pack_panels(j->dst, j->src, j->type, j->rows, j->cols, lo, hi);
+}
+
+/* Matrices (more than one row) are packed into panels, once per host matrix; vectors are used in place. */
 static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type, int64_t rows,
                              int64_t cols)
 {
-	out->data = (void *)host;
-	out->type = type;
-	out->rows = rows;
-	out->cols = cols;
+	cpu_ctx *c = ctx_of(b);
+	*out = (aah_tensor){ (void *)host, type, rows, cols, 0 };
+	if (rows <= 1)
+		return 0;
+	for (int32_t i = 0; i < c->n_packed; i++) {
+		cpu_packed *pk = &c->packed[i];
+		if (pk->host == host && pk->type == type && pk->rows == rows && pk->cols == cols) {
+			pk->refs++;
+			out->data = pk->data;
+			out->layout = CPU_LAYOUT_PANELS;
+			return 0;
+		}
+	}
+	if (c->n_packed == c->cap_packed) {
+		int32_t cap = c->cap_packed ? 2 * c->cap_packed : 64;
+		cpu_packed *np = realloc(c->packed, (size_t)cap * sizeof *np);
+		if (!np)
+			return -1;
+		c->packed = np;
+		c->cap_packed = cap;
+	}
+	size_t bytes = (size_t)cpu_packed_elems(type, rows, cols) * aah_dtype_size(type);
+	void *data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (!data)
+		return -1;
+	pack_job j = { data, host, type, rows, cols };
+	threadpool_run(c->tp, pack_worker, &j);
+	c->packed[c->n_packed++] = (cpu_packed){ host, type, rows, cols, data, 1 };
+	out->data = data;
+	out->layout = CPU_LAYOUT_PANELS;
 	return 0;
 }
 
 static void cpu_weight_release(aah_backend *b, aah_tensor *t)
 {
+	cpu_ctx *c = ctx_of(b);
+	if (t->layout == CPU_LAYOUT_PANELS)
+		for (int32_t i = 0; i < c->n_packed; i++) {
+			cpu_packed *pk = &c->packed[i];
+			if (pk->data != t->data)
+				continue;
+			if (--pk->refs == 0) {
+				free(pk->data);
+				c->packed[i] = c->packed[--c->n_packed];
+			}
+			break;
+		}
 	t->data = NULL;
 }
 
@@ -98,10 +166,21 @@ static void cpu_synchronize(aah_backend *b)
 static void cpu_get_rows(aah_backend *b, float *out, const aah_tensor *table, const int32_t *ids, int32_t n)
 {
 	const cpu_kernels *k = ctx_of(b)->k;
-	size_t row_bytes = (size_t)table->cols * aah_dtype_size(table->type);
+	const int64_t K = table->cols;
+	if (table->layout == CPU_LAYOUT_PANELS) {
+		for (int32_t i = 0; i < n; i++)
+			for (int64_t kk = 0; kk < K; kk++) {
+				int64_t at = cpu_packed_index(table->type, K, ids[i], kk);
+				out[(int64_t)i * K + kk] = table->type == AAH_DTYPE_F32 ? ((const float *)table->data)[at]
+				                           : table->type == AAH_DTYPE_BF16
+				                               ? cpu_bf16_to_f32(((const uint16_t *)table->data)[at])
+				                               : cpu_f16_to_f32(((const uint16_t *)table->data)[at]);
+			}
+		return;
+	}
+	size_t row_bytes = (size_t)K * aah_dtype_size(table->type);
 	for (int32_t i = 0; i < n; i++)
-		k->to_f32(out + (int64_t)i * table->cols, (const char *)table->data + (size_t)ids[i] * row_bytes,
-		          table->type, table->cols);
+		k->to_f32(out + (int64_t)i * K, (const char *)table->data + (size_t)ids[i] * row_bytes, table->type, K);
 }
 
 typedef struct rmsnorm_job {
@@ -191,105 +270,26 @@ typedef struct matmul_job {
 	int32_t n;
 	const aah_tensor *w;
 	const cpu_kernels *k;
-	cpu_ctx *c;
-	int64_t token_block;
+	int64_t token_block;   /* activation rows kept hot in L2 while the panels pass */
+	int64_t panel_block;   /* panels kept hot in L1/L2 while every group of activation rows passes */
 } matmul_job;
 
-/* Few activation rows: stream the weights once per four rows (memory-bound decode). */
-static void matmul_gemv_worker(void *p, int32_t ti, int32_t nt)
+/* The panels are split among the workers; each walks them a block at a time, and every group of activation rows
+ * (panel_rows) runs over a block before the next: the weights stream from memory once per token block. */
+static void matmul_worker(void *p, int32_t ti, int32_t nt)
 {
 	matmul_job *j = p;
-	const int64_t M = j->w->rows, K = j->w->cols;
+	const int64_t M = j->w->rows, K = j->w->cols, panels = (M + CPU_PANEL - 1) / CPU_PANEL;
+	const int32_t NR = j->k->panel_rows;
 	int64_t lo, hi;
-	split_range(M, 16, ti, nt, &lo, &hi);
-	if (lo >= hi)
-		return;
-	for (int32_t i = 0; i < j->n; i += 4) {
-		int32_t nn = j->n - i < 4 ? j->n - i : 4;
-		j->k->gemv(j->out + (int64_t)i * M, M, j->x + (int64_t)i * K, nn, j->w->data, j->w->type, K, lo, hi);
-	}
-}
-
-/* How far ahead matmul_tile_worker prefetches weights, in panels, and into which cache (2: L2). */
-#define PREFETCH_PANELS 4
-#define PREFETCH_LOCALITY 2
-
-/* Many activation rows: convert C weight rows to an f32 panel once, then run R × C register tiles over a
- * block of activation rows that stays in L2, K in CPU_KC slices whose panel part (C · 256 floats = 4 KiB) stays
- * in L1. Edge rows run through gemv on the panel, edge columns through the same tile on zero-padded copies, so
- * every output element is summed exactly as gemv sums it (batch invariance, cpu_kernels.h). out (n, M), x (n, K). */
-static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
-{
-	matmul_job *j = p;
-	const cpu_kernels *k = j->k;
-	const int64_t M = j->w->rows, K = j->w->cols;
-	const int32_t R = k->tile_rows, C = k->tile_cols;
-	const size_t es = aah_dtype_size(j->w->type);
-	int64_t lo, hi;
-	split_range(M, C, ti, nt, &lo, &hi);
-	float *panel_buf = j->c->scratch[ti].buf;         /* C · K */
-	float *xpad = panel_buf + (int64_t)C * K;          /* R · K: the last rows of a block, zero-padded */
-	float edge[64];                                    /* R · C results of an edge tile */
+	split_range(panels, 1, ti, nt, &lo, &hi);
 	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
-		int64_t tn = j->n - tb < j->token_block ? j->n - tb : j->token_block;
-		const float *xb = j->x + tb * K;
-		float *ob = j->out + tb * M;
-		int64_t r_full = tn / R * R;
-		if (r_full < tn) {
-			memcpy(xpad, xb + r_full * K, (size_t)((tn - r_full) * K) * sizeof(float));
-			memset(xpad + (tn - r_full) * K, 0, (size_t)((R - (tn - r_full)) * K) * sizeof(float));
-		}
-		for (int64_t mb = lo; mb < hi; mb += C) {
-			int64_t c = hi - mb < C ? hi - mb : C;
-			const char *wsrc = (const char *)j->w->data + (size_t)mb * (size_t)K * es;
-			/* The weights PREFETCH_PANELS panels ahead are fetched while this panel's tiles run, so that their
-			 * conversion reads L2: with a few activation rows (batched decode) the tiles are short, and the weights'
-			 * stream from L3 or memory and the tiles took turns instead of overlapping (the demo model's output head,
-			 * 16 rows: 20% less time on one core). */
-			if (mb + PREFETCH_PANELS * C < hi) {
-				const char *ahead = wsrc + (size_t)PREFETCH_PANELS * (size_t)C * (size_t)K * es;
-				for (size_t o = 0; o < (size_t)C * (size_t)K * es; o += 64)
-					__builtin_prefetch(ahead + o, 0, PREFETCH_LOCALITY);
-			}
-			const float *panel;
-			if (j->w->type == AAH_DTYPE_F32 && c == C) {
-				panel = (const float *)wsrc;
-			} else {
-				k->to_f32(panel_buf, wsrc, j->w->type, c * K);
-				memset(panel_buf + c * K, 0, (size_t)((C - c) * K) * sizeof(float));
-				panel = panel_buf;
-			}
-			/* Rows beyond the last full tile, against a full panel: gemv over the f32 panel, which sums exactly as a
-			 * tile does, without computing a padded tile's empty rows (16 decode rows: 16 computed, not 18). */
-			if (c == C)
-				for (int64_t r = r_full; r < tn; r += 4)
-					k->gemv(ob + r * M + mb, M, xb + r * K, tn - r < 4 ? (int32_t)(tn - r) : 4, panel, AAH_DTYPE_F32,
-					        K, 0, C);
-			for (int64_t kb = 0; kb < K; kb += CPU_KC) {
-				int64_t kn = K - kb < CPU_KC ? K - kb : CPU_KC;
-				if (c == C)
-					for (int64_t r = 0; r < r_full; r += R)
-						k->tile(ob + r * M + mb, M, xb + r * K + kb, K, panel + kb, K, kn, kb > 0);
-				else
-					for (int64_t r = 0; r < r_full; r += R) {
-						for (int32_t rr = 0; rr < R && kb > 0; rr++)
-							for (int64_t cc = 0; cc < c; cc++)
-								edge[rr * C + cc] = ob[(r + rr) * M + mb + cc];
-						k->tile(edge, C, xb + r * K + kb, K, panel + kb, K, kn, kb > 0);
-						for (int32_t rr = 0; rr < R; rr++)
-							for (int64_t cc = 0; cc < c; cc++)
-								ob[(r + rr) * M + mb + cc] = edge[rr * C + cc];
-					}
-				if (r_full < tn && c < C) {
-					for (int64_t rr = 0; rr < tn - r_full && kb > 0; rr++)
-						for (int64_t cc = 0; cc < c; cc++)
-							edge[rr * C + cc] = ob[(r_full + rr) * M + mb + cc];
-					k->tile(edge, C, xpad + kb, K, panel + kb, K, kn, kb > 0);
-					for (int64_t rr = 0; rr < tn - r_full; rr++)
-						for (int64_t cc = 0; cc < c; cc++)
-							ob[(r_full + rr) * M + mb + cc] = edge[rr * C + cc];
-				}
-			}
+		const int64_t te = j->n - tb < j->token_block ? j->n : tb + j->token_block;
+		for (int64_t pb = lo; pb < hi; pb += j->panel_block) {
+			const int64_t pe = hi - pb < j->panel_block ? hi : pb + j->panel_block;
+			for (int64_t i = tb; i < te; i += NR)
+				j->k->panel_mm(j->out + i * M, M, j->x + i * K, K, te - i < NR ? (int32_t)(te - i) : NR, j->w->data,
+				               j->w->type, K, M, pb, pe);
 		}
 	}
 }
@@ -297,22 +297,16 @@ static void matmul_tile_worker(void *p, int32_t ti, int32_t nt)
 static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
 	cpu_ctx *c = ctx_of(b);
-	matmul_job j = { out, x, n, w, c->k, c, 0 };
-	if (n < 2 * c->k->tile_rows) {
-		/* a small product costs less than waking the workers */
-		if ((int64_t)n * w->rows * w->cols < (1 << 16))
-			matmul_gemv_worker(&j, 0, 1);
-		else
-			threadpool_run(c->tp, matmul_gemv_worker, &j);
-		return;
-	}
-	/* Keep about 1 MiB of activation rows hot in L2 while the panels stream past them. */
-	int64_t tb = (1 << 20) / (w->cols * (int64_t)sizeof(float));
-	tb = tb / c->k->tile_rows * c->k->tile_rows;
-	j.token_block = tb < c->k->tile_rows ? c->k->tile_rows : tb;
-	if (!scratch_reserve(c, (size_t)(c->k->tile_cols + c->k->tile_rows) * (size_t)w->cols))
-		abort();   /* a panel and a padded row block of one weight's width: out of memory here is not recoverable */
-	threadpool_run(c->tp, matmul_tile_worker, &j);
+	if (w->layout != CPU_LAYOUT_PANELS)
+		abort();   /* a matrix that did not come through weight_import: a caller's bug */
+	const int64_t K = w->cols, panel_bytes = cpu_packed_elems(w->type, CPU_PANEL, K) * (int64_t)aah_dtype_size(w->type);
+	/* about 1 MiB of activation rows, and about 64 KiB of panels (at least 4) */
+	int64_t tb = (1 << 20) / (K * (int64_t)sizeof(float)), pb = (64 << 10) / panel_bytes;
+	matmul_job j = { out, x, n, w, c->k, tb < 16 ? 16 : tb, pb < 4 ? 4 : pb };
+	if ((int64_t)n * w->rows * K < (1 << 16))
+		matmul_worker(&j, 0, 1);   /* a small product costs less than waking the workers */
+	else
+		threadpool_run(c->tp, matmul_worker, &j);
 }
 
 /* ---- attention ---- */
@@ -567,6 +561,9 @@ static void cpu_free(aah_backend *b)
 		threadpool_free(c->tp);
 		for (int32_t i = 0; i < MAX_THREADS; i++)
 			free(c->scratch[i].buf);
+		for (int32_t i = 0; i < c->n_packed; i++)   /* imports never released */
+			free(c->packed[i].data);
+		free(c->packed);
 		free(c);
 	}
 	free(b);

@@ -42,20 +42,42 @@ static float load_elem(const void *w, aah_dtype t, int64_t i)
 	return 0;
 }
 
-static void gemv_generic(float *out, int64_t ldo, const float *x, int32_t n, const void *w, aah_dtype t,
-                         int64_t K, int64_t m0, int64_t m1)
+void cpu_pack_panels(void *dst, const void *src, aah_dtype t, int64_t rows, int64_t cols, int64_t p0, int64_t p1)
 {
-	for (int64_t m = m0; m < m1; m++)
-		for (int32_t i = 0; i < n; i++) {
-			float sum = 0;
-			for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* slice by slice, as tile sums (cpu_kernels.h) */
-				float s = 0;
-				for (int64_t k = kb; k < K && k < kb + CPU_KC; k++)
-					s += x[i * K + k] * load_elem(w, t, m * K + k);
-				sum = kb > 0 ? sum + s : s;
-			}
-			out[i * ldo + m] = sum;
+	const int64_t pe = cpu_packed_elems(t, CPU_PANEL, cols);
+	const size_t es = aah_dtype_size(t);
+	memset((char *)dst + (size_t)(p0 * pe) * es, 0, (size_t)((p1 - p0) * pe) * es);
+	for (int64_t m = p0 * CPU_PANEL; m < p1 * CPU_PANEL && m < rows; m++) {
+		if (es == 4) {
+			const float *s = (const float *)src + m * cols;
+			for (int64_t k = 0; k < cols; k++)
+				((float *)dst)[cpu_packed_index(t, cols, m, k)] = s[k];
+		} else {
+			const uint16_t *s = (const uint16_t *)src + m * cols;
+			for (int64_t k = 0; k < cols; k++)
+				((uint16_t *)dst)[cpu_packed_index(t, cols, m, k)] = s[k];
 		}
+	}
+}
+
+/* A panel's CPU_PANEL sums at a time, k in order (cpu_kernels.h), a multiply and an add per k: the reference the
+ * SIMD tables are tested against to rounding, never bit for bit (they fuse the two). */
+static void panel_mm_generic(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w,
+                             aah_dtype t, int64_t K, int64_t M, int64_t p0, int64_t p1)
+{
+	const int64_t pe = cpu_packed_elems(t, CPU_PANEL, K);   /* elements per panel */
+	for (int64_t p = p0; p < p1; p++) {
+		const int64_t m0 = p * CPU_PANEL, rows = M - m0 < CPU_PANEL ? M - m0 : CPU_PANEL;
+		for (int32_t i = 0; i < n; i++) {
+			float acc[CPU_PANEL] = { 0 };
+			for (int64_t k = 0; k < K; k++) {
+				const float xk = x[i * ldx + k];
+				for (int l = 0; l < CPU_PANEL; l++)
+					acc[l] += load_elem(w, t, p * pe + cpu_packed_index(t, K, l, k)) * xk;
+			}
+			memcpy(out + i * ldo + m0, acc, (size_t)rows * sizeof(float));
+		}
+	}
 }
 
 static void to_f32_generic(float *dst, const void *src, aah_dtype t, int64_t count)
@@ -66,20 +88,6 @@ static void to_f32_generic(float *dst, const void *src, aah_dtype t, int64_t cou
 	}
 	for (int64_t i = 0; i < count; i++)
 		dst[i] = load_elem(src, t, i);
-}
-
-#define GEN_R 2
-#define GEN_C 2
-static void tile_generic(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp,
-                         int64_t kn, int accumulate)
-{
-	for (int r = 0; r < GEN_R; r++)
-		for (int c = 0; c < GEN_C; c++) {
-			float s = 0;
-			for (int64_t k = 0; k < kn; k++)
-				s += x[r * ldx + k] * panel[c * ldp + k];
-			out[r * ldo + c] = accumulate ? out[r * ldo + c] + s : s;
-		}
 }
 
 static float dot_generic(const float *a, const float *b, int64_t n)
@@ -114,11 +122,9 @@ static void pv_generic(float *out, const float *p, int64_t ld, int32_t group, co
 
 const cpu_kernels cpu_kernels_generic = {
 	/* .isa = */ "generic",
-	/* .tile_rows = */ GEN_R,
-	/* .tile_cols = */ GEN_C,
-	/* .gemv = */ gemv_generic,
+	/* .panel_rows = */ 64,
+	/* .panel_mm = */ panel_mm_generic,
 	/* .to_f32 = */ to_f32_generic,
-	/* .tile = */ tile_generic,
 	/* .dot = */ dot_generic,
 	/* .axpy = */ axpy_generic,
 	/* .qk = */ qk_generic,

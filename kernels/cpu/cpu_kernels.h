@@ -7,27 +7,50 @@
 
 #include "kernels/backend.h"
 
-/* Every dot product over K — in gemv and in tile alike — is summed the same way: K in slices of CPU_KC, each
- * slice a vector sum from its start (then a fixed horizontal reduction), the slices' sums added in order. So a
- * row's result never depends on how many rows share the call or which path ran it (batch invariance: a
- * request's tokens do not depend on what else the server is running). */
-#define CPU_KC 256
+/* Weight matrices are packed at import (cpu_backend.c) into panels of CPU_PANEL rows, the last one zero-padded:
+ * inside a panel, f32 and f16 weights as [k][CPU_PANEL] and bf16 as [k / 2][CPU_PANEL][2] (a k pair per 32-bit
+ * word, so a vector of pairs widens to two f32 vectors with one shift and one mask; K padded to even). Row m's
+ * element k is at cpu_packed_index. The kernels then hold CPU_PANEL output rows in one vector and multiply it by a
+ * broadcast activation: no conversion pass, no horizontal sums.
+ *
+ * Every product of a weight row with an activation row is one sum over k in order, one multiply-add per k (fused
+ * in the SIMD tables) into a zero-started accumulator. So a row's result never depends on how many rows share the
+ * call, how they were grouped or which thread ran them (batch invariance: a request's tokens do not depend on what
+ * else the server is running). */
+#define CPU_PANEL 16
 
-/* Prefill micro-tile sizes are the table's tile_rows × tile_cols. */
+/* Elements in the packed matrix, and the element offset of row m, column k in it. */
+static inline int64_t cpu_packed_cols(aah_dtype t, int64_t cols)
+{
+	return t == AAH_DTYPE_BF16 ? (cols + 1) & ~(int64_t)1 : cols;
+}
+
+static inline int64_t cpu_packed_elems(aah_dtype t, int64_t rows, int64_t cols)
+{
+	return (rows + CPU_PANEL - 1) / CPU_PANEL * CPU_PANEL * cpu_packed_cols(t, cols);
+}
+
+static inline int64_t cpu_packed_index(aah_dtype t, int64_t cols, int64_t m, int64_t k)
+{
+	int64_t base = m / CPU_PANEL * CPU_PANEL * cpu_packed_cols(t, cols), l = m % CPU_PANEL;
+	if (t == AAH_DTYPE_BF16)
+		return base + (k / 2) * (2 * CPU_PANEL) + l * 2 + (k & 1);
+	return base + k * CPU_PANEL + l;
+}
+
+/* Packs panels [p0, p1) of a row-major rows × cols matrix (src) into dst, which holds the whole packed matrix:
+ * padding rows and columns are zero. */
+void cpu_pack_panels(void *dst, const void *src, aah_dtype t, int64_t rows, int64_t cols, int64_t p0, int64_t p1);
+
 typedef struct cpu_kernels {
 	const char *isa;
-	int32_t tile_rows;   /* R: activation rows per tile */
-	int32_t tile_cols;   /* C: weight rows per tile */
-	/* out[i·ldo + m] = Σ_k x[i·K + k] · w[m·K + k] for i < n (n ≤ 4), m ∈ [m0, m1). w in its stored dtype.
-	 * Streams w once: the decode path, memory-bound. */
-	void (*gemv)(float *out, int64_t ldo, const float *x, int32_t n, const void *w, aah_dtype t, int64_t K,
-	             int64_t m0, int64_t m1);
+	int32_t panel_rows;   /* the most activation rows one panel_mm call takes */
+	/* out[i·ldo + m] = Σ_k x[i·ldx + k] · w(m, k) for i < n (1 ≤ n ≤ panel_rows) and the rows m < M of panels
+	 * [p0, p1); w packed (above), of type t, K columns. */
+	void (*panel_mm)(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w, aah_dtype t,
+	                 int64_t K, int64_t M, int64_t p0, int64_t p1);
 	/* dst[i] = (float)src[i], count elements. */
 	void (*to_f32)(float *dst, const void *src, aah_dtype t, int64_t count);
-	/* out[r·ldo + c] (+)= Σ_{k<kn} x[r·ldx + k] · panel[c·ldp + k] for the full R × C tile; all f32.
-	 * accumulate: add to out instead of overwriting it (the matmul walks K in L1-sized slices). */
-	void (*tile)(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp, int64_t kn,
-	             int accumulate);
 	float (*dot)(const float *a, const float *b, int64_t n);
 	/* y[i] += a · x[i] */
 	void (*axpy)(float *y, float a, const float *x, int64_t n);

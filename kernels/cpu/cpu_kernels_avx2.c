@@ -7,7 +7,6 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
-#define PREFETCH_ELEMS 512
 
 /* 8 stored elements at w + i → 8 floats. */
 INLINE __m256 load8(const void *w, aah_dtype t, int64_t i)
@@ -38,74 +37,109 @@ static inline float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-#define GR 2   /* weight rows per gemv pass: 2 rows × 4 activation rows = 8 of the 16 registers */
+/* GP panels (two 8-lane halves each) against N activation rows, k in order, one FMA per k (cpu_kernels.h): the
+ * AVX-512 table's scheme in 8-lane halves. bf16 pairs: even k = word << 16, odd k = word with its low half cleared. */
+#define PANEL_PREFETCH 2048   /* bytes ahead in each panel's stream */
 
-/* GR weight rows (of type T) against N activation rows, the weights read once. Loops have constant bounds
- * and are unrolled so that the accumulators stay in registers. */
-INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
-                       int64_t K, int64_t m, int rows)
+INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const char *w,
+                        int64_t pstride, const int GP, const aah_dtype T, int64_t K, int64_t m0, int64_t M)
 {
-	const size_t es = T == AAH_DTYPE_F32 ? 4 : 2;
-	const char *wr[GR];
-	UNROLL for (int j = 0; j < GR; j++)
-		wr[j] = (const char *)w + (size_t)(m + (j < rows ? j : 0)) * (size_t)K * es;
-	float sum[GR][4] = { { 0 } };   /* set by the first slice (K ≥ 1) */
-	for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* the slices of CPU_KC (cpu_kernels.h) */
-		const int64_t ke = K - kb < CPU_KC ? K : kb + CPU_KC;
-		const int64_t ke8 = kb + ((ke - kb) & ~(int64_t)7);
-		__m256 acc[GR][4];
-		UNROLL for (int j = 0; j < GR; j++)
-			UNROLL for (int i = 0; i < 4; i++)
-				acc[j][i] = _mm256_setzero_ps();
-		for (int64_t k = kb; k < ke8; k += 8) {
-			__m256 wv[GR];
-			UNROLL for (int j = 0; j < GR; j++) {
-				_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
-				wv[j] = load8(wr[j], T, k);
+	enum { H = 2 };          /* halves per panel */
+	__m256 acc[4][4];        /* GP·H ≤ 4, N ≤ 4 */
+	UNROLL for (int g = 0; g < GP * H; g++)
+		UNROLL for (int i = 0; i < N; i++)
+			acc[g][i] = _mm256_setzero_ps();
+	int64_t k = 0;
+	if (T == AAH_DTYPE_BF16) {
+		const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+		for (; k + 2 <= K; k += 2) {
+			__m256 we[4], wo[4];
+			UNROLL for (int g = 0; g < GP * H; g++) {
+				const char *src = w + (g / H) * pstride + k * 32 + (g % H) * 32;
+				if (g % H == 0)
+					_mm_prefetch(src + PANEL_PREFETCH, _MM_HINT_T0);
+				__m256i v = _mm256_load_si256((const __m256i *)src);
+				we[g] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+				wo[g] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
 			}
 			UNROLL for (int i = 0; i < N; i++) {
-				__m256 xv = _mm256_loadu_ps(x + i * K + k);
-				UNROLL for (int j = 0; j < GR; j++)
-					acc[j][i] = _mm256_fmadd_ps(wv[j], xv, acc[j][i]);
+				__m256 xe = _mm256_set1_ps(x[i * ldx + k]), xo = _mm256_set1_ps(x[i * ldx + k + 1]);
+				UNROLL for (int g = 0; g < GP * H; g++) {
+					acc[g][i] = _mm256_fmadd_ps(we[g], xe, acc[g][i]);
+					acc[g][i] = _mm256_fmadd_ps(wo[g], xo, acc[g][i]);
+				}
 			}
 		}
-		UNROLL for (int i = 0; i < N; i++)
-			UNROLL for (int j = 0; j < GR; j++) {
-				float v = hsum8(acc[j][i]);
-				for (int64_t k = ke8; k < ke; k++)
-					v += x[i * K + k] * load1(wr[j], T, k);
-				sum[j][i] = kb > 0 ? sum[j][i] + v : v;
+		if (k < K) {   /* odd K: the last pair's even half */
+			UNROLL for (int g = 0; g < GP * H; g++) {
+				__m256i v = _mm256_load_si256((const __m256i *)(w + (g / H) * pstride + k * 32 + (g % H) * 32));
+				__m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+				UNROLL for (int i = 0; i < N; i++)
+					acc[g][i] = _mm256_fmadd_ps(we, _mm256_set1_ps(x[i * ldx + k]), acc[g][i]);
 			}
+		}
+	} else {
+		const int64_t es = T == AAH_DTYPE_F32 ? 4 : 2;
+		for (; k < K; k++) {
+			__m256 wv[4];
+			UNROLL for (int g = 0; g < GP * H; g++) {
+				const char *src = w + (g / H) * pstride + (k * CPU_PANEL + (g % H) * 8) * es;
+				if (g % H == 0)
+					_mm_prefetch(src + PANEL_PREFETCH, _MM_HINT_T0);
+				wv[g] = T == AAH_DTYPE_F32 ? _mm256_load_ps((const float *)src)
+				                           : _mm256_cvtph_ps(_mm_load_si128((const __m128i *)src));
+			}
+			UNROLL for (int i = 0; i < N; i++) {
+				__m256 xv = _mm256_set1_ps(x[i * ldx + k]);
+				UNROLL for (int g = 0; g < GP * H; g++)
+					acc[g][i] = _mm256_fmadd_ps(wv[g], xv, acc[g][i]);
+			}
+		}
 	}
-	UNROLL for (int i = 0; i < N; i++)
-		UNROLL for (int j = 0; j < GR; j++)
-			if (j < rows)
-				out[i * ldo + m + j] = sum[j][i];
+	UNROLL for (int g = 0; g < GP * H; g++) {
+		const int64_t m = m0 + g * 8;
+		if (m >= M)
+			break;
+		UNROLL for (int i = 0; i < N; i++) {
+			if (M - m >= 8) {
+				_mm256_storeu_ps(out + i * ldo + m, acc[g][i]);
+			} else {
+				float tmp[8];
+				_mm256_storeu_ps(tmp, acc[g][i]);
+				memcpy(out + i * ldo + m, tmp, (size_t)(M - m) * sizeof(float));
+			}
+		}
+	}
 }
 
-INLINE void gemv_typed(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
-                       int64_t K, int64_t m0, int64_t m1)
+INLINE void panel_rows_typed(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const void *w,
+                             const aah_dtype T, const int GP, int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
-	for (int64_t m = m0; m < m1; m += GR)
-		gemv_block(out, ldo, x, N, w, T, K, m, m1 - m < GR ? (int)(m1 - m) : GR);
+	const int64_t pstride = cpu_packed_elems(T, CPU_PANEL, K) * (T == AAH_DTYPE_F32 ? 4 : 2);
+	int64_t p = p0;
+	for (; p + GP <= p1; p += GP)
+		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, GP, T, K, p * CPU_PANEL, M);
+	for (; p < p1; p++)
+		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, 1, T, K, p * CPU_PANEL, M);
 }
 
-#define GEMV_CASES(T) \
+/* One row: two panels (four independent sums hide the FMA latency); 2–4 rows: one panel, 8 of the 16 registers. */
+#define PANEL_CASES(T) \
 	switch (n) { \
-	case 1: gemv_typed(out, ldo, x, 1, w, T, K, m0, m1); return; \
-	case 2: gemv_typed(out, ldo, x, 2, w, T, K, m0, m1); return; \
-	case 3: gemv_typed(out, ldo, x, 3, w, T, K, m0, m1); return; \
-	default: gemv_typed(out, ldo, x, 4, w, T, K, m0, m1); return; \
+	case 1: panel_rows_typed(out, ldo, x, ldx, 1, w, T, 2, K, M, p0, p1); return; \
+	case 2: panel_rows_typed(out, ldo, x, ldx, 2, w, T, 1, K, M, p0, p1); return; \
+	case 3: panel_rows_typed(out, ldo, x, ldx, 3, w, T, 1, K, M, p0, p1); return; \
+	default: panel_rows_typed(out, ldo, x, ldx, 4, w, T, 1, K, M, p0, p1); return; \
 	}
 
-static void gemv_avx2(float *out, int64_t ldo, const float *x, int32_t n, const void *w, aah_dtype t, int64_t K,
-                      int64_t m0, int64_t m1)
+static void panel_mm_avx2(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w,
+                          aah_dtype t, int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	if (t == AAH_DTYPE_BF16)
-		GEMV_CASES(AAH_DTYPE_BF16)
+		PANEL_CASES(AAH_DTYPE_BF16)
 	if (t == AAH_DTYPE_F16)
-		GEMV_CASES(AAH_DTYPE_F16)
-	GEMV_CASES(AAH_DTYPE_F32)
+		PANEL_CASES(AAH_DTYPE_F16)
+	PANEL_CASES(AAH_DTYPE_F32)
 }
 
 static void to_f32_avx2(float *dst, const void *src, aah_dtype t, int64_t count)
@@ -119,36 +153,6 @@ static void to_f32_avx2(float *dst, const void *src, aah_dtype t, int64_t count)
 		_mm256_storeu_ps(dst + i, load8(src, t, i));
 	for (; i < count; i++)
 		dst[i] = load1(src, t, i);
-}
-
-#define R 2
-#define C 4
-/* R × C dot products over K; K need not be a multiple of 8. */
-static void tile_avx2(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp,
-                      int64_t K, int accumulate)
-{
-	__m256 acc[R][C];
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++)
-			acc[r][c] = _mm256_setzero_ps();
-	const int64_t K8 = K & ~(int64_t)7;
-	for (int64_t k = 0; k < K8; k += 8) {
-		__m256 p[C];
-		UNROLL for (int c = 0; c < C; c++)
-			p[c] = _mm256_loadu_ps(panel + c * ldp + k);
-		UNROLL for (int r = 0; r < R; r++) {
-			__m256 xv = _mm256_loadu_ps(x + r * ldx + k);
-			UNROLL for (int c = 0; c < C; c++)
-				acc[r][c] = _mm256_fmadd_ps(xv, p[c], acc[r][c]);
-		}
-	}
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++) {
-			float s = hsum8(acc[r][c]);
-			for (int64_t k = K8; k < K; k++)
-				s += x[r * ldx + k] * panel[c * ldp + k];
-			out[r * ldo + c] = accumulate ? out[r * ldo + c] + s : s;
-		}
 }
 
 static float dot_avx2(const float *a, const float *b, int64_t n)
@@ -195,11 +199,9 @@ static void pv_avx2(float *out, const float *p, int64_t ld, int32_t group, const
 
 const cpu_kernels cpu_kernels_avx2 = {
 	/* .isa = */ "avx2",
-	/* .tile_rows = */ R,
-	/* .tile_cols = */ C,
-	/* .gemv = */ gemv_avx2,
+	/* .panel_rows = */ 4,
+	/* .panel_mm = */ panel_mm_avx2,
 	/* .to_f32 = */ to_f32_avx2,
-	/* .tile = */ tile_avx2,
 	/* .dot = */ dot_avx2,
 	/* .axpy = */ axpy_avx2,
 	/* .qk = */ qk_avx2,

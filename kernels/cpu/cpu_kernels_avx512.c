@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_kernels_avx512.c — the AVX-512 table (F, BW, VL, DQ). Compiled with AVX-512 flags and used
- * only when the CPU has them (cpu_kernels_select); 32 vector registers allow a 6 × 4 prefill tile.
+ * only when the CPU has them (cpu_kernels_select); 32 vector registers hold 2 panels × 12 rows of sums.
  * Loops over tile shapes are unrolled at compile time (always_inline + constant bounds) so that every
  * accumulator lives in a register: a spilled accumulator costs a store-to-load round trip per FMA. */
 #include "kernels/cpu/cpu_kernels.h"
@@ -35,8 +35,8 @@ INLINE __m512 load16_tail(const void *w, aah_dtype t, int64_t i, __mmask16 m)
 
 /* The sums of a, b, c and d's 16 lanes, in lanes 0 … 3: each exactly what _mm512_reduce_add_ps gives (lanes i and
  * i + 8 added, then i and i + 4, then 0 + 2 and 1 + 3, then those two; float addition commutes, so the pairing alone
- * fixes the result), four at a time with 10 shuffles and adds in place of 28. Every dot product of gemv and tile ends
- * here, so a row's result is the same whichever of the two computes it (cpu_kernels.h). */
+ * fixes the result), four at a time with 10 shuffles and adds in place of 28; attention's scores end here, so a key's
+ * score is the same in a block of four or alone. */
 INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
 {
 	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
@@ -48,84 +48,113 @@ INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
 	                                                                      0, 0), x));
 }
 
-#define GR 4   /* weight rows per gemv pass (hsum16x4 reduces them together) */
-#define PREFETCH_ELEMS 512
+/* G panels (CPU_PANEL rows each, one vector) against N activation rows: G·N accumulators, each weight vector loaded
+ * once and widened once for the N rows. k in order, one FMA per k (cpu_kernels.h). bf16 pairs: the even k is the
+ * 32-bit word shifted left by 16, the odd k the word with its low half cleared. */
+#define PANEL_PREFETCH 2048   /* bytes ahead in each panel's stream */
 
-/* GR weight rows (of type T) against N activation rows: GR·N accumulators, the weights read once. */
-INLINE void gemv_block(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
-                       int64_t K, int64_t m, int rows)
+INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const char *w,
+                        int64_t pstride, const int G, const aah_dtype T, int64_t K, int64_t m0, int64_t M)
 {
-	const size_t es = T == AAH_DTYPE_F32 ? 4 : 2;
-	const char *wr[GR];
-	UNROLL for (int j = 0; j < GR; j++)
-		wr[j] = (const char *)w + (size_t)(m + (j < rows ? j : 0)) * (size_t)K * es;
-	/* per activation row, the GR weight rows' dot products (the first slice sets them: K ≥ 1) */
-	__m128 sum[4] = { _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps() };
-	for (int64_t kb = 0; kb < K; kb += CPU_KC) {   /* the slices of CPU_KC (cpu_kernels.h) */
-		const int64_t ke = K - kb < CPU_KC ? K : kb + CPU_KC;
-		__m512 acc[GR][4];
-		UNROLL for (int j = 0; j < GR; j++)
-			UNROLL for (int i = 0; i < 4; i++)
-				acc[j][i] = _mm512_setzero_ps();
-		int64_t k = kb;
-		for (; k + 16 <= ke; k += 16) {
-			__m512 wv[GR];
-			UNROLL for (int j = 0; j < GR; j++) {
-				/* Software prefetch well ahead of each row stream: the hardware prefetcher alone leaves a third
-				 * of the bandwidth unused when four rows are streamed at once. */
-				_mm_prefetch(wr[j] + (size_t)(k + PREFETCH_ELEMS) * es, _MM_HINT_T0);
-				wv[j] = load16(wr[j], T, k);
+	__m512 acc[4][12];   /* G ≤ 4, N ≤ 12 */
+	UNROLL for (int g = 0; g < G; g++)
+		UNROLL for (int i = 0; i < N; i++)
+			acc[g][i] = _mm512_setzero_ps();
+	int64_t k = 0;
+	if (T == AAH_DTYPE_BF16) {
+		const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+		for (; k + 2 <= K; k += 2) {
+			__m512 we[4], wo[4];
+			UNROLL for (int g = 0; g < G; g++) {
+				const char *src = w + g * pstride + k * 32;
+				_mm_prefetch(src + PANEL_PREFETCH, _MM_HINT_T0);
+				__m512i v = _mm512_load_si512((const void *)src);
+				we[g] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+				wo[g] = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
 			}
 			UNROLL for (int i = 0; i < N; i++) {
-				__m512 xv = _mm512_loadu_ps(x + i * K + k);
-				UNROLL for (int j = 0; j < GR; j++)
-					acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
+				__m512 xe = _mm512_set1_ps(x[i * ldx + k]), xo = _mm512_set1_ps(x[i * ldx + k + 1]);
+				UNROLL for (int g = 0; g < G; g++) {
+					acc[g][i] = _mm512_fmadd_ps(we[g], xe, acc[g][i]);
+					acc[g][i] = _mm512_fmadd_ps(wo[g], xo, acc[g][i]);
+				}
 			}
 		}
-		if (k < ke) {
-			__mmask16 mk = (__mmask16)((1u << (ke - k)) - 1);
-			__m512 wv[GR];
-			UNROLL for (int j = 0; j < GR; j++)
-				wv[j] = load16_tail(wr[j], T, k, mk);
+		if (k < K) {   /* odd K: the last pair's even half */
+			__m512 we[4];
+			UNROLL for (int g = 0; g < G; g++)
+				we[g] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512((const void *)(w + g * pstride + k * 32)), 16));
 			UNROLL for (int i = 0; i < N; i++) {
-				__m512 xv = _mm512_maskz_loadu_ps(mk, x + i * K + k);
-				UNROLL for (int j = 0; j < GR; j++)
-					acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
+				__m512 xe = _mm512_set1_ps(x[i * ldx + k]);
+				UNROLL for (int g = 0; g < G; g++)
+					acc[g][i] = _mm512_fmadd_ps(we[g], xe, acc[g][i]);
 			}
 		}
-		UNROLL for (int i = 0; i < N; i++) {
-			__m128 v = hsum16x4(acc[0][i], acc[1][i], acc[2][i], acc[3][i]);
-			sum[i] = kb > 0 ? _mm_add_ps(sum[i], v) : v;
+	} else {
+		const int64_t es = T == AAH_DTYPE_F32 ? 4 : 2;
+		for (; k < K; k++) {
+			__m512 wv[4];
+			UNROLL for (int g = 0; g < G; g++) {
+				const char *src = w + g * pstride + k * CPU_PANEL * es;
+				_mm_prefetch(src + PANEL_PREFETCH, _MM_HINT_T0);
+				wv[g] = T == AAH_DTYPE_F32 ? _mm512_load_ps((const void *)src)
+				                           : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)src));
+			}
+			UNROLL for (int i = 0; i < N; i++) {
+				__m512 xv = _mm512_set1_ps(x[i * ldx + k]);
+				UNROLL for (int g = 0; g < G; g++)
+					acc[g][i] = _mm512_fmadd_ps(wv[g], xv, acc[g][i]);
+			}
 		}
 	}
-	const __mmask8 keep = (__mmask8)((1u << rows) - 1);
-	UNROLL for (int i = 0; i < N; i++)
-		_mm_mask_storeu_ps(out + i * ldo + m, keep, sum[i]);
+	UNROLL for (int g = 0; g < G; g++) {
+		const int64_t m = m0 + g * CPU_PANEL;
+		if (m >= M)
+			break;
+		const __mmask16 keep = M - m >= CPU_PANEL ? (__mmask16)0xffff : (__mmask16)((1u << (M - m)) - 1);
+		UNROLL for (int i = 0; i < N; i++)
+			_mm512_mask_storeu_ps(out + i * ldo + m, keep, acc[g][i]);
+	}
 }
 
-INLINE void gemv_typed(float *out, int64_t ldo, const float *x, const int N, const void *w, const aah_dtype T,
-                       int64_t K, int64_t m0, int64_t m1)
+/* Panels [p0, p1) G at a time (the last few fewer), for N rows. */
+INLINE void panel_rows_typed(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const void *w,
+                             const aah_dtype T, const int G, int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
-	for (int64_t m = m0; m < m1; m += GR)
-		gemv_block(out, ldo, x, N, w, T, K, m, m1 - m < GR ? (int)(m1 - m) : GR);
+	const int64_t pstride = cpu_packed_elems(T, CPU_PANEL, K) * (T == AAH_DTYPE_F32 ? 4 : 2);
+	int64_t p = p0;
+	for (; p + G <= p1; p += G)
+		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, G, T, K, p * CPU_PANEL, M);
+	for (; p < p1; p++)
+		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, 1, T, K, p * CPU_PANEL, M);
 }
 
-#define GEMV_CASES(T) \
+/* Few rows: four panels at a time (four independent sums per row keep the FMA latency hidden while the weights
+ * stream); more rows: two panels × up to 12 rows = 24 accumulators of the 32 registers. */
+#define PANEL_CASES(T) \
 	switch (n) { \
-	case 1: gemv_typed(out, ldo, x, 1, w, T, K, m0, m1); return; \
-	case 2: gemv_typed(out, ldo, x, 2, w, T, K, m0, m1); return; \
-	case 3: gemv_typed(out, ldo, x, 3, w, T, K, m0, m1); return; \
-	default: gemv_typed(out, ldo, x, 4, w, T, K, m0, m1); return; \
+	case 1: panel_rows_typed(out, ldo, x, ldx, 1, w, T, 4, K, M, p0, p1); return; \
+	case 2: panel_rows_typed(out, ldo, x, ldx, 2, w, T, 4, K, M, p0, p1); return; \
+	case 3: panel_rows_typed(out, ldo, x, ldx, 3, w, T, 4, K, M, p0, p1); return; \
+	case 4: panel_rows_typed(out, ldo, x, ldx, 4, w, T, 4, K, M, p0, p1); return; \
+	case 5: panel_rows_typed(out, ldo, x, ldx, 5, w, T, 2, K, M, p0, p1); return; \
+	case 6: panel_rows_typed(out, ldo, x, ldx, 6, w, T, 2, K, M, p0, p1); return; \
+	case 7: panel_rows_typed(out, ldo, x, ldx, 7, w, T, 2, K, M, p0, p1); return; \
+	case 8: panel_rows_typed(out, ldo, x, ldx, 8, w, T, 2, K, M, p0, p1); return; \
+	case 9: panel_rows_typed(out, ldo, x, ldx, 9, w, T, 2, K, M, p0, p1); return; \
+	case 10: panel_rows_typed(out, ldo, x, ldx, 10, w, T, 2, K, M, p0, p1); return; \
+	case 11: panel_rows_typed(out, ldo, x, ldx, 11, w, T, 2, K, M, p0, p1); return; \
+	default: panel_rows_typed(out, ldo, x, ldx, 12, w, T, 2, K, M, p0, p1); return; \
 	}
 
-static void gemv_avx512(float *out, int64_t ldo, const float *x, int32_t n, const void *w, aah_dtype t,
-                        int64_t K, int64_t m0, int64_t m1)
+static void panel_mm_avx512(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w,
+                            aah_dtype t, int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	if (t == AAH_DTYPE_BF16)
-		GEMV_CASES(AAH_DTYPE_BF16)
+		PANEL_CASES(AAH_DTYPE_BF16)
 	if (t == AAH_DTYPE_F16)
-		GEMV_CASES(AAH_DTYPE_F16)
-	GEMV_CASES(AAH_DTYPE_F32)
+		PANEL_CASES(AAH_DTYPE_F16)
+	PANEL_CASES(AAH_DTYPE_F32)
 }
 
 static void to_f32_avx512(float *dst, const void *src, aah_dtype t, int64_t count)
@@ -140,44 +169,6 @@ static void to_f32_avx512(float *dst, const void *src, aah_dtype t, int64_t coun
 	if (i < count) {
 		__mmask16 m = (__mmask16)((1u << (count - i)) - 1);
 		_mm512_mask_storeu_ps(dst + i, m, load16_tail(src, t, i, m));
-	}
-}
-
-#define R 6
-#define C 4
-_Static_assert(C == 4, "tile_avx512 reduces a row's C sums with hsum16x4");
-static void tile_avx512(float *out, int64_t ldo, const float *x, int64_t ldx, const float *panel, int64_t ldp,
-                        int64_t K, int accumulate)
-{
-	__m512 acc[R][C];
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++)
-			acc[r][c] = _mm512_setzero_ps();
-	int64_t k = 0;
-	for (; k + 16 <= K; k += 16) {
-		__m512 p[C];
-		UNROLL for (int c = 0; c < C; c++)
-			p[c] = _mm512_loadu_ps(panel + c * ldp + k);
-		UNROLL for (int r = 0; r < R; r++) {
-			__m512 xv = _mm512_loadu_ps(x + r * ldx + k);
-			UNROLL for (int c = 0; c < C; c++)
-				acc[r][c] = _mm512_fmadd_ps(xv, p[c], acc[r][c]);
-		}
-	}
-	if (k < K) {
-		__mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-		__m512 p[C];
-		UNROLL for (int c = 0; c < C; c++)
-			p[c] = _mm512_maskz_loadu_ps(m, panel + c * ldp + k);
-		UNROLL for (int r = 0; r < R; r++) {
-			__m512 xv = _mm512_maskz_loadu_ps(m, x + r * ldx + k);
-			UNROLL for (int c = 0; c < C; c++)
-				acc[r][c] = _mm512_fmadd_ps(xv, p[c], acc[r][c]);
-		}
-	}
-	UNROLL for (int r = 0; r < R; r++) {   /* C = 4: a row's four sums are adjacent in out */
-		__m128 v = hsum16x4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-		_mm_storeu_ps(out + r * ldo, accumulate ? _mm_add_ps(_mm_loadu_ps(out + r * ldo), v) : v);
 	}
 }
 
@@ -331,11 +322,9 @@ static void pv_avx512(float *out, const float *p, int64_t ld, int32_t group, con
 
 const cpu_kernels cpu_kernels_avx512 = {
 	/* .isa = */ "avx512",
-	/* .tile_rows = */ R,
-	/* .tile_cols = */ C,
-	/* .gemv = */ gemv_avx512,
+	/* .panel_rows = */ 12,
+	/* .panel_mm = */ panel_mm_avx512,
 	/* .to_f32 = */ to_f32_avx512,
-	/* .tile = */ tile_avx512,
 	/* .dot = */ dot_avx512,
 	/* .axpy = */ axpy_avx512,
 	/* .qk = */ qk_avx512,
