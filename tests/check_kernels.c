@@ -172,7 +172,7 @@ END_TEST
 static const int64_t pmm_K[] = { 1, 2, 7, 15, 16, 17, 33, 100, 1024 };
 static const int64_t pmm_M[] = { 13, 16, 37 };
 
-/* panel_mm over every range of panels [p0, p1) of packed weights, 1 … panel_rows activation rows (row stride ldx > K):
+/* panel_mm over every range of panels [p0, p1) of packed weights, 1 … panel_rows activation rows (k-major):
  * out[i·ldo + m] for the rows m < M of those panels, i < n, within 1e-5 of a float64 sum; every other element of out
  * keeps its sentinel. */
 START_TEST(test_panel_mm)
@@ -181,7 +181,7 @@ START_TEST(test_panel_mm)
 	if (!k)
 		return;
 	rng_seed(100 + (uint64_t)_i);
-	const int32_t n_max = k->panel_rows < 13 ? k->panel_rows : 13;
+	const int32_t n_max = k->panel_rows < 25 ? k->panel_rows : 25;
 	for (int di = 0; di < 3; di++)
 		for (size_t mi = 0; mi < sizeof pmm_M / sizeof pmm_M[0]; mi++)
 			for (size_t ki = 0; ki < sizeof pmm_K / sizeof pmm_K[0]; ki++) {
@@ -191,7 +191,7 @@ START_TEST(test_panel_mm)
 				wmat_init(&w, dtypes[di], M, K, 1.0f);
 				void *packed = aligned_alloc(64, (size_t)cpu_packed_elems(w.type, M, K) * 4 + 64);
 				cpu_pack_panels(packed, w.data, w.type, M, K, 0, panels);
-				float *x = rand_floats(n_max * ldx, 1.0f);
+				float *x = rand_floats(n_max * ldx, 1.0f), *xt = malloc((size_t)(n_max * K) * sizeof(float));
 				float *out = malloc((size_t)(n_max * ldo) * sizeof(float));
 				double *ref = malloc((size_t)(n_max * M) * sizeof(double)), *mag = malloc((size_t)(n_max * M) * sizeof(double));
 				for (int32_t i = 0; i < n_max; i++)
@@ -210,7 +210,10 @@ START_TEST(test_panel_mm)
 						for (int64_t p1 = p0 + 1; p1 <= panels; p1++) {
 							for (int64_t e = 0; e < n_max * ldo; e++)
 								out[e] = SENTINEL;
-							k->panel_mm(out, ldo, x, ldx, n, packed, w.type, K, M, p0, p1);
+							for (int32_t i = 0; i < n; i++)   /* the kernel's k-major activations */
+								for (int64_t kk = 0; kk < K; kk++)
+									xt[kk * n + i] = x[i * ldx + kk];
+							k->panel_mm(out, ldo, xt, n, packed, w.type, K, M, p0, p1);
 							for (int32_t i = 0; i < n_max; i++)
 								for (int64_t m = 0; m < ldo; m++) {
 									float got = out[i * ldo + m];
@@ -227,6 +230,7 @@ START_TEST(test_panel_mm)
 						}
 				free(packed);
 				free(x);
+				free(xt);
 				free(out);
 				free(ref);
 				free(mag);

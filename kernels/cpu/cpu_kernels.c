@@ -42,28 +42,47 @@ static float load_elem(const void *w, aah_dtype t, int64_t i)
 	return 0;
 }
 
+/* A panel at a time, row by row: each row's elements (bf16: its k pairs as 32-bit words) go CPU_PANEL apart, into a
+ * panel that stays in L2 while its 16 rows are written. */
 void cpu_pack_panels(void *dst, const void *src, aah_dtype t, int64_t rows, int64_t cols, int64_t p0, int64_t p1)
 {
-	const int64_t pe = cpu_packed_elems(t, CPU_PANEL, cols);
+	const int64_t pe = cpu_packed_elems(t, CPU_PANEL, cols), K = cols;
 	const size_t es = aah_dtype_size(t);
-	memset((char *)dst + (size_t)(p0 * pe) * es, 0, (size_t)((p1 - p0) * pe) * es);
-	for (int64_t m = p0 * CPU_PANEL; m < p1 * CPU_PANEL && m < rows; m++) {
-		if (es == 4) {
-			const float *s = (const float *)src + m * cols;
-			for (int64_t k = 0; k < cols; k++)
-				((float *)dst)[cpu_packed_index(t, cols, m, k)] = s[k];
-		} else {
-			const uint16_t *s = (const uint16_t *)src + m * cols;
-			for (int64_t k = 0; k < cols; k++)
-				((uint16_t *)dst)[cpu_packed_index(t, cols, m, k)] = s[k];
+	for (int64_t p = p0; p < p1; p++) {
+		if ((p + 1) * CPU_PANEL > rows)   /* the last panel's padding rows are zero */
+			memset((char *)dst + (size_t)(p * pe) * es, 0, (size_t)pe * es);
+		for (int64_t l = 0; l < CPU_PANEL && p * CPU_PANEL + l < rows; l++) {
+			const int64_t m = p * CPU_PANEL + l;
+			if (t == AAH_DTYPE_BF16) {
+				const uint16_t *s = (const uint16_t *)src + m * K;
+				uint32_t *d = (uint32_t *)dst + p * (pe / 2) + l;
+				int64_t kp = 0;
+				for (; 2 * kp + 1 < K; kp++) {
+					uint32_t w;
+					memcpy(&w, s + 2 * kp, 4);   /* the pair as a word: even k low (little-endian) */
+					d[kp * CPU_PANEL] = w;
+				}
+				if (2 * kp < K)
+					d[kp * CPU_PANEL] = s[2 * kp];   /* odd K: the padding k is zero */
+			} else if (t == AAH_DTYPE_F16) {
+				const uint16_t *s = (const uint16_t *)src + m * K;
+				uint16_t *d = (uint16_t *)dst + p * pe + l;
+				for (int64_t k = 0; k < K; k++)
+					d[k * CPU_PANEL] = s[k];
+			} else {
+				const float *s = (const float *)src + m * K;
+				float *d = (float *)dst + p * pe + l;
+				for (int64_t k = 0; k < K; k++)
+					d[k * CPU_PANEL] = s[k];
+			}
 		}
 	}
 }
 
 /* A panel's CPU_PANEL sums at a time, k in order (cpu_kernels.h), a multiply and an add per k: the reference the
  * SIMD tables are tested against to rounding, never bit for bit (they fuse the two). */
-static void panel_mm_generic(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w,
-                             aah_dtype t, int64_t K, int64_t M, int64_t p0, int64_t p1)
+static void panel_mm_generic(float *out, int64_t ldo, const float *xt, int32_t n, const void *w, aah_dtype t,
+                             int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	const int64_t pe = cpu_packed_elems(t, CPU_PANEL, K);   /* elements per panel */
 	for (int64_t p = p0; p < p1; p++) {
@@ -71,7 +90,7 @@ static void panel_mm_generic(float *out, int64_t ldo, const float *x, int64_t ld
 		for (int32_t i = 0; i < n; i++) {
 			float acc[CPU_PANEL] = { 0 };
 			for (int64_t k = 0; k < K; k++) {
-				const float xk = x[i * ldx + k];
+				const float xk = xt[k * n + i];
 				for (int l = 0; l < CPU_PANEL; l++)
 					acc[l] += load_elem(w, t, p * pe + cpu_packed_index(t, K, l, k)) * xk;
 			}

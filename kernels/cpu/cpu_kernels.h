@@ -45,10 +45,11 @@ void cpu_pack_panels(void *dst, const void *src, aah_dtype t, int64_t rows, int6
 typedef struct cpu_kernels {
 	const char *isa;
 	int32_t panel_rows;   /* the most activation rows one panel_mm call takes */
-	/* out[i·ldo + m] = Σ_k x[i·ldx + k] · w(m, k) for i < n (1 ≤ n ≤ panel_rows) and the rows m < M of panels
-	 * [p0, p1); w packed (above), of type t, K columns. */
-	void (*panel_mm)(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w, aah_dtype t,
-	                 int64_t K, int64_t M, int64_t p0, int64_t p1);
+	/* out[i·ldo + m] = Σ_k xt[k·n + i] · w(m, k) for i < n (1 ≤ n ≤ panel_rows) and the rows m < M of panels
+	 * [p0, p1); w packed (above), of type t, K columns; xt the n activation rows transposed (k-major), so that
+	 * the kernel broadcasts them from one pointer. */
+	void (*panel_mm)(float *out, int64_t ldo, const float *xt, int32_t n, const void *w, aah_dtype t, int64_t K,
+	                 int64_t M, int64_t p0, int64_t p1);
 	/* dst[i] = (float)src[i], count elements. */
 	void (*to_f32)(float *dst, const void *src, aah_dtype t, int64_t count);
 	float (*dot)(const float *a, const float *b, int64_t n);

@@ -41,8 +41,8 @@ static inline float hsum8(__m256 v)
  * AVX-512 table's scheme in 8-lane halves. bf16 pairs: even k = word << 16, odd k = word with its low half cleared. */
 #define PANEL_PREFETCH 2048   /* bytes ahead in each panel's stream */
 
-INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const char *w,
-                        int64_t pstride, const int GP, const aah_dtype T, int64_t K, int64_t m0, int64_t M)
+INLINE void panel_block(float *out, int64_t ldo, const float *xt, const int N, const char *w, int64_t pstride,
+                        const int GP, const aah_dtype T, int64_t K, int64_t m0, int64_t M)
 {
 	enum { H = 2 };          /* halves per panel */
 	__m256 acc[4][4];        /* GP·H ≤ 4, N ≤ 4 */
@@ -63,7 +63,7 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 				wo[g] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
 			}
 			UNROLL for (int i = 0; i < N; i++) {
-				__m256 xe = _mm256_set1_ps(x[i * ldx + k]), xo = _mm256_set1_ps(x[i * ldx + k + 1]);
+				__m256 xe = _mm256_set1_ps(xt[k * N + i]), xo = _mm256_set1_ps(xt[(k + 1) * N + i]);
 				UNROLL for (int g = 0; g < GP * H; g++) {
 					acc[g][i] = _mm256_fmadd_ps(we[g], xe, acc[g][i]);
 					acc[g][i] = _mm256_fmadd_ps(wo[g], xo, acc[g][i]);
@@ -75,7 +75,7 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 				__m256i v = _mm256_load_si256((const __m256i *)(w + (g / H) * pstride + k * 32 + (g % H) * 32));
 				__m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 				UNROLL for (int i = 0; i < N; i++)
-					acc[g][i] = _mm256_fmadd_ps(we, _mm256_set1_ps(x[i * ldx + k]), acc[g][i]);
+					acc[g][i] = _mm256_fmadd_ps(we, _mm256_set1_ps(xt[k * N + i]), acc[g][i]);
 			}
 		}
 	} else {
@@ -90,7 +90,7 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 				                           : _mm256_cvtph_ps(_mm_load_si128((const __m128i *)src));
 			}
 			UNROLL for (int i = 0; i < N; i++) {
-				__m256 xv = _mm256_set1_ps(x[i * ldx + k]);
+				__m256 xv = _mm256_set1_ps(xt[k * N + i]);
 				UNROLL for (int g = 0; g < GP * H; g++)
 					acc[g][i] = _mm256_fmadd_ps(wv[g], xv, acc[g][i]);
 			}
@@ -112,28 +112,28 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 	}
 }
 
-INLINE void panel_rows_typed(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const void *w,
-                             const aah_dtype T, const int GP, int64_t K, int64_t M, int64_t p0, int64_t p1)
+INLINE void panel_rows_typed(float *out, int64_t ldo, const float *xt, const int N, const void *w, const aah_dtype T,
+                             const int GP, int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	const int64_t pstride = cpu_packed_elems(T, CPU_PANEL, K) * (T == AAH_DTYPE_F32 ? 4 : 2);
 	int64_t p = p0;
 	for (; p + GP <= p1; p += GP)
-		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, GP, T, K, p * CPU_PANEL, M);
+		panel_block(out, ldo, xt, N, (const char *)w + p * pstride, pstride, GP, T, K, p * CPU_PANEL, M);
 	for (; p < p1; p++)
-		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, 1, T, K, p * CPU_PANEL, M);
+		panel_block(out, ldo, xt, N, (const char *)w + p * pstride, pstride, 1, T, K, p * CPU_PANEL, M);
 }
 
 /* One row: two panels (four independent sums hide the FMA latency); 2–4 rows: one panel, 8 of the 16 registers. */
 #define PANEL_CASES(T) \
 	switch (n) { \
-	case 1: panel_rows_typed(out, ldo, x, ldx, 1, w, T, 2, K, M, p0, p1); return; \
-	case 2: panel_rows_typed(out, ldo, x, ldx, 2, w, T, 1, K, M, p0, p1); return; \
-	case 3: panel_rows_typed(out, ldo, x, ldx, 3, w, T, 1, K, M, p0, p1); return; \
-	default: panel_rows_typed(out, ldo, x, ldx, 4, w, T, 1, K, M, p0, p1); return; \
+	case 1: panel_rows_typed(out, ldo, xt, 1, w, T, 2, K, M, p0, p1); return; \
+	case 2: panel_rows_typed(out, ldo, xt, 2, w, T, 1, K, M, p0, p1); return; \
+	case 3: panel_rows_typed(out, ldo, xt, 3, w, T, 1, K, M, p0, p1); return; \
+	default: panel_rows_typed(out, ldo, xt, 4, w, T, 1, K, M, p0, p1); return; \
 	}
 
-static void panel_mm_avx2(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w,
-                          aah_dtype t, int64_t K, int64_t M, int64_t p0, int64_t p1)
+static void panel_mm_avx2(float *out, int64_t ldo, const float *xt, int32_t n, const void *w, aah_dtype t,
+                          int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	if (t == AAH_DTYPE_BF16)
 		PANEL_CASES(AAH_DTYPE_BF16)

@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_kernels_avx512.c — the AVX-512 table (F, BW, VL, DQ). Compiled with AVX-512 flags and used
- * only when the CPU has them (cpu_kernels_select); 32 vector registers hold 2 panels × 12 rows of sums.
+ * only when the CPU has them (cpu_kernels_select); 32 vector registers hold a panel × 24 rows of sums.
  * Loops over tile shapes are unrolled at compile time (always_inline + constant bounds) so that every
  * accumulator lives in a register: a spilled accumulator costs a store-to-load round trip per FMA. */
 #include "kernels/cpu/cpu_kernels.h"
@@ -49,14 +49,15 @@ INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
 }
 
 /* G panels (CPU_PANEL rows each, one vector) against N activation rows: G·N accumulators, each weight vector loaded
- * once and widened once for the N rows. k in order, one FMA per k (cpu_kernels.h). bf16 pairs: the even k is the
- * 32-bit word shifted left by 16, the odd k the word with its low half cleared. */
+ * once and widened once for the N rows, each activation broadcast from xt (k-major: xt[k·N + i]) by the FMA's own
+ * load. k in order, one FMA per k (cpu_kernels.h). bf16 pairs: the even k is the 32-bit word shifted left by 16, the
+ * odd k the word with its low half cleared. */
 #define PANEL_PREFETCH 2048   /* bytes ahead in each panel's stream */
 
-INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const char *w,
-                        int64_t pstride, const int G, const aah_dtype T, int64_t K, int64_t m0, int64_t M)
+INLINE void panel_block(float *out, int64_t ldo, const float *xt, const int N, const char *w, int64_t pstride,
+                        const int G, const aah_dtype T, int64_t K, int64_t m0, int64_t M)
 {
-	__m512 acc[4][12];   /* G ≤ 4, N ≤ 12 */
+	__m512 acc[4][24];   /* G·N ≤ 24 */
 	UNROLL for (int g = 0; g < G; g++)
 		UNROLL for (int i = 0; i < N; i++)
 			acc[g][i] = _mm512_setzero_ps();
@@ -72,23 +73,20 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 				we[g] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 				wo[g] = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
 			}
-			UNROLL for (int i = 0; i < N; i++) {
-				__m512 xe = _mm512_set1_ps(x[i * ldx + k]), xo = _mm512_set1_ps(x[i * ldx + k + 1]);
+			const float *xe = xt + k * N, *xo = xe + N;
+			UNROLL for (int i = 0; i < N; i++)
 				UNROLL for (int g = 0; g < G; g++) {
-					acc[g][i] = _mm512_fmadd_ps(we[g], xe, acc[g][i]);
-					acc[g][i] = _mm512_fmadd_ps(wo[g], xo, acc[g][i]);
+					acc[g][i] = _mm512_fmadd_ps(we[g], _mm512_set1_ps(xe[i]), acc[g][i]);
+					acc[g][i] = _mm512_fmadd_ps(wo[g], _mm512_set1_ps(xo[i]), acc[g][i]);
 				}
-			}
 		}
 		if (k < K) {   /* odd K: the last pair's even half */
 			__m512 we[4];
 			UNROLL for (int g = 0; g < G; g++)
 				we[g] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512((const void *)(w + g * pstride + k * 32)), 16));
-			UNROLL for (int i = 0; i < N; i++) {
-				__m512 xe = _mm512_set1_ps(x[i * ldx + k]);
+			UNROLL for (int i = 0; i < N; i++)
 				UNROLL for (int g = 0; g < G; g++)
-					acc[g][i] = _mm512_fmadd_ps(we[g], xe, acc[g][i]);
-			}
+					acc[g][i] = _mm512_fmadd_ps(we[g], _mm512_set1_ps(xt[k * N + i]), acc[g][i]);
 		}
 	} else {
 		const int64_t es = T == AAH_DTYPE_F32 ? 4 : 2;
@@ -100,11 +98,9 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 				wv[g] = T == AAH_DTYPE_F32 ? _mm512_load_ps((const void *)src)
 				                           : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)src));
 			}
-			UNROLL for (int i = 0; i < N; i++) {
-				__m512 xv = _mm512_set1_ps(x[i * ldx + k]);
+			UNROLL for (int i = 0; i < N; i++)
 				UNROLL for (int g = 0; g < G; g++)
-					acc[g][i] = _mm512_fmadd_ps(wv[g], xv, acc[g][i]);
-			}
+					acc[g][i] = _mm512_fmadd_ps(wv[g], _mm512_set1_ps(xt[k * N + i]), acc[g][i]);
 		}
 	}
 	UNROLL for (int g = 0; g < G; g++) {
@@ -117,38 +113,34 @@ INLINE void panel_block(float *out, int64_t ldo, const float *x, int64_t ldx, co
 	}
 }
 
-/* Panels [p0, p1) G at a time (the last few fewer), for N rows. */
-INLINE void panel_rows_typed(float *out, int64_t ldo, const float *x, int64_t ldx, const int N, const void *w,
-                             const aah_dtype T, const int G, int64_t K, int64_t M, int64_t p0, int64_t p1)
+/* Panels [p0, p1) G at a time (the last few one at a time), for N rows. */
+INLINE void panel_rows_typed(float *out, int64_t ldo, const float *xt, const int N, const void *w, const aah_dtype T,
+                             const int G, int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	const int64_t pstride = cpu_packed_elems(T, CPU_PANEL, K) * (T == AAH_DTYPE_F32 ? 4 : 2);
 	int64_t p = p0;
 	for (; p + G <= p1; p += G)
-		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, G, T, K, p * CPU_PANEL, M);
+		panel_block(out, ldo, xt, N, (const char *)w + p * pstride, pstride, G, T, K, p * CPU_PANEL, M);
 	for (; p < p1; p++)
-		panel_block(out, ldo, x, ldx, N, (const char *)w + p * pstride, pstride, 1, T, K, p * CPU_PANEL, M);
+		panel_block(out, ldo, xt, N, (const char *)w + p * pstride, pstride, 1, T, K, p * CPU_PANEL, M);
 }
 
-/* Few rows: four panels at a time (four independent sums per row keep the FMA latency hidden while the weights
- * stream); more rows: two panels × up to 12 rows = 24 accumulators of the 32 registers. */
+/* 1–4 rows: four panels at a time (independent sums hide the FMA latency while the weights stream); 5–8: two; 9–24:
+ * one panel × N rows, up to 24 of the 32 registers, every weight vector feeding 2N FMAs. */
+#define PANEL_CASE(T, n_, g_) case n_: panel_rows_typed(out, ldo, xt, n_, w, T, g_, K, M, p0, p1); return;
 #define PANEL_CASES(T) \
 	switch (n) { \
-	case 1: panel_rows_typed(out, ldo, x, ldx, 1, w, T, 4, K, M, p0, p1); return; \
-	case 2: panel_rows_typed(out, ldo, x, ldx, 2, w, T, 4, K, M, p0, p1); return; \
-	case 3: panel_rows_typed(out, ldo, x, ldx, 3, w, T, 4, K, M, p0, p1); return; \
-	case 4: panel_rows_typed(out, ldo, x, ldx, 4, w, T, 4, K, M, p0, p1); return; \
-	case 5: panel_rows_typed(out, ldo, x, ldx, 5, w, T, 2, K, M, p0, p1); return; \
-	case 6: panel_rows_typed(out, ldo, x, ldx, 6, w, T, 2, K, M, p0, p1); return; \
-	case 7: panel_rows_typed(out, ldo, x, ldx, 7, w, T, 2, K, M, p0, p1); return; \
-	case 8: panel_rows_typed(out, ldo, x, ldx, 8, w, T, 2, K, M, p0, p1); return; \
-	case 9: panel_rows_typed(out, ldo, x, ldx, 9, w, T, 2, K, M, p0, p1); return; \
-	case 10: panel_rows_typed(out, ldo, x, ldx, 10, w, T, 2, K, M, p0, p1); return; \
-	case 11: panel_rows_typed(out, ldo, x, ldx, 11, w, T, 2, K, M, p0, p1); return; \
-	default: panel_rows_typed(out, ldo, x, ldx, 12, w, T, 2, K, M, p0, p1); return; \
+	PANEL_CASE(T, 1, 4) PANEL_CASE(T, 2, 4) PANEL_CASE(T, 3, 4) PANEL_CASE(T, 4, 4) \
+	PANEL_CASE(T, 5, 2) PANEL_CASE(T, 6, 2) PANEL_CASE(T, 7, 2) PANEL_CASE(T, 8, 2) \
+	PANEL_CASE(T, 9, 1) PANEL_CASE(T, 10, 1) PANEL_CASE(T, 11, 1) PANEL_CASE(T, 12, 1) \
+	PANEL_CASE(T, 13, 1) PANEL_CASE(T, 14, 1) PANEL_CASE(T, 15, 1) PANEL_CASE(T, 16, 1) \
+	PANEL_CASE(T, 17, 1) PANEL_CASE(T, 18, 1) PANEL_CASE(T, 19, 1) PANEL_CASE(T, 20, 1) \
+	PANEL_CASE(T, 21, 1) PANEL_CASE(T, 22, 1) PANEL_CASE(T, 23, 1) \
+	default: panel_rows_typed(out, ldo, xt, 24, w, T, 1, K, M, p0, p1); return; \
 	}
 
-static void panel_mm_avx512(float *out, int64_t ldo, const float *x, int64_t ldx, int32_t n, const void *w,
-                            aah_dtype t, int64_t K, int64_t M, int64_t p0, int64_t p1)
+static void panel_mm_avx512(float *out, int64_t ldo, const float *xt, int32_t n, const void *w, aah_dtype t,
+                            int64_t K, int64_t M, int64_t p0, int64_t p1)
 {
 	if (t == AAH_DTYPE_BF16)
 		PANEL_CASES(AAH_DTYPE_BF16)
@@ -322,7 +314,7 @@ static void pv_avx512(float *out, const float *p, int64_t ld, int32_t group, con
 
 const cpu_kernels cpu_kernels_avx512 = {
 	/* .isa = */ "avx512",
-	/* .panel_rows = */ 12,
+	/* .panel_rows = */ 24,
 	/* .panel_mm = */ panel_mm_avx512,
 	/* .to_f32 = */ to_f32_avx512,
 	/* .dot = */ dot_avx512,
