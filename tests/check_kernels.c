@@ -181,7 +181,7 @@ START_TEST(test_panel_mm)
 	if (!k)
 		return;
 	rng_seed(100 + (uint64_t)_i);
-	const int32_t n_max = k->panel_rows < 25 ? k->panel_rows : 25;
+	const int32_t n_max = k->panel_rows < 17 ? k->panel_rows : 17;
 	for (int di = 0; di < 3; di++)
 		for (size_t mi = 0; mi < sizeof pmm_M / sizeof pmm_M[0]; mi++)
 			for (size_t ki = 0; ki < sizeof pmm_K / sizeof pmm_K[0]; ki++) {
