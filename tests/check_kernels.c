@@ -241,6 +241,45 @@ END_TEST
 
 static const int64_t odd_n[] = { 0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 1001 };
 
+/* exp_sum: s[t] = exp(s[t] − mx) within 4e-7 relative of float64 (below exp(-87.3) anything in [0, 1.3e-38]), the
+ * sum within 1e-6 relative; the elements after n keep their sentinel. */
+START_TEST(test_exp_sum)
+{
+	const cpu_kernels *k = table_or_skip(_i);
+	if (!k)
+		return;
+	rng_seed(350 + (uint64_t)_i);
+	for (size_t ni = 0; ni < sizeof odd_n / sizeof odd_n[0]; ni++) {
+		const int64_t n = odd_n[ni];
+		float *s = malloc((size_t)(n + 16) * sizeof(float)), *in = malloc((size_t)(n + 1) * sizeof(float));
+		const float mx = 3.0f * rng_f();
+		for (int64_t t = 0; t < n; t++)   /* spans 0 … -100 below mx, both ends included */
+			in[t] = t == 0 ? mx : t == 1 ? mx - 100.0f : mx - 100.0f * (0.5f + 0.5f * rng_f()) * (t % 3 ? 0.1f : 1.0f);
+		memcpy(s, in, (size_t)n * sizeof(float));
+		for (int64_t t = n; t < n + 16; t++)
+			s[t] = SENTINEL;
+		double got = k->exp_sum(s, n, mx), want = 0;
+		for (int64_t t = 0; t < n; t++) {
+			const float x = in[t] - mx;   /* the argument as every table forms it */
+			double e = exp((double)x);
+			want += e;
+			if (x < -87.3f)
+				CHECK(s[t] >= 0 && s[t] <= 1.3e-38f, "%s exp_sum n=%lld [%lld]: exp(%.9g) = %.9g", k->isa,
+				      (long long)n, (long long)t, (double)x, s[t]);
+			else
+				CHECK(fabs(s[t] - e) <= 4e-7 * e, "%s exp_sum n=%lld [%lld]: exp(%.9g) = %.9g, want %.9g", k->isa,
+				      (long long)n, (long long)t, (double)x, s[t], e);
+		}
+		CHECK(fabs(got - want) <= 1e-6 * want + 1e-30, "%s exp_sum n=%lld: sum %.9g, want %.9g", k->isa, (long long)n,
+		      got, want);
+		for (int64_t t = n; t < n + 16; t++)
+			CHECK(s[t] == SENTINEL, "%s exp_sum n=%lld wrote s[%lld]", k->isa, (long long)n, (long long)t);
+		free(s);
+		free(in);
+	}
+}
+END_TEST
+
 START_TEST(test_dot_axpy)
 {
 	const cpu_kernels *k = table_or_skip(_i);
@@ -1583,6 +1622,7 @@ static Suite *kernels_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_table_select);
 	tcase_add_loop_test(tc, test_panel_mm, 0, 3);
+	tcase_add_loop_test(tc, test_exp_sum, 0, 3);
 	tcase_add_loop_test(tc, test_dot_axpy, 0, 3);
 	tcase_add_loop_test(tc, test_qk_pv, 0, 3);
 	tcase_add_loop_test(tc, test_to_f32, 0, 3);

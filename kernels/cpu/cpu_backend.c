@@ -475,12 +475,7 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 				float *sg = scores + g * ld, mx = -INFINITY;
 				for (int64_t t = 0; t < nk; t++)
 					mx = sg[t] > mx ? sg[t] : mx;
-				double sum = 0;
-				for (int64_t t = 0; t < nk; t++) {
-					sg[t] = expf(sg[t] - mx);
-					sum += sg[t];
-				}
-				float inv = (float)(1.0 / sum);
+				float inv = (float)(1.0 / k->exp_sum(sg, nk, mx));
 				for (int64_t t = 0; t < nk; t++)
 					sg[t] *= inv;
 				if (s->band_mass)

@@ -2,6 +2,7 @@
  * and the run-time choice between tables. */
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +118,16 @@ static float dot_generic(const float *a, const float *b, int64_t n)
 	return s;
 }
 
+static double exp_sum_generic(float *s, int64_t n, float mx)
+{
+	double sum = 0;
+	for (int64_t t = 0; t < n; t++) {
+		s[t] = expf(s[t] - mx);
+		sum += s[t];
+	}
+	return sum;
+}
+
 static void axpy_generic(float *y, float a, const float *x, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
@@ -145,6 +156,7 @@ const cpu_kernels cpu_kernels_generic = {
 	/* .panel_mm = */ panel_mm_generic,
 	/* .to_f32 = */ to_f32_generic,
 	/* .dot = */ dot_generic,
+	/* .exp_sum = */ exp_sum_generic,
 	/* .axpy = */ axpy_generic,
 	/* .qk = */ qk_generic,
 	/* .pv = */ pv_generic,

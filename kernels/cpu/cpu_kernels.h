@@ -53,6 +53,9 @@ typedef struct cpu_kernels {
 	/* dst[i] = (float)src[i], count elements. */
 	void (*to_f32)(float *dst, const void *src, aah_dtype t, int64_t count);
 	float (*dot)(const float *a, const float *b, int64_t n);
+	/* s[t] = exp(s[t] − mx) for t < n (s[t] ≤ mx); returns Σ_t s[t]. The softmax of attention: the SIMD tables use a
+	 * polynomial exp (within 2 ulp of expf), the same for every score whatever the batch. */
+	double (*exp_sum)(float *s, int64_t n, float mx);
 	/* y[i] += a · x[i] */
 	void (*axpy)(float *y, float a, const float *x, int64_t n);
 	/* Attention, a block of keys against the query heads that share them:

@@ -171,6 +171,47 @@ static float dot_avx2(const float *a, const float *b, int64_t n)
 	return s;
 }
 
+/* exp(x) for x ≤ 0 as in the AVX-512 table; 2^n built in the exponent bits (n ≥ -126 after the clamp). */
+INLINE __m256 exp_le0(__m256 x)
+{
+	x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+	                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	__m256 y = _mm256_set1_ps(1.9875691500e-4f);
+	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+	y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static double exp_sum_avx2(float *s, int64_t n, float mx)
+{
+	const __m256 m = _mm256_set1_ps(mx);
+	__m256 acc = _mm256_setzero_ps();
+	int64_t t = 0;
+	for (; t + 8 <= n; t += 8) {
+		__m256 e = exp_le0(_mm256_sub_ps(_mm256_loadu_ps(s + t), m));
+		_mm256_storeu_ps(s + t, e);
+		acc = _mm256_add_ps(acc, e);
+	}
+	if (t < n) {
+		float tail[8] = { 0 };
+		memcpy(tail, s + t, (size_t)(n - t) * sizeof(float));
+		__m256 e = exp_le0(_mm256_sub_ps(_mm256_loadu_ps(tail), m));
+		_mm256_storeu_ps(tail, e);
+		memcpy(s + t, tail, (size_t)(n - t) * sizeof(float));
+		for (int64_t i = t; i < n; i++)
+			acc = _mm256_add_ps(acc, _mm256_setr_ps(s[i], 0, 0, 0, 0, 0, 0, 0));
+	}
+	return (double)hsum8(acc);
+}
+
 static void axpy_avx2(float *y, float a, const float *x, int64_t n)
 {
 	__m256 av = _mm256_set1_ps(a);
@@ -203,6 +244,7 @@ const cpu_kernels cpu_kernels_avx2 = {
 	/* .panel_mm = */ panel_mm_avx2,
 	/* .to_f32 = */ to_f32_avx2,
 	/* .dot = */ dot_avx2,
+	/* .exp_sum = */ exp_sum_avx2,
 	/* .axpy = */ axpy_avx2,
 	/* .qk = */ qk_avx2,
 	/* .pv = */ pv_avx2,

@@ -179,6 +179,44 @@ static float dot_avx512(const float *a, const float *b, int64_t n)
 	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
+/* exp(x) for x ≤ 0: x = n·ln 2 + r, |r| ≤ ln 2 / 2, exp(r) by Cephes' degree-7 polynomial, times 2^n (scalef).
+ * Below -87.3 the result is clamped to about 1e-38 (a probability that vanishes beside the maximum's 1). */
+INLINE __m512 exp_le0(__m512 x)
+{
+	x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 y = _mm512_set1_ps(1.9875691500e-4f);
+	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+	y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	return _mm512_scalef_ps(y, n);
+}
+
+static double exp_sum_avx512(float *s, int64_t n, float mx)
+{
+	const __m512 m = _mm512_set1_ps(mx);
+	__m512 acc = _mm512_setzero_ps();
+	int64_t t = 0;
+	for (; t + 16 <= n; t += 16) {
+		__m512 e = exp_le0(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));
+		_mm512_storeu_ps(s + t, e);
+		acc = _mm512_add_ps(acc, e);
+	}
+	if (t < n) {
+		__mmask16 k = (__mmask16)((1u << (n - t)) - 1);
+		__m512 e = _mm512_maskz_mov_ps(k, exp_le0(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), m)));
+		_mm512_mask_storeu_ps(s + t, k, e);
+		acc = _mm512_add_ps(acc, e);
+	}
+	return (double)_mm512_reduce_add_ps(acc);
+}
+
 static void axpy_avx512(float *y, float a, const float *x, int64_t n)
 {
 	__m512 av = _mm512_set1_ps(a);
@@ -316,6 +354,7 @@ const cpu_kernels cpu_kernels_avx512 = {
 	/* .panel_mm = */ panel_mm_avx512,
 	/* .to_f32 = */ to_f32_avx512,
 	/* .dot = */ dot_avx512,
+	/* .exp_sum = */ exp_sum_avx512,
 	/* .axpy = */ axpy_avx512,
 	/* .qk = */ qk_avx512,
 	/* .pv = */ pv_avx512,
