@@ -14,6 +14,10 @@
 
 typedef struct layer_tensors {
 	aah_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+	/* Fused projections (engine_params.fuse_projections): wqkv = [wq; wk; wv] (qd + 2·kvd, hidden) and
+	 * w_gate_up = [w_gate; w_up] (2·intermediate, hidden), imported instead of their parts, whose tensors stay empty.
+	 * The concatenated host copy is freed once imported: every backend copies a matrix (the CPU packs it). */
+	aah_tensor wqkv, w_gate_up;
 } layer_tensors;
 
 struct engine {
@@ -61,6 +65,9 @@ struct engine {
 
 	uint64_t attn_work;
 	bool host_buffers;             /* the backend's buffers are host memory (the CPU backend) */
+	bool fuse;                     /* fused QKV and gate/up projections where a layer's layout allows */
+	float *fused;                  /* (rows, max(qd + 2·kvd, 2·intermediate)) a fused projection's output; NULL unless
+	                                * fuse */
 };
 
 static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, char *err, size_t err_len)
@@ -74,6 +81,47 @@ static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, char *err
 	return 0;
 }
 
+/* Imports the rows of parts[0..n) (one dtype and in_features, checked by the caller) concatenated as one weight,
+ * through a host copy freed once imported (weight_import copies a matrix). */
+static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts, int n, char *err, size_t err_len)
+{
+	int64_t rows = 0;
+	size_t bytes = 0;
+	for (int i = 0; i < n; i++) {
+		rows += parts[i]->shape[0];
+		bytes += parts[i]->nbytes;
+	}
+	uint8_t *host = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (!host) {
+		snprintf(err, err_len, "out of memory for a fused weight of %zu bytes ('%s' …)", bytes, parts[0]->name);
+		return -1;
+	}
+	size_t at = 0;
+	for (int i = 0; i < n; i++) {
+		memcpy(host + at, parts[i]->data, parts[i]->nbytes);
+		at += parts[i]->nbytes;
+	}
+	if (e->be->iface.weight_import(e->be, t, host, (aah_dtype)parts[0]->dtype, rows, parts[0]->shape[1]) != 0) {
+		free(host);
+		snprintf(err, err_len, "%s: backend %s cannot hold the fused weight of '%s' …", e->mf.dir, e->be->iface.name,
+		         parts[0]->name);
+		return -1;
+	}
+	free(host);
+	return 0;
+}
+
+/* Whether parts can be one weight: all matrices of one dtype and one in_features. */
+static bool fusable(const st_tensor *const *parts, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (parts[i]->n_dims != 2 || parts[i]->dtype != parts[0]->dtype || parts[i]->shape[1] != parts[0]->shape[1] ||
+		    parts[i]->nbytes != (size_t)(parts[i]->shape[0] * parts[i]->shape[1]) *
+		                             aah_dtype_size((aah_dtype)parts[i]->dtype))
+			return false;
+	return true;
+}
+
 static int import_weights(engine *e, char *err, size_t err_len)
 {
 	const model_weights *w = &e->mf.w;
@@ -83,19 +131,31 @@ static int import_weights(engine *e, char *err, size_t err_len)
 		snprintf(err, err_len, "out of memory");
 		return -1;
 	}
-	int rc = import_weight(e, &e->embed, w->embed, err, err_len) | import_weight(e, &e->norm, w->norm, err, err_len) |
-	         import_weight(e, &e->lm_head, w->lm_head, err, err_len);
+	int rc = import_weight(e, &e->embed, w->embed, err, err_len) | import_weight(e, &e->norm, w->norm, err, err_len);
+	if (w->lm_head == w->embed)   /* tied: one copy serves both (the head of Qwen3-4B alone is 778 MB) */
+		e->lm_head = e->embed;
+	else
+		rc |= import_weight(e, &e->lm_head, w->lm_head, err, err_len);
 	for (int32_t l = 0; l < L && rc == 0; l++) {
 		const model_layer_weights *s = &w->layers[l];
 		layer_tensors *t = &e->layers[l];
+		const st_tensor *qkv[3] = { s->wq, s->wk, s->wv }, *gu[2] = { s->w_gate, s->w_up };
 		rc |= import_weight(e, &t->attn_norm, s->attn_norm, err, err_len);
-		rc |= import_weight(e, &t->wq, s->wq, err, err_len);
-		rc |= import_weight(e, &t->wk, s->wk, err, err_len);
-		rc |= import_weight(e, &t->wv, s->wv, err, err_len);
+		if (e->fuse && fusable(qkv, 3))
+			rc |= import_fused(e, &t->wqkv, qkv, 3, err, err_len);
+		else {
+			rc |= import_weight(e, &t->wq, s->wq, err, err_len);
+			rc |= import_weight(e, &t->wk, s->wk, err, err_len);
+			rc |= import_weight(e, &t->wv, s->wv, err, err_len);
+		}
 		rc |= import_weight(e, &t->wo, s->wo, err, err_len);
 		rc |= import_weight(e, &t->ffn_norm, s->ffn_norm, err, err_len);
-		rc |= import_weight(e, &t->w_gate, s->w_gate, err, err_len);
-		rc |= import_weight(e, &t->w_up, s->w_up, err, err_len);
+		if (e->fuse && fusable(gu, 2))
+			rc |= import_fused(e, &t->w_gate_up, gu, 2, err, err_len);
+		else {
+			rc |= import_weight(e, &t->w_gate, s->w_gate, err, err_len);
+			rc |= import_weight(e, &t->w_up, s->w_up, err, err_len);
+		}
 		rc |= import_weight(e, &t->w_down, s->w_down, err, err_len);
 		if (e->cfg.qk_norm) {
 			rc |= import_weight(e, &t->q_norm, s->q_norm, err, err_len);
@@ -122,6 +182,14 @@ static int alloc_scratch(engine *e, char *err, size_t err_len)
 		*bufs[i].p = e->be->iface.buf_alloc(e->be, bufs[i].n * sizeof(float));
 		if (!*bufs[i].p) {
 			snprintf(err, err_len, "out of backend memory for %zu scratch floats", bufs[i].n);
+			return -1;
+		}
+	}
+	if (e->fuse) {
+		size_t w = qd + 2 * kvd > 2 * (size_t)c->intermediate_size ? qd + 2 * kvd : 2 * (size_t)c->intermediate_size;
+		e->fused = e->be->iface.buf_alloc(e->be, rows * w * sizeof(float));
+		if (!e->fused) {
+			snprintf(err, err_len, "out of backend memory for %zu scratch floats", rows * w);
 			return -1;
 		}
 	}
@@ -210,6 +278,18 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	if (backend_open(e, err, err_len) != 0)
 		goto fail;
 	e->host_buffers = !strcmp(e->be->iface.name, "cpu");
+	{
+		/* fused projections: the backend's wish, unless the caller or AAH_FUSE=1|0 (the tests) says otherwise */
+		int32_t fz = e->p.fuse_projections;
+		const char *env = getenv("AAH_FUSE");
+		if (fz == 0 && env && *env)
+			fz = strcmp(env, "0") != 0 ? 1 : -1;
+		e->fuse = fz > 0 || (fz == 0 && e->be->iface.fuse_projections && e->be->iface.split_cols);
+		if (e->fuse && !e->be->iface.split_cols) {
+			snprintf(err, err_len, "backend %s cannot fuse projections (no split_cols)", e->be->iface.name);
+			goto fail;
+		}
+	}
 	if (import_weights(e, err, err_len) != 0)
 		goto fail;
 	e->inv_freq = malloc((size_t)c->head_dim / 2 * sizeof(float));
@@ -267,12 +347,26 @@ void engine_free(engine *e)
 	if (!e)
 		return;
 	if (e->be) {
-		float **bufs[] = { &e->x, &e->xn, &e->q, &e->att, &e->k, &e->v, &e->gate, &e->up, &e->xs, &e->logits };
+		float **bufs[] = { &e->x, &e->xn, &e->q, &e->att, &e->k, &e->v, &e->gate, &e->up, &e->xs, &e->logits,
+		                   &e->fused };
 		for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 			if (*bufs[i])
 				e->be->iface.buf_free(e->be, *bufs[i]);
 		if (e->kv.pool.data)
 			kv_cache_free(&e->kv, e->be);
+		/* every imported weight: a device holds copies (an empty tensor is skipped by weight_release) */
+		if (e->lm_head.data == e->embed.data)
+			e->lm_head = (aah_tensor){ 0 };   /* tied: released as the embedding */
+		aah_tensor *top[] = { &e->embed, &e->norm, &e->lm_head };
+		for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+			e->be->iface.weight_release(e->be, top[i]);
+		for (int32_t l = 0; e->layers && l < e->cfg.n_layers; l++) {
+			layer_tensors *t = &e->layers[l];
+			aah_tensor *all[] = { &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->q_norm, &t->k_norm, &t->ffn_norm,
+			                      &t->w_gate, &t->w_up, &t->w_down, &t->wqkv, &t->w_gate_up };
+			for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+				e->be->iface.weight_release(e->be, all[i]);
+		}
 		e->be->iface.free(e->be);
 	}
 	free(e->layers);
@@ -305,6 +399,13 @@ int64_t engine_kv_pool_pages(const engine *e) { return e->kv.pool.n_pages; }
 int64_t engine_kv_page_bytes(const engine *e) { return (int64_t)e->kv.page_bytes; }
 aah_backend *engine_backend(engine *e) { return e->be; }
 const char *engine_backend_desc(const engine *e) { return e->desc; }
+bool engine_projections_fused(const engine *e)
+{
+	for (int32_t l = 0; l < e->cfg.n_layers; l++)
+		if (e->layers[l].wqkv.data || e->layers[l].w_gate_up.data)
+			return true;
+	return false;
+}
 uint64_t engine_attention_work(const engine *e) { return e->attn_work; }
 
 static int64_t tensor_bytes(const aah_tensor *t)
@@ -318,7 +419,7 @@ int64_t engine_weight_bytes_per_token(const engine *e)
 	for (int32_t l = 0; l < e->cfg.n_layers; l++) {
 		const layer_tensors *t = &e->layers[l];
 		const aah_tensor *all[] = { &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->q_norm, &t->k_norm,
-		                            &t->ffn_norm, &t->w_gate, &t->w_up, &t->w_down };
+		                            &t->ffn_norm, &t->w_gate, &t->w_up, &t->w_down, &t->wqkv, &t->w_gate_up };
 		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 			n += tensor_bytes(all[i]);
 	}
@@ -469,14 +570,31 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 	const int32_t hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
 	const float scale = 1.0f / sqrtf((float)hd);
 
+	/* A decode step (every span one new token, none a probe) is one launch sequence per batch size n, which a backend
+	 * may record once and replay (CUDA graphs: backend.h's step_begin and step_end around the layers). When step_end
+	 * says that nothing ran (a buffer had to grow first), the same layers run again, unrecorded. */
+	bool recorded = n_spans == n && f->step_begin && f->step_end;
+	for (int32_t s = 0; s < n_spans && recorded; s++)
+		recorded = !e->span_probe[s];
+	recorded = recorded && f->step_begin(b, (uint64_t)n);
+	uint64_t work;
+layers:
+	work = 0;
 	f->get_rows(b, e->x, &e->embed, e->ids, n);
 	memset(e->span_work, 0, (size_t)n_spans * sizeof *e->span_work);
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		const layer_tensors *t = &e->layers[l];
 		f->rmsnorm(b, e->xn, e->x, &t->attn_norm, n, c->rms_norm_eps);
-		f->matmul(b, e->q, e->xn, n, &t->wq);
-		f->matmul(b, e->k, e->xn, n, &t->wk);
-		f->matmul(b, e->v, e->xn, n, &t->wv);
+		if (t->wqkv.data) {   /* one product, then its columns [q | k | v] into their buffers */
+			float *const parts[3] = { e->q, e->k, e->v };
+			const int32_t widths[3] = { nh * hd, nkv * hd, nkv * hd };
+			f->matmul(b, e->fused, e->xn, n, &t->wqkv);
+			f->split_cols(b, parts, widths, 3, e->fused, n);
+		} else {
+			f->matmul(b, e->q, e->xn, n, &t->wq);
+			f->matmul(b, e->k, e->xn, n, &t->wk);
+			f->matmul(b, e->v, e->xn, n, &t->wv);
+		}
 		if (c->qk_norm) {
 			f->rmsnorm(b, e->q, e->q, &t->q_norm, n * nh, c->rms_norm_eps);
 			f->rmsnorm(b, e->k, e->k, &t->k_norm, n * nkv, c->rms_norm_eps);
@@ -499,18 +617,31 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 			e->aseqs[s].n_bands = e->regimes.n_windows;
 		}
 		}
-		e->attn_work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale,
-		                             e->span_work);
+		work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale,
+		                     e->span_work);
 		f->kv_store(b, &e->kv.pool, e->k, e->v, e->aseqs, n_spans, nkv);
 		f->matmul(b, e->xn, e->att, n, &t->wo);
 		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
 		f->rmsnorm(b, e->xn, e->x, &t->ffn_norm, n, c->rms_norm_eps);
-		f->matmul(b, e->gate, e->xn, n, &t->w_gate);
-		f->matmul(b, e->up, e->xn, n, &t->w_up);
+		if (t->w_gate_up.data) {
+			float *const parts[2] = { e->gate, e->up };
+			const int32_t widths[2] = { c->intermediate_size, c->intermediate_size };
+			f->matmul(b, e->fused, e->xn, n, &t->w_gate_up);
+			f->split_cols(b, parts, widths, 2, e->fused, n);
+		} else {
+			f->matmul(b, e->gate, e->xn, n, &t->w_gate);
+			f->matmul(b, e->up, e->xn, n, &t->w_up);
+		}
 		f->swiglu(b, e->gate, e->gate, e->up, (int64_t)n * c->intermediate_size);
 		f->matmul(b, e->xn, e->gate, n, &t->w_down);
 		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
 	}
+	if (recorded) {
+		recorded = false;
+		if (f->step_end(b) != 0)
+			goto layers;
+	}
+	e->attn_work += work;
 	for (int32_t s = 0; s < n_spans; s++)
 		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s], e->span_probe[s]);
 	/* Logits only for the rows that asked, a pass of logit_rows at a time. */

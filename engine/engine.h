@@ -23,6 +23,9 @@ typedef struct engine_params {
 	int64_t kv_budget_bytes;    /* page pool size; 0 = room for max_seqs full contexts */
 	int64_t checkpoint_step;    /* in a run directory: load checkpoint-<step>; 0 = the highest */
 	const char *backend;        /* "cpu" (also NULL), "cuda", or "auto": CUDA when a device is present, else the CPU */
+	int32_t fuse_projections;   /* one product for q, k, v and one for gate, up (weights concatenated at load): 1 on,
+	                             * -1 off, 0 the backend's choice (CUDA on, CPU off) unless the environment says
+	                             * AAH_FUSE=1 or AAH_FUSE=0 (the tests run the CPU fused that way) */
 } engine_params;
 
 typedef struct engine engine;
@@ -41,6 +44,8 @@ int64_t engine_kv_page_bytes(const engine *e);
 aah_backend *engine_backend(engine *e);
 /* Any thread: human-readable backend description, e.g. "cpu (avx512)". */
 const char *engine_backend_desc(const engine *e);
+/* Any thread: whether some layer runs its q, k, v (or gate, up) projections as one product (engine_params). */
+bool engine_projections_fused(const engine *e);
 
 /* Any thread: the regimes this model offers (full_attention always; the others come from aah.json). */
 int32_t engine_regime_count(const engine *e);

@@ -28,13 +28,42 @@ typedef struct sampler {
 	float *probs;               /* n_vocab scratch */
 	int32_t *idx;               /* n_vocab scratch: candidate ids */
 	int32_t *counts;            /* n_vocab: occurrences in the output so far (penalties) */
+	int64_t n_accepted;         /* tokens recorded by sampler_accept */
 } sampler;
+
+/* A row's logits as a backend's logits_top reduces them (kernels/backend.h): the candidates and what the sampler needs
+ * of the rest of the row. */
+typedef struct sampler_top {
+	float max;                  /* aah_logits_stats.max */
+	double sum;                 /* aah_logits_stats.sum, at this sampler's temperature */
+	const int32_t *ids;         /* n candidates: the largest logits, largest first, the lower id first among equals */
+	const float *logits;
+	int32_t n;
+	int32_t n_cols;             /* the columns they were chosen from: the sampler's vocab_limit (or n_vocab) */
+} sampler_top;
 
 /* Returns 0, or -1 when out of memory. Free with sampler_free. */
 int sampler_init(sampler *s, const sampler_params *p, int32_t n_vocab);
 void sampler_free(sampler *s);
 /* Picks a token below the vocab limit. logits (n_vocab) are not modified. */
 int32_t sampler_sample(sampler *s, const float *logits);
+/* The token sampler_sample would pick from the full row, from the row's candidates alone: returns it when they decide
+ * the draw, else -1 with nothing drawn (the generator untouched), and the caller samples the full row with
+ * sampler_sample. Bit for bit sampler_sample's answer when t comes from the CPU backend; from a device, whose sum may
+ * differ in the last places, the same up to that rounding. The candidates decide: greedy; top-k below n (and ties
+ * not straddling the last candidate); top-p when the nucleus closes inside the candidates; min-p alone when
+ * min_p · p_max exceeds the last candidate's probability. They never decide plain temperature sampling (every id may
+ * be drawn), a row with a NaN, or penalties once a token has been accepted. */
+int32_t sampler_sample_top(sampler *s, const sampler_top *t);
+/* log_softmax(row)[id] into *logprob and the n_lp best ids with theirs, from the candidates and lse (the row's
+ * log-softmax normaliser, aah_logits_stats.lse, over all its columns): what the scheduler's logprob_fill computes from
+ * the whole row, bit for bit with the CPU backend's lse. Returns 0, or -1 when the candidates hold fewer than n_lp ids
+ * or not id, or lse is not finite (the caller then reads the row). */
+int sampler_logprobs_top(const sampler_top *t, double lse, int32_t id, int32_t n_lp, float *logprob,
+                         int32_t *top_ids, float *top_logprobs);
+/* How many candidates sampler_sample_top wants for this sampler's settings, at most cap: top_k + 1 (one more, to see
+ * where a tie ends), at least 64. */
+int32_t sampler_top_wanted(const sampler *s, int32_t cap);
 /* Records an output token (for the penalties). */
 void sampler_accept(sampler *s, int32_t token);
 /* Index of the largest logit, lowest id on ties. */

@@ -67,6 +67,23 @@ typedef struct aah_attn_seq {
 
 typedef struct aah_backend aah_backend;
 
+#define AAH_SPLIT_MAX_PARTS 4
+#define AAH_LOGITS_TOP_MAX 256
+
+/* What logits_top returns per row besides its candidates: what engine/sampler.c and the log-probabilities need of the
+ * whole row. With T the row's temperature (1 when T ≤ 0):
+ *   max = max_i l_i (NaNs ignored; -inf when every entry is NaN or -inf)
+ *   sum = Σ_i expf((l_i − max) / T), each term a float, summed in double — sampler.c's softmax denominator
+ *   lse = max + log Σ_i exp((double)l_i − max), all in double — the log-softmax normaliser at T = 1
+ * The CPU backend sums in index order, exactly as sampler.c and the scheduler's logprobs do, so a host result computed
+ * from it equals theirs bit for bit; a device sums in a tree and its expf may differ in the last place, so its sum and
+ * lse agree to about 1e-6 relative (the candidates' ids and logits are exact on every backend). */
+typedef struct aah_logits_stats {
+	float max;
+	double sum;
+	double lse;
+} aah_logits_stats;
+
 /* Every op writes its output first. Activations are f32 in backend memory. Optional members may be NULL. */
 typedef struct aah_backend_iface {
 	const char *name;
@@ -82,8 +99,8 @@ typedef struct aah_backend_iface {
 
 	/* Makes a host weight (e.g. memory-mapped) usable by this backend: a copy in the backend's own layout (the CPU
 	 * backend packs matrices into panels and uses vectors in place; the CUDA backend copies to the device). The host
-	 * memory may be unmapped afterwards except for vectors on the CPU. Returns 0, or -1 when out of memory. Release
-	 * with weight_release. */
+	 * memory of a matrix may be freed once imported; a vector's must stay on the CPU. Returns 0, or -1 when out of
+	 * memory. Release with weight_release (once per import). */
 	int (*weight_import)(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type,
 	                     int64_t rows, int64_t cols);
 	void (*weight_release)(aah_backend *b, aah_tensor *t);
@@ -120,6 +137,35 @@ typedef struct aah_backend_iface {
 	/* Optional: the first error this backend met (a failed device call, a work counter that disagrees), or NULL.
 	 * Ops return nothing, so a backend that can fail records it here; after one, results are undefined. */
 	const char *(*last_error)(aah_backend *b);
+
+	/* 1: the engine should concatenate each layer's [wq; wk; wv] and [w_gate; w_up] rows into one weight, so that a
+	 * step runs one product per fused projection and split_cols its output (fewer, larger launches on a device). The
+	 * CPU backend says 0: its products gain little from it (AAH_FUSE=1 forces it there, for the tests). */
+	int32_t fuse_projections;
+	/* dst[p] (n_rows, widths[p]) = columns [Σ_{q<p} widths[q], … + widths[p]) of src (n_rows, Σ widths): one fused
+	 * projection's output split into its parts. dst and widths are host arrays of n_parts ≤ AAH_SPLIT_MAX_PARTS
+	 * backend pointers and widths; no dst overlaps src. */
+	void (*split_cols)(aah_backend *b, float *const *dst, const int32_t *widths, int32_t n_parts, const float *src,
+	                   int32_t n_rows);
+	/* Optional: logits post-processing where the logits are, so a step brings back a short list per row instead of
+	 * n_cols floats (see aah_logits_stats). For each row r of logits (row stride ld floats; its first n_cols entries l):
+	 * stats[r] as described there at temperature[r], and top_ids / top_logits[r·n_top …) the n_top largest l, largest
+	 * first, the lower id first among equals, NaN below everything (-0 equals +0). stats, top_ids, top_logits and
+	 * temperature are host memory; n_top ≤ min(n_cols, AAH_LOGITS_TOP_MAX). Waits for the result. */
+	void (*logits_top)(aah_backend *b, aah_logits_stats *stats, int32_t *top_ids, float *top_logits,
+	                   const float *logits, int64_t ld, int32_t n_rows, int32_t n_cols, const float *temperature,
+	                   int32_t n_top);
+
+	/* Optional: a step that the backend may record once and replay (CUDA graphs). The engine brackets the layers of a
+	 * decode step — every item one new token, no probe — with step_begin(key) … step_end; `key` (the number of rows)
+	 * names the step's launch sequence: the same key, the same ops with the same shapes and buffers, only table
+	 * contents (ids, positions, page lists, windows) differ. step_begin returns 1 when the backend takes the step, 0
+	 * when the ops run as usual (then step_end is not called). Between the two no op waits for the device; step_end
+	 * returns 0 when the step is queued, or 1 when nothing of it ran (a buffer had to grow first): the caller then
+	 * calls the same ops again, outside any step, and keeps only that second pass's host results (the attention
+	 * counts). The ops' host outputs are final only after step_end. */
+	int (*step_begin)(aah_backend *b, uint64_t key);
+	int (*step_end)(aah_backend *b);
 } aah_backend_iface;
 
 struct aah_backend {
@@ -141,8 +187,9 @@ const char *aah_backend_cpu_isa(const aah_backend *b);
  * one stream, and only buf_read, synchronize and probe attention calls (band_mass) wait for the device.
  * Environment: AAH_CUDA_MATMUL=f32 makes every projection an f32 product (f32 activations, weights widened
  * exactly), for the reference tests; by default products of more than a few rows run on the tensor cores with the
- * activations rounded to the weights' 16-bit type and f32 accumulation. In a build without nvcc these are stubs:
- * available() is 0 and init() fails with "built without CUDA". */
+ * activations rounded to the weights' 16-bit type and f32 accumulation. It implements step_begin/step_end with CUDA
+ * graphs (one per key, replayed); AAH_CUDA_GRAPHS=0 launches every step op by op instead. In a build without nvcc
+ * these are stubs: available() is 0 and init() fails with "built without CUDA". */
 /* 1 when the CUDA runtime sees at least one device. */
 int aah_backend_cuda_available(void);
 /* Creates the CUDA backend on device p->device; NULL with a message in err. Free with b->iface.free(b). */
@@ -152,6 +199,13 @@ const char *aah_backend_cuda_device(const aah_backend *b);
 /* Query·key products the attention kernels counted on the device since init (waits for the device). The attention
  * op returns the counts its plan prescribes without waiting; every synchronisation compares the two (last_error). */
 uint64_t aah_backend_cuda_work_measured(aah_backend *b);
+/* Decode steps recorded as CUDA graphs (AAH_CUDA_GRAPHS=0 turns them off): whether they are on, graphs captured,
+ * steps replayed from one, and steps that ran eagerly again because a buffer had to grow (warm-up). */
+typedef struct aah_cuda_graph_stats {
+	int32_t enabled;
+	uint64_t captured, replayed, eager;
+} aah_cuda_graph_stats;
+void aah_backend_cuda_graph_stats(const aah_backend *b, aah_cuda_graph_stats *out);
 /* Device-to-device copy bandwidth of device `device` in GB/s, counting bytes read plus bytes written (a copy of
  * `bytes`, best of several), or 0 when there is no device. For benchmarks: the ceiling for memory-bound steps. */
 double aah_cuda_copy_bandwidth(int32_t device, size_t bytes);

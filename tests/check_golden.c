@@ -75,6 +75,10 @@ static void run_model(const char *model, const run_cfg *rc)
 	char err[512];
 	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
 	const int32_t V = engine_config(e)->vocab_size;
+	const char *fuse = getenv("AAH_FUSE");   /* tests/run_tests.sh runs this suite again with AAH_FUSE=1 */
+	const bool fused = fuse && *fuse ? strcmp(fuse, "0") != 0 : !strcmp(test_backend(), "cuda");
+	ck_assert_msg(engine_projections_fused(e) == fused, "projections fused: %d (AAH_FUSE %s, backend %s)",
+	              engine_projections_fused(e), fuse ? fuse : "unset", test_backend());
 
 	size_t pi;
 	json_t *pr;
@@ -142,6 +146,52 @@ START_TEST(test_golden)
 }
 END_TEST
 
+/* Fused projections (one product for q, k, v and one for gate, up; engine_params.fuse_projections) against separate
+ * ones: the same weight rows dotted with the same activations, so the same logits, and the same weight bytes. */
+START_TEST(test_fused_projections)
+{
+	char dir[1024], err[512];
+	snprintf(dir, sizeof dir, "%s/%s", testdata(), models[_i]);
+	engine *ef, *es;
+	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 1, .max_batch_tokens = 64,
+	                    .kv_dtype = AAH_DTYPE_F32, .fuse_projections = 1 };
+	ck_assert_msg(engine_init(&ef, dir, &p, err, sizeof err) == 0, "%s", err);
+	p.fuse_projections = -1;
+	ck_assert_msg(engine_init(&es, dir, &p, err, sizeof err) == 0, "%s", err);
+	ck_assert(engine_projections_fused(ef));
+	ck_assert(!engine_projections_fused(es));
+	ck_assert_int_eq(engine_weight_bytes_per_token(ef), engine_weight_bytes_per_token(es));
+	const int32_t V = engine_config(ef)->vocab_size, n = 100;   /* two chunks of 64 rows, then decode steps */
+	int32_t ids[100];
+	for (int32_t i = 0; i < n; i++)
+		ids[i] = (int32_t)((i * 7919u + 13u) % (uint32_t)V);
+	float *lf = malloc((size_t)n * V * sizeof *lf), *ls = malloc((size_t)n * V * sizeof *ls);
+	int32_t sf = engine_seq_open(ef, NULL, err, sizeof err), ss = engine_seq_open(es, NULL, err, sizeof err);
+	engine_item itf = { sf, ids, n - 4, true }, its = { ss, ids, n - 4, true };
+	ck_assert_msg(engine_forward(ef, &itf, 1, lf, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_forward(es, &its, 1, ls, err, sizeof err) == 0, "%s", err);
+	for (int32_t i = n - 4; i < n; i++) {
+		engine_item df = { sf, &ids[i], 1, false }, ds = { ss, &ids[i], 1, false };
+		ck_assert_msg(engine_forward(ef, &df, 1, lf + (int64_t)i * V, err, sizeof err) == 0, "%s", err);
+		ck_assert_msg(engine_forward(es, &ds, 1, ls + (int64_t)i * V, err, sizeof err) == 0, "%s", err);
+	}
+	/* bit for bit on the CPU (its products do not depend on a weight's row count); a device's GEMM may choose
+	 * another algorithm for another shape */
+	const int on_cuda = !strcmp(test_backend(), "cuda");
+	double worst = 0;
+	for (int64_t i = 0; i < (int64_t)n * V; i++) {
+		double d = fabs((double)lf[i] - ls[i]);
+		worst = d > worst || isnan(d) ? d : worst;
+	}
+	ck_assert_msg(on_cuda ? worst <= 1e-4 : worst == 0, "%s: fused against separate projections: max |diff| %.3g",
+	              models[_i], worst);
+	engine_free(ef);
+	engine_free(es);
+	free(lf);
+	free(ls);
+}
+END_TEST
+
 int main(void)
 {
 	/* On the CUDA backend: skip without a device, and run in this process (a CUDA context does not survive fork). */
@@ -154,6 +204,7 @@ int main(void)
 	TCase *tc = tcase_create("reference_logits");
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_golden, 0, (int)(2 * sizeof cfgs / sizeof cfgs[0]));
+	tcase_add_loop_test(tc, test_fused_projections, 0, 2);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	if (on_cuda)

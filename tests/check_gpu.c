@@ -5,9 +5,11 @@
  * first, so an element the device never wrote fails. Where there is no CUDA device it says so and passes. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "kernels/backend.h"
@@ -152,6 +154,7 @@ START_TEST(test_get_rows)
 	ck_assert_int_eq(memcmp(got, want, (size_t)n * cols * sizeof *got), 0);   /* widening is exact */
 	no_error(gpu);
 	gpu->iface.weight_release(gpu, &tg);
+	cpu->iface.weight_release(cpu, &tc);
 	gpu->iface.buf_free(gpu, d);
 	free(table); free(want); free(got);
 }
@@ -182,6 +185,7 @@ START_TEST(test_rmsnorm)
 					              rows[ri], aah_dtype_name(dtypes[ti]), inplace ? " in place" : "", e);
 					no_error(gpu);
 					gpu->iface.weight_release(gpu, &wg);
+					cpu->iface.weight_release(cpu, &wc);
 					gpu->iface.buf_free(gpu, dx);
 					if (!inplace)
 						gpu->iface.buf_free(gpu, dout);
@@ -252,6 +256,106 @@ START_TEST(test_swiglu_add)
 }
 END_TEST
 
+/* ---- a fused projection's output split into its parts (the engine's q | k | v and gate | up) ---- */
+
+START_TEST(test_split_cols)
+{
+	static const int32_t widths[3][4] = { { 256, 128, 128, 0 }, { 768, 768, 0, 0 }, { 5, 1, 33, 7 } };
+	static const int32_t n_parts[3] = { 3, 2, 4 };
+	rng_state = 45 + (uint64_t)_i;
+	const int32_t rows = _i == 2 ? 3 : 37, np = n_parts[_i];
+	int64_t total = 0;
+	for (int32_t p = 0; p < np; p++)
+		total += widths[_i][p];
+	float *src = rand_f32(rows * total, 4.0f), *dsrc = gdup(gpu, src, (size_t)(rows * total) * 4);
+	float *want[4], *dst[4];
+	for (int32_t p = 0; p < np; p++) {
+		want[p] = malloc((size_t)rows * widths[_i][p] * 4);
+		dst[p] = gpoison(gpu, (size_t)rows * widths[_i][p] * 4);
+	}
+	cpu->iface.split_cols(cpu, want, widths[_i], np, src, rows);
+	gpu->iface.split_cols(gpu, dst, widths[_i], np, dsrc, rows);
+	for (int32_t r = 0, c0 = 0; r < rows; r++, c0 = 0)   /* the CPU's parts are the source's columns */
+		for (int32_t p = 0; p < np; c0 += widths[_i][p++])
+			ck_assert(memcmp(want[p] + (int64_t)r * widths[_i][p], src + r * total + c0,
+			                 (size_t)widths[_i][p] * 4) == 0);
+	for (int32_t p = 0; p < np; p++) {
+		float *got = gread(gpu, dst[p], (int64_t)rows * widths[_i][p]);
+		ck_assert_msg(memcmp(got, want[p], (size_t)rows * widths[_i][p] * 4) == 0, "split_cols case %d part %d", _i, p);
+		free(got);
+		free(want[p]);
+		gpu->iface.buf_free(gpu, dst[p]);
+	}
+	no_error(gpu);
+	gpu->iface.buf_free(gpu, dsrc);
+	free(src);
+}
+END_TEST
+
+/* ---- logits post-processing: candidates exact, sums to rounding ---- */
+
+typedef struct top_shape {
+	int32_t rows, n_cols, ld, n_top;
+	int kind;   /* 0 broad random, 1 quantised (ties everywhere), 2 with -inf, NaN, ±0, 3 all equal */
+} top_shape;
+
+static const top_shape top_shapes[] = {
+	{ 4, 151936, 151936, 256, 0 }, { 3, 151669, 151936, 65, 0 }, { 5, 20000, 20000, 100, 1 },
+	{ 3, 5000, 5003, 256, 2 },     { 2, 300, 300, 256, 3 },      { 3, 1000, 1000, 1, 1 },
+};
+
+START_TEST(test_logits_top)
+{
+	const top_shape *ts = &top_shapes[_i];
+	rng_state = 50 + (uint64_t)_i;
+	const int64_t n = (int64_t)ts->rows * ts->ld;
+	float *l = rand_f32(n, 6.0f);
+	for (int64_t i = 0; i < n; i++) {
+		if (ts->kind == 1)
+			l[i] = roundf(l[i] * 2.0f) / 2.0f;
+		else if (ts->kind == 2) {
+			uint64_t r = rng_u64() % 16;
+			l[i] = r == 0 ? -INFINITY : r == 1 ? NAN : r == 2 ? 0.0f : r == 3 ? -0.0f : l[i] - 8.0f;
+		} else if (ts->kind == 3)
+			l[i] = 1.5f;
+	}
+	float temp[8] = { 0.0f, 0.7f, 1.0f, 1.3f, 2.0f, 0.3f, 0.9f, 1.1f };
+	const size_t nc = (size_t)ts->rows * (size_t)ts->n_top;
+	aah_logits_stats sc[8], sg[8];
+	int32_t *ic = malloc(nc * sizeof *ic), *ig = malloc(nc * sizeof *ig);
+	float *vc = malloc(nc * sizeof *vc), *vg = malloc(nc * sizeof *vg);
+	float *dl = gdup(gpu, l, (size_t)n * 4);
+	cpu->iface.logits_top(cpu, sc, ic, vc, l, ts->ld, ts->rows, ts->n_cols, temp, ts->n_top);
+	gpu->iface.logits_top(gpu, sg, ig, vg, dl, ts->ld, ts->rows, ts->n_cols, temp, ts->n_top);
+	no_error(gpu);
+	for (int32_t r = 0; r < ts->rows; r++) {
+		ck_assert_msg(memcmp(&sg[r].max, &sc[r].max, sizeof(float)) == 0 || sg[r].max == sc[r].max,
+		              "row %d max %g, CPU %g", r, sg[r].max, sc[r].max);
+		for (int k = 0; k < 2; k++) {
+			double g = k ? sg[r].lse : sg[r].sum, c = k ? sc[r].lse : sc[r].sum;
+			ck_assert_msg((isnan(g) && isnan(c)) || fabs(g - c) <= 1e-6 * fabs(c), "case %d row %d %s %.17g, CPU %.17g",
+			              _i, r, k ? "lse" : "sum", g, c);
+		}
+		for (int32_t j = 0; j < ts->n_top; j++) {
+			const size_t at = (size_t)r * ts->n_top + (size_t)j;
+			ck_assert_msg(ig[at] == ic[at], "case %d row %d candidate %d: id %d, CPU %d (logits %g, %g)", _i, r, j,
+			              ig[at], ic[at], vg[at], vc[at]);
+			ck_assert_msg(memcmp(&vg[at], &vc[at], sizeof(float)) == 0, "case %d row %d candidate %d: logit", _i, r, j);
+		}
+	}
+	/* the CPU's candidates are the n_top largest: nothing outside them is larger than the last */
+	for (int32_t r = 0; r < ts->rows; r++) {
+		const float last = vc[(size_t)r * ts->n_top + (size_t)ts->n_top - 1];
+		int32_t above = 0;
+		for (int32_t i = 0; i < ts->n_cols; i++)
+			above += !isnan(l[(int64_t)r * ts->ld + i]) && (isnan(last) || l[(int64_t)r * ts->ld + i] > last);
+		ck_assert_int_le(above, ts->n_top - 1);
+	}
+	gpu->iface.buf_free(gpu, dl);
+	free(l); free(ic); free(ig); free(vc); free(vg);
+}
+END_TEST
+
 /* ---- matmul: gemv (n ≤ 4), tensor cores (default), exact f32 (AAH_CUDA_MATMUL=f32) ---- */
 
 typedef struct mm_shape {
@@ -288,6 +392,7 @@ START_TEST(test_matmul)
 		              tol);
 		no_error(g);
 		g->iface.weight_release(g, &wg);
+		cpu->iface.weight_release(cpu, &wc);
 		g->iface.buf_free(g, dx);
 		g->iface.buf_free(g, dout);
 		free(w); free(x); free(want); free(got);
@@ -496,6 +601,132 @@ START_TEST(test_engine_default_mode)
 }
 END_TEST
 
+/* ---- decode steps replayed from CUDA graphs against the same steps launched one op at a time ----
+ * Two engines on CUDA, one with AAH_CUDA_GRAPHS=0: the same prompts and tokens must give the same logits bit for bit,
+ * the same per-sequence work, and the device's own work count. Six sequences under three regimes (static windows
+ * whose rings wrap every two pages, an adaptive one whose probe steps run eagerly, full attention), prompts that end
+ * on both sides of page boundaries, and batches of 6 (cuBLAS products in the graph), 3 and 1 rows (the streaming
+ * gemv) in turn, so that graphs are captured per batch size and replayed while positions cross pages. */
+
+#define GRAPH_SEQS 6
+
+static engine *graph_engine(const char *dir, bool graphs)
+{
+	char err[512];
+	engine *e = NULL;
+	engine_params p = { .n_threads = 2, .max_seqs = GRAPH_SEQS, .max_batch_tokens = 256, .ctx_len = 256,
+	                    .backend = "cuda" };
+	if (graphs)
+		unsetenv("AAH_CUDA_GRAPHS");
+	else
+		setenv("AAH_CUDA_GRAPHS", "0", 1);
+	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
+	unsetenv("AAH_CUDA_GRAPHS");
+	return e;
+}
+
+START_TEST(test_engine_graphs)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	char src[1024], dir[64], path[1200], err[512];
+	snprintf(src, sizeof src, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	snprintf(dir, sizeof dir, "/tmp/aah-graphs-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
+	for (size_t i = 0; i < 4; i++) {
+		char from[1200], abs_from[4096];
+		snprintf(from, sizeof from, "%s/%s", src, files[i]);
+		ck_assert_ptr_nonnull(realpath(from, abs_from));
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		ck_assert_int_eq(symlink(abs_from, path), 0);
+	}
+	/* 2 layers × 2 KV heads; capacity 16 is a ring of 2 pages, so it wraps every 16 positions */
+#define GRAPH_LAYERS "\"layers\":[{\"groups\":[{\"kv_heads\":[0],\"window\":16,\"capacity\":32}," \
+	"{\"kv_heads\":[1],\"window\":32,\"capacity\":64}]},{\"groups\":[{\"kv_heads\":[0],\"window\":64,\"capacity\":64}," \
+	"{\"kv_heads\":[1],\"window\":16,\"capacity\":16}]}]"
+	const char *json = "{\"version\":1,\"context_length\":64,\"candidate_windows\":[16,32,64],\"regimes\":{"
+	                   "\"s\":{\"policy\":{\"kind\":\"static\"}," GRAPH_LAYERS "},"
+	                   "\"a\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3}," GRAPH_LAYERS "}},"
+	                   "\"default_regime\":\"s\"}";
+#undef GRAPH_LAYERS
+	snprintf(path, sizeof path, "%s/aah.json", dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(json, f);
+	fclose(f);
+
+	engine *ee = graph_engine(dir, false), *eg = graph_engine(dir, true);
+	aah_cuda_graph_stats ge, gg;
+	aah_backend_cuda_graph_stats(engine_backend(ee), &ge);
+	ck_assert_int_eq(ge.enabled, 0);
+	const int32_t V = engine_config(ee)->vocab_size;
+	const char *regimes[GRAPH_SEQS] = { "s", "a", "full_attention", "s", "a", "s" };
+	const int32_t prompt[GRAPH_SEQS] = { 5, 16, 17, 31, 33, 47 };
+	int32_t se[GRAPH_SEQS], sg[GRAPH_SEQS];
+	int32_t *ids = malloc(256 * sizeof *ids);
+	rng_state = 90;
+	for (int32_t i = 0; i < 256; i++)
+		ids[i] = (int32_t)(rng_u64() % (uint64_t)V);
+	engine_item ie[GRAPH_SEQS], ig[GRAPH_SEQS];
+	for (int32_t s = 0; s < GRAPH_SEQS; s++) {
+		se[s] = engine_seq_open(ee, regimes[s], err, sizeof err);
+		sg[s] = engine_seq_open(eg, regimes[s], err, sizeof err);
+		ck_assert_msg(se[s] >= 0 && sg[s] >= 0, "%s", err);
+		ie[s] = (engine_item){ se[s], ids + 7 * s, prompt[s], false };
+		ig[s] = (engine_item){ sg[s], ids + 7 * s, prompt[s], false };
+	}
+	float *le = malloc((size_t)GRAPH_SEQS * V * 4), *lg = malloc((size_t)GRAPH_SEQS * V * 4);
+	ck_assert_msg(engine_forward(ee, ie, GRAPH_SEQS, le, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_forward(eg, ig, GRAPH_SEQS, lg, err, sizeof err) == 0, "%s", err);
+	ck_assert(memcmp(le, lg, (size_t)GRAPH_SEQS * V * 4) == 0);
+	int32_t tok[GRAPH_SEQS];
+	for (int32_t step = 0; step < 48; step++) {
+		/* batches of 6, 3, 6, 1, … rows: each size captured once, replayed while the positions move on */
+		const int32_t nb = step % 4 == 1 ? 3 : step % 4 == 3 ? 1 : GRAPH_SEQS;
+		for (int32_t i = 0; i < nb; i++) {
+			const int32_t s = nb == 1 ? step / 4 % GRAPH_SEQS : i;
+			tok[i] = (int32_t)(rng_u64() % (uint64_t)V);
+			ie[i] = (engine_item){ se[s], &tok[i], 1, false };
+			ig[i] = (engine_item){ sg[s], &tok[i], 1, false };
+		}
+		ck_assert_msg(engine_forward(ee, ie, nb, le, err, sizeof err) == 0, "step %d: %s", step, err);
+		ck_assert_msg(engine_forward(eg, ig, nb, lg, err, sizeof err) == 0, "step %d: %s", step, err);
+		for (int32_t i = 0; i < nb; i++)
+			ck_assert_msg(memcmp(le + (int64_t)i * V, lg + (int64_t)i * V, (size_t)V * 4) == 0,
+			              "step %d (%d rows), row %d: the replayed graph's logits differ from eager launches", step,
+			              nb, i);
+	}
+	for (int32_t s = 0; s < GRAPH_SEQS; s++) {
+		engine_seq_stats a, b;
+		ck_assert_int_eq(engine_seq_stats_get(ee, se[s], &a), 0);
+		ck_assert_int_eq(engine_seq_stats_get(eg, sg[s], &b), 0);
+		ck_assert_uint_eq(a.attn_products, b.attn_products);
+		ck_assert_int_eq(a.n_positions, b.n_positions);
+	}
+	/* the device counted what the plans prescribed, graphs or not */
+	ck_assert_uint_eq(aah_backend_cuda_work_measured(engine_backend(eg)), engine_attention_work(eg));
+	ck_assert_uint_eq(aah_backend_cuda_work_measured(engine_backend(ee)), engine_attention_work(ee));
+	ck_assert_uint_eq(engine_attention_work(eg), engine_attention_work(ee));
+	aah_backend_cuda_graph_stats(engine_backend(ee), &ge);
+	aah_backend_cuda_graph_stats(engine_backend(eg), &gg);
+	ck_assert_uint_eq(ge.captured + ge.replayed, 0);
+	/* three batch sizes captured, most steps replayed (probe steps run eagerly); the first recorded step found the
+	 * arenas empty (they are sized at first use), so it ran again eagerly */
+	ck_assert_msg(gg.enabled && gg.captured == 3 && gg.replayed >= 20 && gg.eager >= 1,
+	              "graphs: %llu captured, %llu replayed, %llu ran eagerly again", (unsigned long long)gg.captured,
+	              (unsigned long long)gg.replayed, (unsigned long long)gg.eager);
+	printf("engine decode with graphs: 48 steps bit-identical to eager launches; %llu graphs captured, %llu steps "
+	       "replayed, %llu run eagerly again after growing a buffer\n", (unsigned long long)gg.captured,
+	       (unsigned long long)gg.replayed, (unsigned long long)gg.eager);
+	engine_free(ee);
+	engine_free(eg);
+	free(ids); free(le); free(lg);
+	char cmd[200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_init_errors)
 {
 	char err[256] = "";
@@ -537,6 +768,8 @@ int main(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu_add);
 	tcase_add_loop_test(tc, test_matmul, 0, 6);
+	tcase_add_loop_test(tc, test_split_cols, 0, 3);
+	tcase_add_loop_test(tc, test_logits_top, 0, (int)(sizeof top_shapes / sizeof top_shapes[0]));
 	tcase_add_test(tc, test_init_errors);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("attention");
@@ -544,6 +777,7 @@ int main(void)
 	suite_add_tcase(s, ta);
 	TCase *te = tcase_create("engine");
 	tcase_add_test(te, test_engine_default_mode);
+	tcase_add_test(te, test_engine_graphs);
 	suite_add_tcase(s, te);
 	SRunner *sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_NOFORK);

@@ -2,12 +2,14 @@
  * distribution against softmax, temperature, top-k, top-p, min-p, presence/frequency penalties, odd logits. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/sampler.h"
+#include "kernels/backend.h"
 
 /* ck_assert_msg without Check's per-call bookkeeping (each passing ck_assert writes to the runner): for loops. */
 #define CHECK(expr, ...)               \
@@ -747,6 +749,223 @@ START_TEST(test_large_vocab)
 }
 END_TEST
 
+/* ---- the draw from a row's candidates (sampler_sample_top) against the draw from the whole row ----
+ * The candidates and sums come from the CPU backend's logits_top (the reference of a device's); every draw of the
+ * candidate sampler must equal the full-row sampler's, whether it decided or fell back to sampler_sample (which then
+ * also proves that a fallback left the generator untouched). */
+
+#define TOP_V 5000
+
+/* A row of logits of one of six shapes. */
+static void top_row(float *l, int kind)
+{
+	for (int32_t i = 0; i < TOP_V; i++) {
+		float x = rng_range(-3.0f, 3.0f) + rng_range(-3.0f, 3.0f);
+		switch (kind) {
+		case 0: l[i] = x; break;                                         /* broad */
+		case 1: l[i] = 0.3f * x; break;                                  /* peaked, after the line below */
+		case 2: l[i] = rng_range(0.0f, 0.1f); break;                     /* nearly flat: a wide nucleus */
+		case 3: l[i] = roundf(x * 2.0f) / 2.0f; break;                   /* many ties, at every boundary */
+		case 4: l[i] = rng_u64() % 2 ? -INFINITY : x; break;             /* half of them impossible */
+		default: l[i] = -1.1f * logf(rng_range(1.0f, (float)TOP_V)); break; /* a Zipf-like long tail */
+		}
+	}
+	if (kind == 1)
+		l[rng_u64() % TOP_V] = 14.0f;
+}
+
+typedef struct top_case {
+	float temperature;
+	int32_t top_k;
+	float top_p, min_p;
+	int32_t vocab_limit;
+	int decides;   /* 1: every draw on rows without ties must be decided by the candidates; -1: none may be; 0: either */
+} top_case;
+
+static const top_case top_cases[] = {
+	{ 0, 0, 1, 0, 0, 1 },           { 0, 0, 1, 0, 4000, 1 },       { 0.8f, 0, 1, 0, 0, -1 },
+	{ 0.8f, 1, 1, 0, 0, 1 },        { 0.8f, 5, 1, 0, 0, 1 },       { 1.3f, 40, 1, 0, 0, 1 },
+	{ 0.8f, 63, 1, 0, 4000, 1 },    { 0.8f, 0, 0.5f, 0, 0, 0 },    { 0.8f, 0, 0.9f, 0, 0, 0 },
+	{ 1.0f, 0, 0.95f, 0, 0, 0 },    { 0.8f, 40, 0.9f, 0, 0, 1 },   { 0.8f, 0, 1, 0.1f, 0, 0 },
+	{ 0.8f, 0, 1, 0.3f, 0, 0 },     { 0.8f, 20, 0.8f, 0.05f, 0, 1 }, { 0.7f, 0, 0.9f, 0.05f, 4000, 0 },
+	{ 0.3f, 0, 0.99f, 0, 0, 0 },    { 2.0f, 200, 0.7f, 0, 0, 1 },
+};
+
+START_TEST(test_top_candidates)
+{
+	const top_case *tc = &top_cases[_i];
+	aah_backend_params bp = { .n_threads = 1 };
+	aah_backend *cpu = aah_backend_cpu_init(&bp);
+	ck_assert_ptr_nonnull(cpu);
+	float *l = malloc(TOP_V * sizeof *l), *top_l = malloc(256 * sizeof *top_l);
+	int32_t *top_ids = malloc(256 * sizeof *top_ids);
+	ck_assert(l && top_l && top_ids);
+	long decided_total = 0;
+	for (int kind = 0; kind < 6; kind++)
+		for (int small = 0; small < 2; small++) {   /* the wanted count, and a stingy 8 that falls back more */
+			rng_state = 1000 + (uint64_t)_i * 16 + (uint64_t)kind * 2 + (uint64_t)small;
+			sampler_params sp = { .temperature = tc->temperature, .top_k = tc->top_k, .top_p = tc->top_p,
+			                      .min_p = tc->min_p, .seed = 77 + (uint64_t)kind, .vocab_limit = tc->vocab_limit };
+			sampler a, b;
+			ck_assert_int_eq(sampler_init(&a, &sp, TOP_V), 0);
+			ck_assert_int_eq(sampler_init(&b, &sp, TOP_V), 0);
+			const int32_t n_cols = tc->vocab_limit > 0 ? tc->vocab_limit : TOP_V;
+			const int32_t n_top = small ? 8 : sampler_top_wanted(&b, 256);
+			int decided = 0, draws = 30;
+			for (int d = 0; d < draws; d++) {
+				top_row(l, kind);
+				aah_logits_stats st;
+				cpu->iface.logits_top(cpu, &st, top_ids, top_l, l, TOP_V, 1, n_cols, &tc->temperature, n_top);
+				/* the log-softmax normaliser, as the scheduler's logprob_fill computes it */
+				double m = -INFINITY, sum1 = 0;
+				for (int32_t i = 0; i < n_cols; i++)
+					m = l[i] > m ? l[i] : m;
+				for (int32_t i = 0; i < n_cols; i++)
+					sum1 += exp((double)l[i] - m);
+				CHECK(st.lse == m + log(sum1) || (isnan(st.lse) && isnan(m + log(sum1))), "lse %.17g, want %.17g",
+				      st.lse, m + log(sum1));
+				sampler_top t = { st.max, st.sum, top_ids, top_l, n_top, n_cols };
+				int32_t got = sampler_sample_top(&b, &t);
+				decided += got >= 0;
+				if (got < 0)
+					got = sampler_sample(&b, l);
+				int32_t want = sampler_sample(&a, l);
+				CHECK(got == want, "case %d kind %d n_top %d draw %d: candidates give %d, the full row %d", _i, kind,
+				      n_top, d, got, want);
+			}
+			if (tc->decides == 1 && !small && kind != 2 && kind != 3)   /* rows without (rounded) ties */
+				CHECK(decided == draws, "case %d kind %d: %d of %d draws decided", _i, kind, decided, draws);
+			if (tc->decides == -1)
+				CHECK(decided == 0, "case %d kind %d: %d draws decided without the whole row", _i, kind, decided);
+			decided_total += decided;
+			sampler_free(&a);
+			sampler_free(&b);
+		}
+	printf("top candidates, case %d (T=%g top_k=%d top_p=%g min_p=%g limit %d): %ld of %d draws decided\n", _i,
+	       tc->temperature, tc->top_k, tc->top_p, tc->min_p, tc->vocab_limit, decided_total, 6 * 2 * 30);
+	if (tc->decides >= 0)
+		CHECK(decided_total > 0, "case %d: no draw decided by the candidates", _i);
+	free(l);
+	free(top_l);
+	free(top_ids);
+	cpu->iface.free(cpu);
+}
+END_TEST
+
+/* The scheduler's logprob_fill (engine/scheduler.c), restated: log_softmax of the full row at id and its n best. */
+static void logprob_full(const float *x, int32_t vocab, int32_t id, int32_t n, float *lp, int32_t *ids, float *lps)
+{
+	double m = -INFINITY;
+	for (int32_t v = 0; v < vocab; v++)
+		if (x[v] > m)
+			m = x[v];
+	double sum = 0;
+	for (int32_t v = 0; v < vocab; v++)
+		sum += exp((double)x[v] - m);
+	double lse = m + log(sum);
+	*lp = (float)((double)x[id] - lse);
+	if (n == 0)
+		return;
+	int32_t k = 0;
+	for (int32_t v = 0; v < vocab; v++) {
+		if (k == n && !(x[v] > x[ids[n - 1]]))
+			continue;
+		int32_t j = k < n ? k++ : n - 1;
+		while (j > 0 && x[v] > x[ids[j - 1]]) {
+			ids[j] = ids[j - 1];
+			j--;
+		}
+		ids[j] = v;
+	}
+	for (int32_t j = 0; j < n; j++)
+		lps[j] = (float)((double)x[ids[j]] - lse);
+}
+
+/* Log-probabilities from the candidates equal the full row's, bit for bit; an id outside them, or more ids than they
+ * hold, is refused. */
+START_TEST(test_top_candidates_logprobs)
+{
+	aah_backend_params bp = { .n_threads = 1 };
+	aah_backend *cpu = aah_backend_cpu_init(&bp);
+	float *l = malloc(TOP_V * sizeof *l), top_l[64], lp_want, lp_got, lps_want[20], lps_got[20];
+	int32_t top_ids[64], ids_want[20], ids_got[20];
+	const float one = 1.0f;
+	int used = 0;
+	for (int kind = 0; kind < 6; kind++)
+		for (int d = 0; d < 10; d++) {
+			rng_state = 900 + (uint64_t)kind * 10 + (uint64_t)d;
+			top_row(l, kind);
+			aah_logits_stats st;
+			cpu->iface.logits_top(cpu, &st, top_ids, top_l, l, TOP_V, 1, TOP_V, &one, 64);
+			sampler_top t = { st.max, st.sum, top_ids, top_l, 64, TOP_V };
+			/* the chosen id: mostly a candidate, sometimes not */
+			int32_t id = d % 3 ? top_ids[rng_u64() % 64] : (int32_t)(rng_u64() % TOP_V);
+			const int32_t n_lp = d % 2 ? 20 : 0;
+			int rc = sampler_logprobs_top(&t, st.lse, id, n_lp, &lp_got, ids_got, lps_got);
+			bool in = false;
+			for (int32_t j = 0; j < 64; j++)
+				in = in || top_ids[j] == id;
+			if (!isfinite(st.lse))
+				in = false;
+			CHECK(rc == (in ? 0 : -1), "kind %d draw %d: rc %d for an id %s the candidates", kind, d, rc,
+			      in ? "among" : "outside");
+			if (rc != 0)
+				continue;
+			used++;
+			logprob_full(l, TOP_V, id, n_lp, &lp_want, ids_want, lps_want);
+			CHECK(memcmp(&lp_got, &lp_want, sizeof lp_got) == 0, "kind %d: logprob %.9g, full row %.9g", kind, lp_got,
+			      lp_want);
+			CHECK(n_lp == 0 || (memcmp(ids_got, ids_want, (size_t)n_lp * sizeof *ids_got) == 0 &&
+			                    memcmp(lps_got, lps_want, (size_t)n_lp * sizeof *lps_got) == 0),
+			      "kind %d: top logprobs differ", kind);
+		}
+	ck_assert_int_gt(used, 20);
+	sampler_top t = { 0, 1, (const int32_t[]){ 3 }, (const float[]){ 1.0f }, 1, TOP_V };
+	ck_assert_int_eq(sampler_logprobs_top(&t, 2.0, 3, 2, &lp_got, ids_got, lps_got), -1);   /* 2 of 1 candidate */
+	ck_assert_int_eq(sampler_logprobs_top(&t, NAN, 3, 1, &lp_got, ids_got, lps_got), -1);
+	ck_assert_int_eq(sampler_logprobs_top(&t, 2.0, 3, 1, &lp_got, ids_got, lps_got), 0);
+	ck_assert(lp_got == -1.0f && ids_got[0] == 3);
+	free(l);
+	cpu->iface.free(cpu);
+}
+END_TEST
+
+/* Penalties move logits after the candidates were chosen: once a token is accepted the candidates cannot decide. */
+START_TEST(test_top_candidates_penalties)
+{
+	aah_backend_params bp = { .n_threads = 1 };
+	aah_backend *cpu = aah_backend_cpu_init(&bp);
+	float *l = malloc(TOP_V * sizeof *l), top_l[64];
+	int32_t top_ids[64];
+	rng_state = 5;
+	top_row(l, 0);
+	sampler_params sp = params(0, 1);
+	sp.presence_penalty = 1.5f;
+	sampler a, b;
+	ck_assert_int_eq(sampler_init(&a, &sp, TOP_V), 0);
+	ck_assert_int_eq(sampler_init(&b, &sp, TOP_V), 0);
+	aah_logits_stats st;
+	cpu->iface.logits_top(cpu, &st, top_ids, top_l, l, TOP_V, 1, TOP_V, &sp.temperature, 64);
+	sampler_top t = { st.max, st.sum, top_ids, top_l, 64, TOP_V };
+	int32_t first = sampler_sample_top(&b, &t);
+	ck_assert_int_eq(first, sampler_sample(&a, l));
+	sampler_accept(&a, first);
+	sampler_accept(&b, first);
+	ck_assert_int_eq(sampler_sample_top(&b, &t), -1);
+	ck_assert_int_ne(sampler_sample(&b, l), first);   /* the penalty moved the argmax: the row had to be read */
+	t.n_cols = TOP_V - 1;   /* candidates from other columns than the sampler's */
+	sampler_params sq = params(0, 1);
+	sampler c;
+	ck_assert_int_eq(sampler_init(&c, &sq, TOP_V), 0);
+	ck_assert_int_eq(sampler_sample_top(&c, &t), -1);
+	sampler_free(&a);
+	sampler_free(&b);
+	sampler_free(&c);
+	free(l);
+	cpu->iface.free(cpu);
+}
+END_TEST
+
 static Suite *sampler_suite(void)
 {
 	Suite *s = suite_create("sampler");
@@ -786,6 +1005,13 @@ static Suite *sampler_suite(void)
 	tcase_add_test(tc, test_neg_inf);
 	tcase_add_test(tc, test_vocab_limit);
 	tcase_add_test(tc, test_large_vocab);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("top_candidates");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_top_candidates, 0, (int)(sizeof top_cases / sizeof top_cases[0]));
+	tcase_add_test(tc, test_top_candidates_penalties);
+	tcase_add_test(tc, test_top_candidates_logprobs);
 	suite_add_tcase(s, tc);
 	return s;
 }

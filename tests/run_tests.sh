@@ -12,16 +12,21 @@ log=$(mktemp)
 first=1
 for build in $BUILDS; do
 	export AAH_BUILD="$build"
-	for t in "$build"/tests/check_* "$build"/tests/fuzz_* tests/test_*.sh; do
+	# An entry may start with environment settings: the engine suites run again with fused projections
+	# (AAH_FUSE=1: one product for q, k, v and one for gate, up), the CUDA backend's default, on the CPU.
+	for entry in "$build"/tests/check_* "$build"/tests/fuzz_* tests/test_*.sh \
+	             "AAH_FUSE=1 $build/tests/check_golden" "AAH_FUSE=1 $build/tests/check_aah"; do
+		t=${entry##* }
+		envs=${entry%"$t"}
 		[ -e "$t" ] || continue
 		case "$t" in *.d|*.o) continue;; esac
 		# make install and the unit do not depend on the build flavour: checked once
 		case "$t" in tests/test_systemd_unit.sh) [ "$first" = 1 ] || continue;; esac
-		name="$(basename "$t") [$build]"
+		name="$envs$(basename "$t") [$build]"
 		echo "== $name"
 		case "$t" in
 			*.sh) sh "$t" >"$log" 2>&1; rc=$? ;;
-			*) "$t" >"$log" 2>&1; rc=$? ;;
+			*) env $envs "$t" >"$log" 2>&1; rc=$? ;;
 		esac
 		cat "$log"
 		summary=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -1)

@@ -77,6 +77,41 @@ static double measure_read_bandwidth(int32_t threads)
 
 /* ---- model speed ---- */
 
+/* On the CUDA backend: whether decode steps ran as CUDA graphs (AAH_CUDA_GRAPHS=0 turns them off), and how often,
+ * summed over the engines of one mode (graph_use_add before each engine_free, graph_use_print at the end). */
+static aah_cuda_graph_stats graph_total;
+static int32_t graph_engines;
+
+static void graph_use_add(engine *e)
+{
+	if (strncmp(engine_backend_desc(e), "cuda", 4) != 0)
+		return;
+	aah_cuda_graph_stats g;
+	aah_backend_cuda_graph_stats(engine_backend(e), &g);
+	graph_total.enabled |= g.enabled;
+	graph_total.captured += g.captured;
+	graph_total.replayed += g.replayed;
+	graph_total.eager += g.eager;
+	graph_engines++;
+}
+
+static void graph_use_print(const char *indent)
+{
+	const aah_cuda_graph_stats g = graph_total;
+	if (graph_engines == 0)
+		return;
+	graph_total = (aah_cuda_graph_stats){ 0 };
+	graph_engines = 0;
+	if (!g.enabled) {
+		printf("%sCUDA graphs: off (AAH_CUDA_GRAPHS=0): every decode step launched op by op\n", indent);
+		return;
+	}
+	printf("%sCUDA graphs: on; %llu captured (one per decode batch size), %llu decode steps replayed, %llu run "
+	       "eagerly again while buffers grew%s\n",
+	       indent, (unsigned long long)g.captured, (unsigned long long)g.replayed, (unsigned long long)g.eager,
+	       g.replayed == 0 ? " (no step was replayed)" : "");
+}
+
 /* Weights one token multiplies: every projection of every layer and the output head. */
 static double matmul_params(const model_config *c)
 {
@@ -134,6 +169,8 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	printf("  read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = %.0f%% "
 	       "of measured %.2f GB/s\n",
 	       (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	graph_use_add(e);
+	graph_use_print("  ");
 	engine_seq_close(e, seq);
 	free(ids);
 	free(logits);
@@ -263,6 +300,8 @@ static int bench_context(const char *dir, int32_t threads, const char *regime, i
 	for (int s = 0; s < N_STAGES; s++)
 		printf(" %.2fx@%d", res[1].decode_tps[s] / res[0].decode_tps[s], stage_ctx[s]);
 	printf("; prefill %.2fx\n", res[1].prefill_tps / res[0].prefill_tps);
+	graph_use_add(e);
+	graph_use_print("");
 	engine_free(e);
 	return 0;
 }
@@ -374,6 +413,7 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 		if (out->ran[ci] == out->ran[ci - 1])
 			out->tps[ci] = out->tps[ci - 1];
 	rc = 0;
+	graph_use_add(e);
 done:
 	free(ids);
 	free(logits);
@@ -427,8 +467,10 @@ static int bench_batch(const char *demo, const char *aah, const char *regime, in
 	if (bench_batch_row(demo, threads, 512, AAH_FULL_ATTENTION, gen, reps, budget, &rows[0]) != 0)
 		return 1;
 	batch_print("demo", 512, AAH_FULL_ATTENTION, &rows[0]);
-	if (!aah)
+	if (!aah) {
+		graph_use_print("");
 		return 0;
+	}
 	const int32_t ctxs[2] = { 512, 4096 };
 	const char *regs[2] = { AAH_FULL_ATTENTION, regime };
 	for (int32_t k = 0; k < 4; k++) {
@@ -442,6 +484,7 @@ static int bench_batch(const char *demo, const char *aah, const char *regime, in
 		best_f = f->tps[i] > best_f ? f->tps[i] : best_f;
 		best_a = a->tps[i] > best_a ? a->tps[i] : best_a;
 	}
+	graph_use_print("");
 	printf("demo at 512: c=16 gives %.2fx the aggregate tokens/s of c=1 (target 4x)\n", rows[0].tps[2] / rows[0].tps[0]);
 	printf("at 4096 under %.0f MiB: %s admits %d sequences, full_attention %d (%.2fx; target 2.5x); best aggregate "
 	       "%.1f against %.1f tokens/s (%.2fx; target 1.5x); load average %.2f\n",

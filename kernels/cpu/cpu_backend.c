@@ -21,15 +21,6 @@ typedef struct cpu_scratch {
 	size_t cap;   /* floats */
 } cpu_scratch;
 
-/* A packed weight matrix, shared by every import of the same host matrix (a tied embedding and output head). */
-typedef struct cpu_packed {
-	const void *host;
-	aah_dtype type;
-	int64_t rows, cols;
-	void *data;
-	int32_t refs;
-} cpu_packed;
-
 #define CPU_LAYOUT_PANELS 1   /* aah_tensor.layout of a packed matrix */
 
 typedef struct cpu_ctx {
@@ -37,8 +28,6 @@ typedef struct cpu_ctx {
 	const cpu_kernels *k;
 	int32_t n_threads;
 	cpu_scratch scratch[MAX_THREADS];
-	cpu_packed *packed;
-	int32_t n_packed, cap_packed;
 	float *xt;         /* matmul's activations, transposed a group of rows at a time (grown, never shrunk) */
 	size_t xt_cap;     /* floats */
 } cpu_ctx;
@@ -106,31 +95,13 @@ static void pack_worker(void *p, int32_t ti, int32_t nt)
 	cpu_pack_panels(j->dst, j->src, j->type, j->rows, j->cols, lo, hi);
 }
 
-/* Matrices (more than one row) are packed into panels, once per host matrix; vectors are used in place. */
+/* Matrices (more than one row) are packed into panels, a copy; vectors are used in place. */
 static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type, int64_t rows,
                              int64_t cols)
 {
-	cpu_ctx *c = ctx_of(b);
 	*out = (aah_tensor){ (void *)host, type, rows, cols, 0 };
 	if (rows <= 1)
 		return 0;
-	for (int32_t i = 0; i < c->n_packed; i++) {
-		cpu_packed *pk = &c->packed[i];
-		if (pk->host == host && pk->type == type && pk->rows == rows && pk->cols == cols) {
-			pk->refs++;
-			out->data = pk->data;
-			out->layout = CPU_LAYOUT_PANELS;
-			return 0;
-		}
-	}
-	if (c->n_packed == c->cap_packed) {
-		int32_t cap = c->cap_packed ? 2 * c->cap_packed : 64;
-		cpu_packed *np = realloc(c->packed, (size_t)cap * sizeof *np);
-		if (!np)
-			return -1;
-		c->packed = np;
-		c->cap_packed = cap;
-	}
 	/* 2 MiB aligned and advised into huge pages: a 4B model's 8 GB fault in 4096 pieces instead of 2 million */
 	const size_t huge = 2u << 20, bytes = (size_t)cpu_packed_elems(type, rows, cols) * aah_dtype_size(type);
 	void *data = bytes >= huge ? aligned_alloc(huge, (bytes + huge - 1) & ~(huge - 1))
@@ -140,8 +111,7 @@ static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, 
 	if (bytes >= huge)
 		(void)madvise(data, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);   /* a hint: no harm if refused */
 	pack_job j = { data, host, type, rows, cols };
-	threadpool_run(c->tp, pack_worker, &j);
-	c->packed[c->n_packed++] = (cpu_packed){ host, type, rows, cols, data, 1 };
+	threadpool_run(ctx_of(b)->tp, pack_worker, &j);
 	out->data = data;
 	out->layout = CPU_LAYOUT_PANELS;
 	return 0;
@@ -149,19 +119,10 @@ static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, 
 
 static void cpu_weight_release(aah_backend *b, aah_tensor *t)
 {
-	cpu_ctx *c = ctx_of(b);
 	if (t->layout == CPU_LAYOUT_PANELS)
-		for (int32_t i = 0; i < c->n_packed; i++) {
-			cpu_packed *pk = &c->packed[i];
-			if (pk->data != t->data)
-				continue;
-			if (--pk->refs == 0) {
-				free(pk->data);
-				c->packed[i] = c->packed[--c->n_packed];
-			}
-			break;
-		}
+		free(t->data);
 	t->data = NULL;
+	t->layout = 0;
 }
 
 static void cpu_synchronize(aah_backend *b)
@@ -266,6 +227,90 @@ static void cpu_add(aah_backend *b, float *x, const float *y, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
 		x[i] += y[i];
+}
+
+static void cpu_split_cols(aah_backend *b, float *const *dst, const int32_t *widths, int32_t n_parts, const float *src,
+                           int32_t n_rows)
+{
+	int64_t total = 0;
+	for (int32_t p = 0; p < n_parts; p++)
+		total += widths[p];
+	for (int64_t r = 0; r < n_rows; r++) {
+		const float *s = src + r * total;
+		for (int32_t p = 0; p < n_parts; p++) {
+			memcpy(dst[p] + r * widths[p], s, (size_t)widths[p] * sizeof *s);
+			s += widths[p];
+		}
+	}
+}
+
+/* ---- logits post-processing: the reference for a device's, and exactly what sampler.c computes ---- */
+
+/* The candidates' order: larger first, NaN below everything, -0 equal to +0 (ties are broken by id by the caller). */
+static bool logit_above(float x, float y)
+{
+	return !isnan(x) && (isnan(y) || x > y);
+}
+
+typedef struct logits_job {
+	aah_logits_stats *stats;
+	int32_t *top_ids;
+	float *top_logits;
+	const float *logits;
+	int64_t ld;
+	int32_t n_rows, n_cols, n_top;
+	const float *temperature;
+} logits_job;
+
+static void logits_worker(void *p, int32_t ti, int32_t nt)
+{
+	logits_job *j = p;
+	int64_t lo, hi;
+	split_range(j->n_rows, 1, ti, nt, &lo, &hi);
+	for (int64_t r = lo; r < hi; r++) {
+		const float *l = j->logits + r * j->ld;
+		const int32_t n = j->n_cols, k = j->n_top;
+		const float t = j->temperature[r] > 0 ? j->temperature[r] : 1.0f;
+		float m = -INFINITY;
+		for (int32_t i = 0; i < n; i++)
+			if (l[i] > m)
+				m = l[i];
+		/* the same expressions, in the same order, as sampler_sample and the scheduler's logprob_fill */
+		const double md = m;
+		double sum = 0, sum1 = 0;
+		for (int32_t i = 0; i < n; i++) {
+			sum += expf((l[i] - m) / t);
+			sum1 += exp((double)l[i] - md);
+		}
+		j->stats[r] = (aah_logits_stats){ .max = m, .sum = sum, .lse = md + log(sum1) };
+		/* insertion into a sorted list of k: only strictly above moves up, so equals keep the lower id first */
+		int32_t *ids = j->top_ids + r * k;
+		float *vals = j->top_logits + r * k;
+		int32_t have = 0;
+		for (int32_t i = 0; i < n && k > 0; i++) {
+			if (have == k && !logit_above(l[i], vals[k - 1]))
+				continue;
+			int32_t at = have < k ? have++ : k - 1;
+			while (at > 0 && logit_above(l[i], vals[at - 1])) {
+				ids[at] = ids[at - 1];
+				vals[at] = vals[at - 1];
+				at--;
+			}
+			ids[at] = i;
+			vals[at] = l[i];
+		}
+	}
+}
+
+static void cpu_logits_top(aah_backend *b, aah_logits_stats *stats, int32_t *top_ids, float *top_logits,
+                           const float *logits, int64_t ld, int32_t n_rows, int32_t n_cols, const float *temperature,
+                           int32_t n_top)
+{
+	logits_job j = { stats, top_ids, top_logits, logits, ld, n_rows, n_cols, n_top, temperature };
+	if (n_rows <= 1)
+		logits_worker(&j, 0, 1);
+	else
+		threadpool_run(ctx_of(b)->tp, logits_worker, &j);
 }
 
 /* ---- matmul ---- */
@@ -581,9 +626,6 @@ static void cpu_free(aah_backend *b)
 		threadpool_free(c->tp);
 		for (int32_t i = 0; i < MAX_THREADS; i++)
 			free(c->scratch[i].buf);
-		for (int32_t i = 0; i < c->n_packed; i++)   /* imports never released */
-			free(c->packed[i].data);
-		free(c->packed);
 		free(c->xt);
 		free(c);
 	}
@@ -610,6 +652,11 @@ static const aah_backend_iface cpu_iface = {
 	/* .kv_store = */ cpu_kv_store,
 	/* .synchronize = */ cpu_synchronize,
 	/* .last_error = */ NULL,
+	/* .fuse_projections = */ 0,
+	/* .split_cols = */ cpu_split_cols,
+	/* .logits_top = */ cpu_logits_top,
+	/* .step_begin = */ NULL,   /* nothing to record: every op runs as it is called */
+	/* .step_end = */ NULL,
 };
 
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p)

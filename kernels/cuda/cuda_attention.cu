@@ -17,6 +17,7 @@
  * probe's rows to add exp(s − lse) into distance bands; the band totals come back with a wait (probe steps only). */
 #include <algorithm>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,6 +65,26 @@ typedef struct att_band_item {
 	int32_t probe, qi, kvh, pad;
 } att_band_item;
 
+/* Where one call's tables lie and how many blocks of each kernel have work, read by every block: a recorded step's
+ * launches (cuda_graph.cu) have grids sized by a bound of their key, and take the plan of each replay from here. */
+typedef struct att_plan {
+	const uint8_t *const *base;    /* where the tables' address lies: the step root, or `own` for an eager call */
+	const uint8_t *own;
+	int64_t spans, heads, pages, items, combs, probes, edges, band_items;   /* byte offsets from *base */
+	int32_t n_items, n_comb, n_band_items, pad;
+} att_plan;
+
+typedef struct att_tabs {
+	const att_span *spans;
+	const att_head *heads;         /* (spans, n_kv) */
+	const int32_t *pages;
+	const att_item *items;
+	const att_comb *combs;
+	const att_probe *probes;
+	const int32_t *edges;
+	const att_band_item *band_items;
+} att_tabs;
+
 typedef struct att_args {
 	float *out;
 	const float *q, *k, *v;
@@ -72,14 +93,7 @@ typedef struct att_args {
 	float *lse;                    /* (rows, n_heads): log Σ exp of each row's scores */
 	float *band;                   /* probe output on the device */
 	unsigned long long *work;
-	const att_span *spans;
-	const att_head *heads;
-	const int32_t *pages;
-	const att_item *items;
-	const att_comb *combs;
-	const att_probe *probes;
-	const int32_t *edges;
-	const att_band_item *band_items;
+	const att_plan *plan;
 	int32_t n_heads, n_kv, hd, group, rmax;
 	float scale;
 } att_args;
@@ -92,13 +106,22 @@ static size_t att_smem(int32_t r, int32_t hd)
 	return ((size_t)2 * r * hd + (size_t)BK * (hd + 1) + (size_t)r * BK + 3 * (size_t)r) * sizeof(float);
 }
 
+__device__ __forceinline__ att_tabs plan_tabs(const att_plan *p)
+{
+	const uint8_t *b = *p->base;
+	return att_tabs{ (const att_span *)(b + p->spans),      (const att_head *)(b + p->heads),
+	                 (const int32_t *)(b + p->pages),       (const att_item *)(b + p->items),
+	                 (const att_comb *)(b + p->combs),      (const att_probe *)(b + p->probes),
+	                 (const int32_t *)(b + p->edges),       (const att_band_item *)(b + p->band_items) };
+}
+
 /* Four elements d … d+3 of the key (which = 0) or value (1) of KV head kvh at position t. */
 template <typename KT>
-__device__ __forceinline__ float4 kv_load4(const att_args &a, const att_span &s, const att_head &hh, int32_t kvh,
-                                           int32_t t, int32_t d, int which)
+__device__ __forceinline__ float4 kv_load4(const att_args &a, const int32_t *pages, const att_span &s,
+                                           const att_head &hh, int32_t kvh, int32_t t, int32_t d, int which)
 {
 	if (t < s.pos0) {
-		const int32_t page = a.pages[hh.list_off + t / PAGE - hh.first_page];
+		const int32_t page = pages[hh.list_off + t / PAGE - hh.first_page];
 		const size_t off = (((size_t)page * 2 + (size_t)which) * PAGE + (size_t)(t % PAGE)) * (size_t)a.hd + (size_t)d;
 		return load4(reinterpret_cast<const KT *>(a.pool) + off);
 	}
@@ -109,15 +132,16 @@ __device__ __forceinline__ float4 kv_load4(const att_args &a, const att_span &s,
 
 /* tile[j][d] (row stride hd + 1) = key or value at position t0 + j, zero outside [k_lo, k_hi). */
 template <typename KT>
-__device__ __forceinline__ void load_tile(float *tile, const att_args &a, const att_span &s, const att_head &hh,
-                                          int32_t kvh, int32_t t0, int32_t k_lo, int32_t k_hi, int which)
+__device__ __forceinline__ void load_tile(float *tile, const att_args &a, const int32_t *pages, const att_span &s,
+                                          const att_head &hh, int32_t kvh, int32_t t0, int32_t k_lo, int32_t k_hi,
+                                          int which)
 {
 	const int32_t hd = a.hd, hd4 = hd / 4;
 	for (int32_t idx = threadIdx.x; idx < BK * hd4; idx += blockDim.x) {
 		const int32_t j = idx / hd4, d = (idx - j * hd4) * 4, t = t0 + j;
 		float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
 		if (t >= k_lo && t < k_hi)
-			x = kv_load4<KT>(a, s, hh, kvh, t, d, which);
+			x = kv_load4<KT>(a, pages, s, hh, kvh, t, d, which);
 		float *r = tile + j * (hd + 1) + d;
 		r[0] = x.x;
 		r[1] = x.y;
@@ -130,9 +154,12 @@ template <typename KT>
 __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 {
 	extern __shared__ float sm[];
-	const att_item it = a.items[blockIdx.x];
-	const att_span s = a.spans[it.span];
-	const att_head hh = a.heads[it.span * a.n_kv + it.kvh];
+	if ((int32_t)blockIdx.x >= a.plan->n_items)
+		return;   /* a recorded launch's grid is a bound: this call has fewer items */
+	const att_tabs tb = plan_tabs(a.plan);
+	const att_item it = tb.items[blockIdx.x];
+	const att_span s = tb.spans[it.span];
+	const att_head hh = tb.heads[it.span * a.n_kv + it.kvh];
 	const int32_t hd = a.hd, R = it.q_n * it.gn, ld = hd + 1;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
 	float *Qs = sm;                        /* [R][hd] scaled queries */
@@ -158,7 +185,7 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 
 	unsigned long long my_work = 0;   /* in-window products this thread computed */
 	for (int32_t t0 = it.k_lo / PAGE * PAGE; t0 < it.k_hi; t0 += BK) {
-		load_tile<KT>(T, a, s, hh, it.kvh, t0, it.k_lo, it.k_hi, 0);
+		load_tile<KT>(T, a, tb.pages, s, hh, it.kvh, t0, it.k_lo, it.k_hi, 0);
 		__syncthreads();
 		/* scores and the online softmax: warp w owns rows w, w + n_warps, …; lane j scores key t0 + j */
 		for (int32_t r = warp; r < R; r += n_warps) {
@@ -188,7 +215,7 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 			}
 		}
 		__syncthreads();
-		load_tile<KT>(T, a, s, hh, it.kvh, t0, it.k_lo, it.k_hi, 1);
+		load_tile<KT>(T, a, tb.pages, s, hh, it.kvh, t0, it.k_lo, it.k_hi, 1);
 		__syncthreads();
 		for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
 			const int32_t r = idx / hd, d = idx - r * hd;
@@ -231,8 +258,11 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 /* Merges the pieces of one split tile: out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M), M = max_s m_s. */
 __global__ void __launch_bounds__(ATT_NT) att_combine_kernel(att_args a)
 {
-	const att_comb cb = a.combs[blockIdx.x];
-	const att_span s = a.spans[cb.span];
+	if ((int32_t)blockIdx.x >= a.plan->n_comb)
+		return;
+	const att_tabs tb = plan_tabs(a.plan);
+	const att_comb cb = tb.combs[blockIdx.x];
+	const att_span s = tb.spans[cb.span];
 	const int32_t hd = a.hd, R = cb.q_n * cb.gn;
 	const size_t stride = (size_t)a.rmax * (hd + 2);
 	for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
@@ -265,10 +295,13 @@ template <typename KT>
 __global__ void __launch_bounds__(ATT_NT) att_band_kernel(att_args a)
 {
 	extern __shared__ float sm[];
-	const att_band_item bi = a.band_items[blockIdx.x];
-	const att_probe pr = a.probes[bi.probe];
-	const att_span s = a.spans[pr.span];
-	const att_head hh = a.heads[pr.span * a.n_kv + bi.kvh];
+	if ((int32_t)blockIdx.x >= a.plan->n_band_items)
+		return;
+	const att_tabs tb = plan_tabs(a.plan);
+	const att_band_item bi = tb.band_items[blockIdx.x];
+	const att_probe pr = tb.probes[bi.probe];
+	const att_span s = tb.spans[pr.span];
+	const att_head hh = tb.heads[pr.span * a.n_kv + bi.kvh];
 	const int32_t hd = a.hd, G = a.group, nb = pr.n_bands;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
 	float *qs = sm;              /* [G][hd] */
@@ -285,10 +318,10 @@ __global__ void __launch_bounds__(ATT_NT) att_band_kernel(att_args a)
 #pragma unroll
 		for (int u = 0; u < 8; u++) {
 			const int32_t d = (u * 32 + lane) * 4;
-			kr[u] = d < hd ? kv_load4<KT>(a, s, hh, bi.kvh, t, d, 0) : make_float4(0.f, 0.f, 0.f, 0.f);
+			kr[u] = d < hd ? kv_load4<KT>(a, tb.pages, s, hh, bi.kvh, t, d, 0) : make_float4(0.f, 0.f, 0.f, 0.f);
 		}
 		int32_t b = 0;
-		while (b < nb - 1 && pos - t >= a.edges[pr.edges_off + b])
+		while (b < nb - 1 && pos - t >= tb.edges[pr.edges_off + b])
 			b++;
 		for (int32_t g = 0; g < G; g++) {
 			float sd = 0.f;
@@ -318,13 +351,15 @@ typedef struct kv_entry {
 	int32_t src_row, kvh, page, prow;
 } kv_entry;
 
+/* entries (*n_entries) on the device: a recorded launch's grid covers the key's bound, the count is this call's */
 template <typename KT>
 __global__ void kv_store_kernel(void *pool, const float *__restrict__ k, const float *__restrict__ v,
-                                const kv_entry *__restrict__ entries, int32_t n_entries, int32_t n_kv, int32_t hd)
+                                const kv_entry *__restrict__ entries, const int32_t *n_entries, int32_t n_kv,
+                                int32_t hd)
 {
 	const int lane = threadIdx.x & 31;
 	const int64_t e = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-	if (e >= n_entries)
+	if (e >= *n_entries)
 		return;
 	const kv_entry en = entries[e];
 	KT *kd = reinterpret_cast<KT *>(pool) + ((size_t)en.page * 2 * PAGE + (size_t)en.prow) * hd;
@@ -375,9 +410,10 @@ static void for_each_tile(const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv
 
 /* Offsets of the tables of one call inside its one upload. */
 typedef struct att_layout {
-	size_t spans, heads, pages, items, combs, probes, edges, band_items, total;
+	size_t plan, spans, heads, pages, items, combs, probes, edges, band_items, total;
 } att_layout;
 
+/* Grids of n_items, n_comb, n_band_items blocks (a recorded step: the key's bounds; the plan says how many work). */
 template <typename KT>
 static void att_launch(cuda_ctx *c, const att_args &a, int64_t n_items, int64_t n_comb, int64_t n_band_items,
                        size_t smem, size_t band_smem)
@@ -481,14 +517,26 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 			n_comb += n_sub;
 		}
 	});
-	if (n_items > INT32_MAX || n_band_items > INT32_MAX) {
-		cuda_fail(c, "attention: %lld blocks is more than one launch takes", (long long)n_items);
+	/* A recorded step launches grids sized by bounds of its key (whatever the positions): every split makes at most
+	 * n_base + target items, since Σ ⌈tiles/chunk⌉ ≤ Σ tiles/chunk + tile groups and chunk ≥ total_tiles/target;
+	 * at most n_base of them are combined. Its probes (which wait for their band mass) run eagerly. */
+	const bool rec = step_active(c);
+	if (rec && n_probe > 0) {
+		c->step_abort = true;
+		return total;
+	}
+	const int64_t items_grid = rec ? n_base + target : n_items, comb_grid = rec ? n_base : n_comb;
+	const int64_t part_slots = rec ? items_grid : n_part;
+	if (items_grid > INT32_MAX || n_band_items > INT32_MAX || n_items > items_grid || n_comb > comb_grid) {
+		cuda_fail(c, "attention: %lld blocks (at most %lld) is more than one launch takes", (long long)n_items,
+		          (long long)items_grid);
 		return 0;
 	}
 
-	/* One upload holds every table. */
+	/* One upload holds the plan and every table (a recorded step: the plan in the fixed arena, the tables packed). */
 	att_layout L;
 	size_t at = 0;
+	L.plan = at; at = align_up(at + sizeof(att_plan), 16);
 	L.spans = at; at = align_up(at + (size_t)n_seqs * sizeof(att_span), 16);
 	L.heads = at; at = align_up(at + (size_t)n_seqs * n_kv * sizeof(att_head), 16);
 	L.pages = at; at = align_up(at + (size_t)n_pages * sizeof(int32_t), 16);
@@ -498,9 +546,29 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	L.edges = at; at = align_up(at + (size_t)n_edges * sizeof(int32_t), 16);
 	L.band_items = at; at = align_up(at + (size_t)n_band_items * sizeof(att_band_item), 16);
 	L.total = at;
-	uint8_t *h = (uint8_t *)stage_host(c, L.total);
-	if (!h)
-		return total;
+	const size_t part_bytes = align_up((size_t)part_slots * rmax * (hd + 2) * sizeof(float), 256);
+	const size_t lse_bytes = align_up((size_t)max_row * n_heads * sizeof(float), 256);
+	const size_t scratch_bytes = part_bytes + lse_bytes + (size_t)band_floats * sizeof(float);
+	uint8_t *h = NULL, *scratch = NULL;
+	att_plan *plan = NULL;
+	const att_plan *plan_dev = NULL;
+	size_t tab_off = 0;   /* of the tables from the plan's base */
+	if (rec) {
+		void *pd = NULL;
+		plan = (att_plan *)step_fixed(c, sizeof(att_plan), &pd);
+		h = (uint8_t *)step_packed(c, L.total, &tab_off);
+		scratch = (uint8_t *)scratch_reserve(c, scratch_bytes);   /* asked for even after a failure: the need */
+		if (!plan || !h || !scratch)
+			return total;
+		plan_dev = (const att_plan *)pd;
+		plan->base = step_root(c);
+		plan->own = NULL;
+	} else {
+		h = (uint8_t *)stage_host(c, L.total);
+		if (!h)
+			return total;
+		plan = (att_plan *)(h + L.plan);
+	}
 	att_span *spans = (att_span *)(h + L.spans);
 	att_head *heads = (att_head *)(h + L.heads);
 	int32_t *pages = (int32_t *)(h + L.pages);
@@ -562,12 +630,32 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 		}
 	});
 
-	uint8_t *d = (uint8_t *)tab_reserve(c, L.total);
-	const size_t part_bytes = align_up((size_t)n_part * rmax * (hd + 2) * sizeof(float), 256);
-	const size_t lse_bytes = align_up((size_t)max_row * n_heads * sizeof(float), 256);
-	uint8_t *scratch = (uint8_t *)scratch_reserve(c, part_bytes + lse_bytes + (size_t)band_floats * sizeof(float));
-	if (!d || !scratch || !CUDA_CHECK(c, cudaMemcpyAsync(d, h, L.total, cudaMemcpyHostToDevice, c->stream)))
-		return total;
+	plan->spans = (int64_t)(tab_off + L.spans);
+	plan->heads = (int64_t)(tab_off + L.heads);
+	plan->pages = (int64_t)(tab_off + L.pages);
+	plan->items = (int64_t)(tab_off + L.items);
+	plan->combs = (int64_t)(tab_off + L.combs);
+	plan->probes = (int64_t)(tab_off + L.probes);
+	plan->edges = (int64_t)(tab_off + L.edges);
+	plan->band_items = (int64_t)(tab_off + L.band_items);
+	plan->n_items = (int32_t)n_items;
+	plan->n_comb = (int32_t)n_comb;
+	plan->n_band_items = (int32_t)n_band_items;
+	plan->pad = 0;
+	if (!rec) {
+		uint8_t *d = (uint8_t *)tab_reserve(c, L.total);
+		scratch = (uint8_t *)scratch_reserve(c, scratch_bytes);
+		if (!d || !scratch)
+			return total;
+		plan->own = d;
+		plan->base = (const uint8_t *const *)(d + L.plan + offsetof(att_plan, own));
+		plan_dev = (const att_plan *)(d + L.plan);
+		if (!CUDA_CHECK(c, cudaMemcpyAsync(d, h, L.total, cudaMemcpyHostToDevice, c->stream)))
+			return total;
+	}
+	c->work_expected += total;
+	if (!step_launches(c))
+		return total;   /* a replay: the graph launches the kernels, on this plan */
 
 	att_args a;
 	a.out = out;
@@ -579,14 +667,7 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	a.lse = (float *)(scratch + part_bytes);
 	a.band = (float *)(scratch + part_bytes + lse_bytes);
 	a.work = c->d_work;
-	a.spans = (const att_span *)(d + L.spans);
-	a.heads = (const att_head *)(d + L.heads);
-	a.pages = (const int32_t *)(d + L.pages);
-	a.items = (const att_item *)(d + L.items);
-	a.combs = (const att_comb *)(d + L.combs);
-	a.probes = (const att_probe *)(d + L.probes);
-	a.edges = (const int32_t *)(d + L.edges);
-	a.band_items = (const att_band_item *)(d + L.band_items);
+	a.plan = plan_dev;
 	a.n_heads = n_heads;
 	a.n_kv = n_kv;
 	a.hd = hd;
@@ -603,12 +684,11 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 			return total;
 	}
 	switch (pool->type) {
-	case AAH_DTYPE_F32: att_launch<float>(c, a, n_items, n_comb, n_band_items, smem, band_smem); break;
-	case AAH_DTYPE_F16: att_launch<__half>(c, a, n_items, n_comb, n_band_items, smem, band_smem); break;
-	case AAH_DTYPE_BF16: att_launch<__nv_bfloat16>(c, a, n_items, n_comb, n_band_items, smem, band_smem); break;
+	case AAH_DTYPE_F32: att_launch<float>(c, a, items_grid, comb_grid, n_band_items, smem, band_smem); break;
+	case AAH_DTYPE_F16: att_launch<__half>(c, a, items_grid, comb_grid, n_band_items, smem, band_smem); break;
+	case AAH_DTYPE_BF16: att_launch<__nv_bfloat16>(c, a, items_grid, comb_grid, n_band_items, smem, band_smem); break;
 	default: cuda_fail(c, "attention: unknown KV element type %d", (int)pool->type); return total;
 	}
-	c->work_expected += total;
 
 	/* A probe's band mass goes back to the host now: the one wait in a probe step's attention. */
 	if (n_probe > 0) {
@@ -624,14 +704,17 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 		if (!CUDA_CHECK(c, cudaMemcpyAsync(c->h_band, a.band, (size_t)band_floats * sizeof(float),
 		                                   cudaMemcpyDeviceToHost, c->stream)))
 			return total;
-		ctx_sync(c);
+		ctx_sync(c);   /* may move the staging arena: the tables above are not read after it */
 		if (c->failed)
 			return total;
-		for (int64_t p = 0; p < n_probe; p++) {
-			const aah_attn_seq *s = &seqs[probes[p].span];
-			const float *src = c->h_band + probes[p].band_off;
+		int64_t off = 0;   /* the probes' band_off, in the order they were listed */
+		for (int32_t si = 0; si < n_seqs; si++) {
+			const aah_attn_seq *s = &seqs[si];
+			if (!s->band_mass || s->n_new <= 0)
+				continue;
 			for (int64_t i = 0; i < (int64_t)n_heads * s->n_bands; i++)
-				s->band_mass[i] += src[i];
+				s->band_mass[i] += c->h_band[off + i];
+			off += (int64_t)n_heads * s->n_bands;
 		}
 	}
 	return total;
@@ -646,9 +729,15 @@ void cuda_kv_store_run(cuda_ctx *c, const aah_kv_pool *pool, const float *k, con
 		n += seqs[si].n_new > 0 ? (int64_t)seqs[si].n_new * n_kv : 0;
 	if (n == 0)
 		return;
-	kv_entry *h = (kv_entry *)stage_host(c, (size_t)n * sizeof(kv_entry));
-	if (!h)
+	/* one table: the count (16 bytes) then up to n entries; a recorded step's lies in the fixed arena and its launch
+	 * covers all n (the key's bound), the count saying how many are this step's */
+	const size_t bytes = 16 + (size_t)n * sizeof(kv_entry);
+	const bool rec = step_active(c);
+	void *d = NULL;
+	uint8_t *hb = rec ? (uint8_t *)step_fixed(c, bytes, &d) : (uint8_t *)stage_host(c, bytes);
+	if (!hb)
 		return;
+	kv_entry *h = (kv_entry *)(hb + 16);
 	int64_t e = 0;
 	for (int32_t si = 0; si < n_seqs; si++) {
 		const aah_attn_seq *s = &seqs[si];
@@ -667,22 +756,30 @@ void cuda_kv_store_run(cuda_ctx *c, const aah_kv_pool *pool, const float *k, con
 			}
 		}
 	}
-	if (e == 0)
+	*(int32_t *)hb = (int32_t)e;
+	if (!rec) {
+		if (e == 0)
+			return;
+		d = tab_reserve(c, bytes);
+		if (!d || !CUDA_CHECK(c, cudaMemcpyAsync(d, hb, 16 + (size_t)e * sizeof(kv_entry), cudaMemcpyHostToDevice,
+		                                         c->stream)))
+			return;
+	}
+	if (!step_launches(c))
 		return;
-	void *d = tab_reserve(c, (size_t)e * sizeof(kv_entry));
-	if (!d || !CUDA_CHECK(c, cudaMemcpyAsync(d, h, (size_t)e * sizeof(kv_entry), cudaMemcpyHostToDevice, c->stream)))
-		return;
-	const unsigned grid = (unsigned)((e + ATT_NT / 32 - 1) / (ATT_NT / 32));
-	const kv_entry *de = (const kv_entry *)d;
+	const int64_t blocks = rec ? n : e;
+	const unsigned grid = (unsigned)((blocks + ATT_NT / 32 - 1) / (ATT_NT / 32));
+	const int32_t *dn = (const int32_t *)d;
+	const kv_entry *de = (const kv_entry *)((const uint8_t *)d + 16);
 	switch (pool->type) {
 	case AAH_DTYPE_F32:
-		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<float>)(pool->data, k, v, de, (int32_t)e, n_kv, hd);
+		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<float>)(pool->data, k, v, de, dn, n_kv, hd);
 		break;
 	case AAH_DTYPE_F16:
-		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<__half>)(pool->data, k, v, de, (int32_t)e, n_kv, hd);
+		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<__half>)(pool->data, k, v, de, dn, n_kv, hd);
 		break;
 	case AAH_DTYPE_BF16:
-		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<__nv_bfloat16>)(pool->data, k, v, de, (int32_t)e, n_kv, hd);
+		LAUNCH(grid, ATT_NT, 0, c->stream, kv_store_kernel<__nv_bfloat16>)(pool->data, k, v, de, dn, n_kv, hd);
 		break;
 	default: cuda_fail(c, "kv_store: unknown KV element type %d", (int)pool->type); return;
 	}

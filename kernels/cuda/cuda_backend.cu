@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_attention.cuh"
 #include "kernels/cuda/cuda_ctx.cuh"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/cuda_sample.cuh"
 
 #define BLAS_WORKSPACE ((size_t)32 << 20)   /* what cuBLAS asks for on Hopper */
 #define WIDEN_BYTES ((size_t)64 << 20)      /* f32 mode: weight rows widened to f32 per cuBLAS call */
@@ -64,6 +65,10 @@ void cuda_fail(cuda_ctx *c, const char *fmt, ...)
 
 void *stage_host(cuda_ctx *c, size_t bytes)
 {
+	if (step_active(c)) {   /* a recorded step's ops use the step arenas; this would wait */
+		cuda_fail(c, "stage_host inside a recorded step");
+		return NULL;
+	}
 	bytes = align_up(bytes ? bytes : 1, 256);
 	if (c->stage_used + bytes > c->stage_cap) {
 		/* every copy out of the arena so far must be done before any of it is written again */
@@ -83,18 +88,29 @@ void *stage_host(cuda_ctx *c, size_t bytes)
 	}
 	void *p = c->h_stage + c->stage_used;
 	c->stage_used += bytes;
+	c->stage_asked += bytes;
 	return p;
 }
 
 /* Grows a device buffer to at least `bytes` (contents are not kept). Waits for the stream first: a kernel may
- * still read the old one. */
-static void *grow_device(cuda_ctx *c, uint8_t **buf, size_t *cap, size_t bytes)
+ * still read the old one. Inside a recorded step nothing may wait or allocate: the step is aborted instead, with
+ * the need recorded, and runs again eagerly (cuda_graph.cu). A buffer that recorded graphs name (`named`) drops
+ * them when it moves. */
+static void *grow_device(cuda_ctx *c, uint8_t **buf, size_t *cap, size_t bytes, bool named = false)
 {
 	if (bytes <= *cap && *buf)
 		return *buf;
+	if (step_active(c)) {
+		if (named)
+			c->scratch_need = std::max(c->scratch_need, bytes);
+		c->step_abort = true;
+		return NULL;
+	}
 	size_t n = align_up(std::max(bytes, *cap + *cap / 2), (size_t)1 << 20);
 	if (!CUDA_CHECK(c, cudaStreamSynchronize(c->stream)))
 		return NULL;
+	if (named)
+		graphs_drop(c);
 	if (*buf)
 		CUDA_CHECK(c, cudaFree(*buf));
 	*buf = NULL;
@@ -112,15 +128,30 @@ void *tab_reserve(cuda_ctx *c, size_t bytes)
 
 void *scratch_reserve(cuda_ctx *c, size_t bytes)
 {
-	return grow_device(c, &c->d_scratch, &c->scratch_cap, bytes);
+	return grow_device(c, &c->d_scratch, &c->scratch_cap, bytes, true);
 }
 
 void ctx_sync(cuda_ctx *c)
 {
+	if (step_active(c)) {
+		cuda_fail(c, "a wait for the device inside a recorded step");
+		return;
+	}
 	CUDA_CHECK(c, cudaMemcpyAsync(c->h_work, c->d_work, sizeof *c->h_work, cudaMemcpyDeviceToHost, c->stream));
 	if (!CUDA_CHECK(c, cudaStreamSynchronize(c->stream)))
 		return;
 	c->stage_used = 0;
+	/* The arena wrapped since the last sync point (a wait inside the step): size it for all that was asked, now that
+	 * nothing reads it, so that the same steps never wait again. */
+	if (c->stage_asked > c->stage_cap) {
+		const size_t cap = align_up(c->stage_asked + c->stage_asked / 4, (size_t)1 << 20);
+		CUDA_CHECK(c, cudaFreeHost(c->h_stage));
+		c->h_stage = NULL;
+		c->stage_cap = 0;
+		if (CUDA_CHECK(c, cudaHostAlloc((void **)&c->h_stage, cap, cudaHostAllocDefault)))
+			c->stage_cap = cap;
+	}
+	c->stage_asked = 0;
 	if (*c->h_work != c->work_expected)
 		cuda_fail(c, "attention work counter: the kernels computed %llu query-key products, their plan %llu",
 		          (unsigned long long)*c->h_work, (unsigned long long)c->work_expected);
@@ -225,6 +256,16 @@ static void cuda_get_rows(aah_backend *b, float *out, const aah_tensor *table, c
 	cuda_ctx *c = ctx_of(b);
 	if (n <= 0)
 		return;
+	if (step_active(c)) {   /* a recorded step: the ids lie in the fixed arena, uploaded before the graph runs */
+		void *d = NULL;
+		int32_t *h = (int32_t *)step_fixed(c, (size_t)n * sizeof *ids, &d);
+		if (!h)
+			return;
+		memcpy(h, ids, (size_t)n * sizeof *ids);
+		if (step_launches(c))
+			CUDA_CHECK(c, launch_get_rows(c->stream, out, table->data, table->type, table->cols, (const int32_t *)d, n));
+		return;
+	}
 	int32_t *h = (int32_t *)stage_host(c, (size_t)n * sizeof *ids);
 	int32_t *d = (int32_t *)tab_reserve(c, (size_t)n * sizeof *ids);
 	if (!h || !d)
@@ -237,7 +278,8 @@ static void cuda_get_rows(aah_backend *b, float *out, const aah_tensor *table, c
 static void cuda_rmsnorm(aah_backend *b, float *out, const float *x, const aah_tensor *w, int32_t n_rows, float eps)
 {
 	cuda_ctx *c = ctx_of(b);
-	CUDA_CHECK(c, launch_rmsnorm(c->stream, out, x, w->data, w->type, n_rows, w->cols, eps));
+	if (step_launches(c))
+		CUDA_CHECK(c, launch_rmsnorm(c->stream, out, x, w->data, w->type, n_rows, w->cols, eps));
 }
 
 /* Uploads host[0..n) into *dev unless it already holds exactly that (last[0..*held)). */
@@ -273,12 +315,37 @@ static bool upload_cached(cuda_ctx *c, T **dev, T **last, int32_t *cap, int32_t 
 	return true;
 }
 
+/* In a recorded step: host[0..n) in the fixed arena, once per step while the engine passes the same values (the q
+ * and k calls of every layer); returns its device address, NULL when the step was aborted. */
+template <typename T>
+static const T *step_table(cuda_ctx *c, const T **dev, size_t *at, int32_t *held, const T *host, int32_t n)
+{
+	if (*dev && *held == n && memcmp(c->h_fix + *at, host, (size_t)n * sizeof(T)) == 0)
+		return *dev;
+	void *d = NULL;
+	T *h = (T *)step_fixed(c, (size_t)n * sizeof(T), &d);
+	if (!h)
+		return NULL;
+	memcpy(h, host, (size_t)n * sizeof(T));
+	*dev = (const T *)d;
+	*at = (size_t)((uint8_t *)h - c->h_fix);
+	*held = n;
+	return *dev;
+}
+
 static void cuda_rope(aah_backend *b, float *x, int32_t n_rows, int32_t n_heads, int32_t head_dim, const int32_t *pos,
                       const float *inv_freq)
 {
 	cuda_ctx *c = ctx_of(b);
 	if (n_rows <= 0)
 		return;
+	if (step_active(c)) {
+		const int32_t *dp = step_table(c, &c->step_pos, &c->step_pos_at, &c->step_pos_n, pos, n_rows);
+		const float *df = step_table(c, &c->step_freq, &c->step_freq_at, &c->step_freq_n, inv_freq, head_dim / 2);
+		if (dp && df && step_launches(c))
+			CUDA_CHECK(c, launch_rope(c->stream, x, n_rows, n_heads, head_dim, dp, df));
+		return;
+	}
 	if (upload_cached(c, &c->d_pos, &c->h_pos_last, &c->pos_cap, &c->pos_n, pos, n_rows) &&
 	    upload_cached(c, &c->d_freq, &c->h_freq_last, &c->freq_cap, &c->freq_n, inv_freq, head_dim / 2))
 		CUDA_CHECK(c, launch_rope(c->stream, x, n_rows, n_heads, head_dim, c->d_pos, c->d_freq));
@@ -287,13 +354,23 @@ static void cuda_rope(aah_backend *b, float *x, int32_t n_rows, int32_t n_heads,
 static void cuda_swiglu(aah_backend *b, float *out, const float *gate, const float *up, int64_t n)
 {
 	cuda_ctx *c = ctx_of(b);
-	CUDA_CHECK(c, launch_swiglu(c->stream, out, gate, up, n));
+	if (step_launches(c))
+		CUDA_CHECK(c, launch_swiglu(c->stream, out, gate, up, n));
 }
 
 static void cuda_add(aah_backend *b, float *x, const float *y, int64_t n)
 {
 	cuda_ctx *c = ctx_of(b);
-	CUDA_CHECK(c, launch_add(c->stream, x, y, n));
+	if (step_launches(c))
+		CUDA_CHECK(c, launch_add(c->stream, x, y, n));
+}
+
+static void cuda_split_cols(aah_backend *b, float *const *dst, const int32_t *widths, int32_t n_parts,
+                            const float *src, int32_t n_rows)
+{
+	cuda_ctx *c = ctx_of(b);
+	if (step_launches(c))   /* the pointers and widths go into the launch by value: a graph keeps them */
+		CUDA_CHECK(c, launch_split_cols(c->stream, dst, widths, n_parts, src, n_rows));
 }
 
 /* ---- matmul ----
@@ -313,10 +390,14 @@ static void cuda_matmul(aah_backend *b, float *out, const float *x, int32_t n, c
 		return;
 	}
 	if (n <= GEMV_MAX_N) {
-		CUDA_CHECK(c, launch_gemv(c->stream, out, x, n, w->data, w->type, M, K));
+		if (step_launches(c))
+			CUDA_CHECK(c, launch_gemv(c->stream, out, x, n, w->data, w->type, M, K));
 		return;
 	}
 	const float one = 1.0f, zero = 0.0f;
+	/* a replayed step launches nothing, but asks for the same scratch (an aborted one records the need) */
+	if (w->type == AAH_DTYPE_F32 && !step_launches(c))
+		return;
 	if (w->type == AAH_DTYPE_F32) {
 		BLAS_CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, w->data, CUDA_R_32F,
 		                           (int)K, x, CUDA_R_32F, (int)K, &zero, out, CUDA_R_32F, (int)M,
@@ -327,7 +408,7 @@ static void cuda_matmul(aah_backend *b, float *out, const float *x, int32_t n, c
 	const cudaDataType wt = w->type == AAH_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 	if (!c->matmul_f32) {
 		void *xh = scratch_reserve(c, (size_t)n * (size_t)K * 2);
-		if (!xh || !CUDA_CHECK(c, launch_f32_to_half(c->stream, xh, w->type, x, (int64_t)n * K)))
+		if (!xh || !step_launches(c) || !CUDA_CHECK(c, launch_f32_to_half(c->stream, xh, w->type, x, (int64_t)n * K)))
 			return;
 		BLAS_CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, w->data, wt, (int)K, xh,
 		                           wt, (int)K, &zero, out, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F,
@@ -336,7 +417,7 @@ static void cuda_matmul(aah_backend *b, float *out, const float *x, int32_t n, c
 	}
 	const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(M, (int64_t)(WIDEN_BYTES / sizeof(float)) / K));
 	float *wf = (float *)scratch_reserve(c, (size_t)rows * (size_t)K * sizeof(float));
-	if (!wf)
+	if (!wf || !step_launches(c))
 		return;
 	for (int64_t m0 = 0; m0 < M; m0 += rows) {
 		const int64_t mc = std::min(rows, M - m0);
@@ -364,12 +445,25 @@ static void cuda_kv_store(aah_backend *b, const aah_kv_pool *pool, const float *
 	cuda_kv_store_run(ctx_of(b), pool, k, v, seqs, n_seqs, n_kv);
 }
 
+/* ---- recorded steps (cuda_graph.cu) ---- */
+
+static int cuda_step_begin_op(aah_backend *b, uint64_t key)
+{
+	return cuda_step_begin(ctx_of(b), key);
+}
+
+static int cuda_step_end_op(aah_backend *b)
+{
+	return cuda_step_end(ctx_of(b));
+}
+
 /* ---- life cycle ---- */
 
 static void ctx_free(cuda_ctx *c)
 {
 	if (c->stream)
 		cudaStreamSynchronize(c->stream);
+	graphs_free(c);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	cudaFree(c->blas_ws);
@@ -420,6 +514,11 @@ static const aah_backend_iface cuda_iface = {
 	/* .kv_store = */ cuda_kv_store,
 	/* .synchronize = */ cuda_synchronize,
 	/* .last_error = */ cuda_last_error,
+	/* .fuse_projections = */ 1,
+	/* .split_cols = */ cuda_split_cols,
+	/* .logits_top = */ cuda_logits_top,
+	/* .step_begin = */ cuda_step_begin_op,
+	/* .step_end = */ cuda_step_end_op,
 };
 
 extern "C" int aah_backend_cuda_available(void)
@@ -470,8 +569,9 @@ extern "C" aah_backend *aah_backend_cuda_init(const aah_backend_params *p, char 
 	c->smem_optin = prop.sharedMemPerBlockOptin;
 	const char *mm = getenv("AAH_CUDA_MATMUL");
 	c->matmul_f32 = mm && !strcmp(mm, "f32");
-	snprintf(c->desc, sizeof c->desc, "%.120s, %d SMs, %s matmul", prop.name, prop.multiProcessorCount,
-	         c->matmul_f32 ? "f32" : "bf16 tensor-core");
+	const char *gr = getenv("AAH_CUDA_GRAPHS");
+	snprintf(c->desc, sizeof c->desc, "%.120s, %d SMs, %s matmul, decode graphs %s", prop.name,
+	         prop.multiProcessorCount, c->matmul_f32 ? "f32" : "bf16 tensor-core", gr && !strcmp(gr, "0") ? "off" : "on");
 	quiet_init = true;
 	const bool ok =
 		CUDA_CHECK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
@@ -482,10 +582,10 @@ extern "C" aah_backend *aah_backend_cuda_init(const aah_backend_params *p, char 
 		CUDA_CHECK(c, cudaMemsetAsync(c->d_work, 0, sizeof *c->d_work, c->stream)) &&
 		CUDA_CHECK(c, cudaHostAlloc((void **)&c->h_work, sizeof *c->h_work, cudaHostAllocDefault)) &&
 		stage_host(c, (size_t)4 << 20) != NULL && tab_reserve(c, (size_t)1 << 20) != NULL &&
-		scratch_reserve(c, (size_t)16 << 20) != NULL && cuda_attention_setup(c) &&
+		scratch_reserve(c, (size_t)16 << 20) != NULL && cuda_attention_setup(c) && graphs_init(c) &&
 		CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
 	quiet_init = false;
-	c->stage_used = 0;
+	c->stage_used = c->stage_asked = 0;
 	c->pos_n = c->freq_n = -1;
 	if (!ok) {
 		snprintf(err, err_len, "CUDA device %d (%s): %s", dev, prop.name, c->err);
@@ -501,6 +601,15 @@ extern "C" aah_backend *aah_backend_cuda_init(const aah_backend_params *p, char 
 extern "C" const char *aah_backend_cuda_device(const aah_backend *b)
 {
 	return ((const cuda_ctx *)b->context)->desc;
+}
+
+extern "C" void aah_backend_cuda_graph_stats(const aah_backend *b, aah_cuda_graph_stats *out)
+{
+	const cuda_ctx *c = (const cuda_ctx *)b->context;
+	out->enabled = c->graphs_on;
+	out->captured = c->n_captured;
+	out->replayed = c->n_replayed;
+	out->eager = c->n_eager_steps;
 }
 
 extern "C" uint64_t aah_backend_cuda_work_measured(aah_backend *b)

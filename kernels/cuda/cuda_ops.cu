@@ -145,6 +145,51 @@ cudaError_t launch_add(cudaStream_t st, float *x, const float *y, int64_t n)
 	return cudaGetLastError();
 }
 
+/* ---- a fused projection's output split into its parts: a thread per source element, reads coalesced ---- */
+
+struct split_args {
+	float *dst[AAH_SPLIT_MAX_PARTS];
+	int32_t width[AAH_SPLIT_MAX_PARTS];
+	int32_t n_parts;
+	int32_t total;   /* Σ width */
+};
+
+__global__ void split_cols_kernel(split_args a, const float *__restrict__ src, int64_t n)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = i / a.total;
+		int32_t c = (int32_t)(i - r * a.total), w = a.width[0];
+		float *d = a.dst[0];
+#pragma unroll
+		for (int p = 1; p < AAH_SPLIT_MAX_PARTS; p++)   /* constant indices: the arguments stay in registers */
+			if (p < a.n_parts && c >= w) {
+				c -= w;
+				w = a.width[p];
+				d = a.dst[p];
+			}
+		d[r * w + c] = src[i];
+	}
+}
+
+cudaError_t launch_split_cols(cudaStream_t st, float *const *dst, const int32_t *widths, int32_t n_parts,
+                              const float *src, int32_t n_rows)
+{
+	if (n_parts < 1 || n_parts > AAH_SPLIT_MAX_PARTS)
+		return cudaErrorInvalidValue;
+	split_args a = {};
+	a.n_parts = n_parts;
+	for (int32_t p = 0; p < n_parts; p++) {
+		a.dst[p] = dst[p];
+		a.width[p] = widths[p];
+		a.total += widths[p];
+	}
+	const int64_t n = (int64_t)n_rows * a.total;
+	if (n <= 0)
+		return cudaSuccess;
+	LAUNCH(grid_for(n, NT, 65535), NT, 0, st, split_cols_kernel)(a, src, n);
+	return cudaGetLastError();
+}
+
 /* ---- gemv: a warp per weight row, all N activation rows at once ----
  * Decode is memory-bound: each weight byte is read once, 16 bytes per lane per load (VEC, K a multiple of 8), the
  * activation rows (a few KB) come from L1/L2. Lane l sums k ≡ l (mod 32) in blocks of 8, then the warp adds up. */

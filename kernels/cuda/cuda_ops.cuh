@@ -22,6 +22,10 @@ cudaError_t launch_rope(cudaStream_t st, float *x, int32_t n_rows, int32_t n_hea
 cudaError_t launch_swiglu(cudaStream_t st, float *out, const float *gate, const float *up, int64_t n);
 /* x[i] += y[i]. */
 cudaError_t launch_add(cudaStream_t st, float *x, const float *y, int64_t n);
+/* dst[p] (n_rows, widths[p]) = src (n_rows, Σ widths) columns of part p; n_parts ≤ AAH_SPLIT_MAX_PARTS, dst and
+ * widths host arrays of device pointers and widths (passed by value to the kernel). */
+cudaError_t launch_split_cols(cudaStream_t st, float *const *dst, const int32_t *widths, int32_t n_parts,
+                              const float *src, int32_t n_rows);
 /* out (n, M) = x (n, K) · wᵀ for n ≤ GEMV_MAX_N rows: w (M, K) of type t streamed once, f32 accumulation. */
 #define GEMV_MAX_N 4
 cudaError_t launch_gemv(cudaStream_t st, float *out, const float *x, int32_t n, const void *w, aah_dtype t, int64_t M,

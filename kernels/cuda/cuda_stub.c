@@ -28,6 +28,12 @@ uint64_t aah_backend_cuda_work_measured(aah_backend *b)
 	return 0;
 }
 
+void aah_backend_cuda_graph_stats(const aah_backend *b, aah_cuda_graph_stats *out)
+{
+	(void)b;
+	*out = (aah_cuda_graph_stats){ 0 };
+}
+
 double aah_cuda_copy_bandwidth(int32_t device, size_t bytes)
 {
 	(void)device;

@@ -1,7 +1,9 @@
 #!/bin/sh
-# tests/gpu/check.sh — the one prepared run on a GPU machine (issue 7): the CUDA test suites, then aah-bench on a
-# random Qwen3-4B-shaped model with an AAH regime at ACR ≈ 0.3, at 4096 positions. Under 8 minutes on an H200;
-# logs under $OUT when that is set (at most 3 files: check.log, summary.txt, device.txt), else /tmp/aah-gpu-check.
+# tests/gpu/check.sh — the one prepared run on a GPU machine (issue 7): the CUDA test suites (the engine suites with
+# decode steps replayed from CUDA graphs and launched op by op, AAH_CUDA_GRAPHS=0), then aah-bench on a random
+# Qwen3-4B-shaped model with an AAH regime at ACR ≈ 0.3, at 4096 positions (batch-1 decode both ways). Its steps'
+# time limits add up to 8 minutes; logs under $OUT when that is set (at most 3 files: check.log, summary.txt,
+# device.txt), else /tmp/aah-gpu-check.
 #
 # Binaries: the carried bundle .bundle/ (made on the build machine by tools/bundle.sh; the device has the CUDA
 # toolkit but not our Debian libraries), else a fresh `make` here. Knobs, for a rehearsal on a CPU machine:
@@ -74,7 +76,8 @@ cat "$LOGDIR/device.txt" >>"$LOG"
 TESTS_RC=0
 if [ "$BACKEND" = cuda ]; then
 	step test-gpu 150 sh tests/gpu/run.sh "$BUILD" || TESTS_RC=1
-	grep -E "^gpu: |^attention |^engine on |golden .*max|^equivalence|FAILED|Checks:" "$LOG" >>"$SUMMARY"
+	grep -E "^gpu: |^attention |^engine on |^engine decode with graphs|golden .*max|^equivalence|FAILED|Checks:" \
+		"$LOG" >>"$SUMMARY"
 fi
 
 # ---- the benchmark model: Qwen3-4B shape, random BF16 weights, aah.json regimes at ACR ≈ 0.3 ----
@@ -86,15 +89,18 @@ fi
 # ---- benchmarks ----
 # batch-1 prefill and decode at ~3.7k positions, weight bytes per token, bandwidth against the device copy
 step bench-decode 60 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREADS" --prompt 3584 --gen 128 "$MODEL"
+# the same decode with every step launched op by op: what the CUDA graphs save (about 20 launches per layer)
+[ "$BACKEND" = cuda ] && step bench-decode-nographs 40 env AAH_CUDA_GRAPHS=0 "$BUILD/aah-bench" --backend "$BACKEND" \
+	--threads "$THREADS" --prompt 3584 --gen 64 "$MODEL"
 # batch 1 at 4096: full attention against the AAH regime, decode speed as the context grows
-step bench-context 60 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREADS" --context --gen 256 "$MODEL"
+step bench-context 50 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREADS" --context --gen 256 "$MODEL"
 # aggregate decode at 1, 4, 16, 64 sequences, 512 and 4096 positions, full attention against the AAH regime
 step bench-batch 120 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREADS" --batch --kv-budget "$KV_BUDGET" \
 	--gen 16 --reps 2 "$MODEL" "$MODEL"
 
 {
 	echo "== aah-bench, backend $BACKEND, model $PRESET (random weights), total $(elapsed) s"
-	grep -E "bandwidth|prefill  |decode   |read per decoded|^AAH at|^regime|^full_attention|^shallow_freeze|/ full_attention|^model|^demo |^0.6B|c=16 gives|^at 4096" "$LOG"
+	grep -E "bandwidth|prefill  |decode   |CUDA graphs|^== bench-decode|read per decoded|^AAH at|^regime|^full_attention|^shallow_freeze|/ full_attention|^model|^demo |^0.6B|c=16 gives|^at 4096" "$LOG"
 } >>"$SUMMARY"
 say ""
 say "======== summary ($(elapsed) s) ========"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/gpu/run.sh — `make test-gpu`: the CUDA backend's suites, from a build folder (BUILD, default build/):
 # op-by-op parity against the CPU backend, then the golden and AAH equivalence suites with the engine on CUDA in
-# exact f32 mode. Without a CUDA device every suite says "no CUDA device: skipped" and this passes.
+# exact f32 mode, each twice: decode steps replayed from CUDA graphs (the default) and launched op by op
+# (AAH_CUDA_GRAPHS=0). Without a CUDA device every suite says "no CUDA device: skipped" and this passes.
 # Prints one closing line "gpu: N passed, N failed"; each suite's output goes to $LOGS/<name>.log when LOGS is set.
 set -u
 BUILD=${1:-${BUILD:-build}}
@@ -26,7 +27,9 @@ run() {   # run NAME ENV... -- CMD...
 run check_gpu "$BUILD/tests/check_gpu"
 # The golden references and the float64 equivalence tests need the exact path: f32 products throughout.
 run check_golden_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/check_golden"
+run check_golden_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/check_golden"
 run check_aah_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/check_aah"
+run check_aah_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/check_aah"
 [ -n "$names" ] && echo "FAILED:$names"
 echo "gpu: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

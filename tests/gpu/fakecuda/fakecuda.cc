@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <vector>
+
 extern "C" {
 #include "kernels/cpu/cpu_kernels.h"
 }
@@ -163,6 +165,95 @@ void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void *), void *ct
 
 }   // namespace fakecuda
 
+/* ---- stream capture and graphs ---- */
+
+struct fakecuda_graph {
+	std::vector<std::function<void()>> ops;
+};
+struct fakecuda_graph_exec {
+	std::vector<std::function<void()>> ops;
+};
+
+namespace fakecuda {
+static fakecuda_graph *capture;      /* the open capture, or NULL */
+static bool capture_invalid;         /* something it cannot hold was asked for */
+
+bool record(std::function<void()> op)
+{
+	if (!capture)
+		return false;
+	capture->ops.push_back(std::move(op));
+	return true;
+}
+
+/* A call that a capture refuses (a wait, an allocation, a synchronous copy): fails and invalidates the capture. */
+static bool refused()
+{
+	if (!capture)
+		return false;
+	capture_invalid = true;
+	return true;
+}
+}   // namespace fakecuda
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
+{
+	(void)s;
+	(void)mode;
+	if (fakecuda::capture)
+		return cudaErrorStreamCaptureUnsupported;
+	fakecuda::capture = new fakecuda_graph;
+	fakecuda::capture_invalid = false;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+	(void)s;
+	*g = NULL;
+	if (!fakecuda::capture)
+		return cudaErrorInvalidValue;
+	fakecuda_graph *graph = fakecuda::capture;
+	fakecuda::capture = NULL;
+	if (fakecuda::capture_invalid) {
+		delete graph;
+		return cudaErrorStreamCaptureInvalidated;
+	}
+	*g = graph;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags)
+{
+	(void)flags;
+	if (!g || fakecuda::refused())
+		return cudaErrorInvalidValue;
+	*x = new fakecuda_graph_exec{ g->ops };
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
+{
+	(void)s;
+	if (!x || fakecuda::refused())
+		return cudaErrorInvalidValue;
+	for (auto &op : x->ops)
+		op();
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
+{
+	delete x;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+	delete g;
+	return cudaSuccess;
+}
+
 /* ---- the runtime ---- */
 
 cudaError_t cudaGetLastError()
@@ -180,6 +271,9 @@ const char *cudaGetErrorString(cudaError_t e)
 	case cudaErrorMemoryAllocation: return "out of memory";
 	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
 	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+	case cudaErrorNotReady: return "device not ready";
+	case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+	case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
 	}
 	return "unknown error";
 }
@@ -208,6 +302,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+	if (fakecuda::refused())
+		return cudaErrorStreamCaptureUnsupported;
 	*p = aligned_alloc(256, (bytes + 255) / 256 * 256);
 	if (!*p)
 		return cudaErrorMemoryAllocation;
@@ -217,6 +313,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 
 cudaError_t cudaFree(void *p)
 {
+	if (fakecuda::refused())
+		return cudaErrorStreamCaptureUnsupported;
 	free(p);
 	return cudaSuccess;
 }
@@ -224,12 +322,16 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
 {
 	(void)flags;
+	if (fakecuda::refused())
+		return cudaErrorStreamCaptureUnsupported;
 	*p = aligned_alloc(256, (bytes + 255) / 256 * 256);
 	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
+	if (fakecuda::refused())
+		return cudaErrorStreamCaptureUnsupported;
 	free(p);
 	return cudaSuccess;
 }
@@ -237,6 +339,8 @@ cudaError_t cudaFreeHost(void *p)
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
 {
 	(void)k;
+	if (fakecuda::refused())
+		return cudaErrorStreamCaptureUnsupported;
 	memmove(dst, src, bytes);
 	return cudaSuccess;
 }
@@ -244,11 +348,17 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k, cudaStream_t s)
 {
 	(void)s;
-	return cudaMemcpy(dst, src, bytes, k);
+	(void)k;
+	if (fakecuda::record([dst, src, bytes]() { memmove(dst, src, bytes); }))
+		return cudaSuccess;
+	memmove(dst, src, bytes);
+	return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t bytes)
 {
+	if (fakecuda::refused())
+		return cudaErrorStreamCaptureUnsupported;
 	memset(p, v, bytes);
 	return cudaSuccess;
 }
@@ -256,7 +366,10 @@ cudaError_t cudaMemset(void *p, int v, size_t bytes)
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
 {
 	(void)s;
-	return cudaMemset(p, v, bytes);
+	if (fakecuda::record([p, v, bytes]() { memset(p, v, bytes); }))
+		return cudaSuccess;
+	memset(p, v, bytes);
+	return cudaSuccess;
 }
 
 static int stream_token, event_token;
@@ -267,11 +380,30 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 	return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+/* everything ran when it was issued: waits return at once, outside a capture */
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	(void)s;
+	return fakecuda::refused() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (cudaEvent_t)&event_token; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+	(void)flags;
+	return cudaEventCreate(e);
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	(void)e;
+	return fakecuda::refused() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	(void)e;
+	return fakecuda::refused() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
 	(void)a;
@@ -332,6 +464,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 	const bool f32_compute = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC;
 	if (!(f32_compute || (at == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F_FAST_TF32)))
 		return CUBLAS_STATUS_NOT_SUPPORTED;   /* the combinations cuBLAS documents for these types */
+	/* captured: the scalars by value (host pointer mode), the matrices by address */
+	const float al0 = *(const float *)alpha, be0 = *(const float *)beta;
+	if (fakecuda::record([=]() {
+		    cublasGemmEx(h, ta, tb, m, n, k, &al0, A, at, lda, B, bt, ldb, &be0, C, ct, ldc, compute, algo);
+	    }))
+		return CUBLAS_STATUS_SUCCESS;
 	const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
 	const float al = *(const float *)alpha, be = *(const float *)beta;
 	float *c = (float *)C;

@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
+#include <tuple>
 #include <type_traits>
 
 /* ---- language ---- */
@@ -99,6 +101,9 @@ enum cudaError {
 	cudaErrorMemoryAllocation = 2,
 	cudaErrorInvalidConfiguration = 9,
 	cudaErrorNoDevice = 100,
+	cudaErrorNotReady = 600,
+	cudaErrorStreamCaptureUnsupported = 900,
+	cudaErrorStreamCaptureInvalidated = 901,
 };
 typedef enum cudaError cudaError_t;
 typedef struct fakecuda_stream *cudaStream_t;
@@ -113,6 +118,14 @@ enum cudaMemcpyKind {
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 #define cudaStreamNonBlocking 0x01
 #define cudaHostAllocDefault 0x00
+#define cudaEventDisableTiming 0x02
+enum cudaStreamCaptureMode {
+	cudaStreamCaptureModeGlobal = 0,
+	cudaStreamCaptureModeThreadLocal = 1,
+	cudaStreamCaptureModeRelaxed = 2,
+};
+typedef struct fakecuda_graph *cudaGraph_t;
+typedef struct fakecuda_graph_exec *cudaGraphExec_t;
 struct cudaDeviceProp {
 	char name[256];
 	int major, minor, multiProcessorCount;
@@ -136,6 +149,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
@@ -145,16 +160,39 @@ template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFunc
 	return cudaSuccess;
 }
 
+/* Stream capture and graphs. Between cudaStreamBeginCapture and cudaStreamEndCapture every launch, cudaMemcpyAsync,
+ * cudaMemsetAsync and cublasGemmEx is recorded (a kernel with its arguments by value, a copy with its pointers) instead
+ * of run; cudaGraphLaunch runs the records in order, reading memory as it is then, as a real graph does. What a real
+ * capture refuses fails here too: a synchronous copy or memset, an allocation or free, a stream or event wait; it
+ * returns cudaErrorStreamCaptureUnsupported and invalidates the capture (cudaStreamEndCapture then fails). */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+
 /* ---- launches: LAUNCH(grid, block, smem, stream, kernel)(args…) runs every block, one after another ---- */
 namespace fakecuda {
 void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void *), void *ctx);
+/* While a capture is open: keeps `op` (run later by cudaGraphLaunch) and returns true; else false. */
+bool record(std::function<void()> op);
 template <typename... P> struct launcher {
 	void (*k)(P...);
 	dim3 grid, block;
 	size_t smem;
 	template <typename... A> void operator()(A &&...a) const
 	{
-		auto call = [&]() { k(static_cast<P>(a)...); };
+		/* the arguments by value, converted to the kernel's parameter types as a real launch does */
+		auto call = [k = k, args = std::tuple<std::decay_t<P>...>(static_cast<P>(a)...)]() mutable {
+			std::apply(k, args);
+		};
+		const dim3 g = grid, b = block;
+		const size_t sm_bytes = smem;
+		if (record([call, g, b, sm_bytes]() mutable {
+			    run_grid(g, b, sm_bytes, [](void *c) { (*static_cast<decltype(call) *>(c))(); }, &call);
+		    }))
+			return;
 		run_grid(grid, block, smem, [](void *c) { (*static_cast<decltype(call) *>(c))(); }, &call);
 	}
 };
