@@ -478,6 +478,20 @@ static int64_t kv_run(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int
 /* One unit = one query row and one KV head, with every query head that reads it: each key and value row is
  * loaded once for the whole group (GQA), which divides the KV traffic by the group size; the blocks of
  * keys run through the table's qk / pv kernels with the queries and outputs in registers. */
+/* Asks for the cached page holding position t of a KV head (its K or V half) ahead of its use: the ring's pages lie
+ * anywhere in the pool, so no hardware prefetcher finds the next one, and decode attention at a few thousand
+ * positions waited on memory at every page. */
+static void kv_prefetch(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t t, int64_t last, int which)
+{
+	if (t > last || t >= s->pos0)
+		return;
+	int32_t page = s->rings[(int64_t)kvh * s->ring_stride + (t / AAH_PAGE_LEN) % s->n_slots[kvh]];
+	const size_t es = aah_dtype_size(j->pool->type), bytes = (size_t)AAH_PAGE_LEN * (size_t)j->head_dim * es;
+	const char *base = (const char *)j->pool->data + ((size_t)page * 2 + (size_t)which) * bytes;
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch(base + o, 0, 3);
+}
+
 static void attn_worker(void *p, int32_t ti, int32_t nt)
 {
 	attn_job *j = p;
@@ -512,7 +526,10 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 				qs[d] = qv[d] * j->scale;
 			const float *rows;
 			int64_t stride, n;
+			kv_prefetch(j, s, kvh, first, pos, 0);
 			for (int64_t t = first; t <= pos; t += n) {
+				/* the page after this one (its first position: the next run starts on a page boundary) */
+				kv_prefetch(j, s, kvh, (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN, pos, 0);
 				n = kv_run(j, s, kvh, t, pos, 0, tmp, &rows, &stride);
 				k->qk(scores + (t - first), ld, qs, group, rows, stride, (int32_t)n, hd);
 			}
@@ -528,7 +545,9 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 			}
 			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
 			memset(o, 0, (size_t)group * (size_t)hd * sizeof(float));
+			kv_prefetch(j, s, kvh, first, pos, 1);
 			for (int64_t t = first; t <= pos; t += n) {
+				kv_prefetch(j, s, kvh, (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN, pos, 1);
 				n = kv_run(j, s, kvh, t, pos, 1, tmp, &rows, &stride);
 				k->pv(o, scores + (t - first), ld, group, rows, stride, (int32_t)n, hd);
 			}
