@@ -9,6 +9,7 @@
 
 #include "engine/aah_policy.h"
 #include "engine/kv_cache.h"
+#include "kernels/argmax.h"
 #include "models/aah_config.h"
 #include "models/model.h"
 
@@ -277,7 +278,7 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	}
 	if (backend_open(e, err, err_len) != 0)
 		goto fail;
-	e->host_buffers = !strcmp(e->be->iface.name, "cpu");
+	e->host_buffers = e->be->iface.host_memory != 0;
 	{
 		/* fused projections: the backend's wish, unless the caller or AAH_FUSE=1|0 (the tests) says otherwise */
 		int32_t fz = e->p.fuse_projections;
@@ -703,6 +704,16 @@ static int validate_items(const engine *e, const engine_item *items, int32_t n_i
 		return -1;
 	}
 	return 0;
+}
+
+void engine_argmax_rows(engine *e, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols)
+{
+	if (e->host_buffers && e->be->iface.argmax_rows) {
+		e->be->iface.argmax_rows(e->be, ids, rows, n_rows, n_cols);
+		return;
+	}
+	for (int32_t r = 0; r < n_rows; r++)
+		ids[r] = aah_argmax(rows[r], n_cols);
 }
 
 int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len)

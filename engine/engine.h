@@ -104,6 +104,10 @@ typedef struct engine_item {
  * Validates everything first (open sequence, ids in range, context length, free pages): on error nothing
  * changes, it returns -1 and says why in err. */
 int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len);
+/* ids[r] = sampler_argmax(rows[r], n_cols) for r < n_rows, rows in host memory (engine_forward's logits): spread over
+ * the backend's workers where its memory is the host's (the CPU), else one after another here. The greedy tokens of
+ * a step at once, instead of one row at a time on the caller's thread while the workers wait. */
+void engine_argmax_rows(engine *e, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols);
 
 /* Weight bytes one decode step reads: every layer's matrices and norms, the final norm and the output head. */
 int64_t engine_weight_bytes_per_token(const engine *e);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/argmax.h"
+
 static uint64_t splitmix64(uint64_t *x)
 {
 	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -68,39 +70,16 @@ void sampler_accept(sampler *s, int32_t token)
 	}
 }
 
-/* The first index of the maximum (NaNs are never greater, as in a plain scan from index 0). One pass in blocks of 64:
- * each block's maximum in 16 lanes (vector max instructions), kept when it beats the best so far; the first index is
- * then sought from the start of the block where the best was first reached. Over a 152k vocabulary (600 KB, read from
- * L3 or memory) this is several times faster than a branchy scan, and the engine thread pays it once per generated
- * token of every running sequence. */
 int32_t sampler_argmax(const float *logits, int32_t n)
 {
-	float m = logits[0];
-	int32_t best = 0, i = 0;
-	for (; i + 64 <= n; i += 64) {
-		float lane[16];
-		for (int32_t j = 0; j < 16; j++)
-			lane[j] = -INFINITY;
-		for (int32_t k = 0; k < 64; k += 16)
-			for (int32_t j = 0; j < 16; j++)
-				lane[j] = logits[i + k + j] > lane[j] ? logits[i + k + j] : lane[j];
-		float bm = lane[0];
-		for (int32_t j = 1; j < 16; j++)
-			bm = lane[j] > bm ? lane[j] : bm;
-		if (bm > m) {
-			m = bm;
-			best = i;
-		}
-	}
-	for (; i < n; i++)
-		if (logits[i] > m) {
-			m = logits[i];
-			best = i;
-		}
-	for (i = best; i < n; i++)
-		if (logits[i] == m)
-			return i;
-	return 0;   /* logits[0] is NaN and nothing is greater: the scan's answer */
+	return aah_argmax(logits, n);
+}
+
+int32_t sampler_greedy_cols(const sampler *s)
+{
+	if (s->p.temperature > 0 || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0)
+		return 0;
+	return s->p.vocab_limit > 0 && s->p.vocab_limit < s->n_vocab ? s->p.vocab_limit : s->n_vocab;
 }
 
 static const float *cmp_probs;

@@ -68,6 +68,9 @@ int32_t sampler_top_wanted(const sampler *s, int32_t cap);
 void sampler_accept(sampler *s, int32_t token);
 /* Index of the largest logit, lowest id on ties. */
 int32_t sampler_argmax(const float *logits, int32_t n);
+/* n > 0 when this sampler's next draw is exactly sampler_argmax over the first n logits of the row (greedy, no
+ * penalty), so a caller may pick it for many rows at once (engine_argmax_rows); 0 otherwise. */
+int32_t sampler_greedy_cols(const sampler *s);
 
 #ifdef __cplusplus
 }

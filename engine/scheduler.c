@@ -69,6 +69,8 @@ typedef struct sched_slot {
 	int32_t chunk;                    /* this step: tokens fed (0 = not in this step) */
 	int64_t row0;                     /* this step: first logits row */
 	bool changed;                     /* this step: something to publish */
+	bool greedy;                      /* this step: its token was picked with the others' (engine_argmax_rows) */
+	int32_t greedy_id;                /* that token */
 } sched_slot;
 
 struct sched {
@@ -101,6 +103,8 @@ struct sched {
 	int64_t reserved_pages;
 	engine_item *items;               /* max_seqs */
 	int32_t *item_slot;               /* max_seqs */
+	const float **greedy_rows;        /* max_seqs: this step's rows of greedy decoders, picked at once */
+	int32_t *greedy_ids, *greedy_slot;   /* max_seqs */
 	float *logits;                    /* (logit_rows, vocab) */
 	int32_t prompt_logit_rows;        /* rows per step for prompt log-probabilities (echo) */
 	sched_request **admitted;         /* max_seqs */
@@ -554,6 +558,8 @@ static bool request_cancelled(const sched *s, sched_request *r)
 static void slot_generate(sched *s, sched_slot *sl, const float *row, double t)
 {
 	sched_request *r = sl->r;
+	const bool greedy = sl->greedy;   /* this step's only: never left for a later request of the slot */
+	sl->greedy = false;
 	if (sl->n_tokens >= r->max_tokens) {
 		if (r->t_first == 0) {   /* max_tokens 0: the prompt was all there was to do */
 			r->t_first = t;
@@ -562,7 +568,7 @@ static void slot_generate(sched *s, sched_slot *sl, const float *row, double t)
 		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
 		return;
 	}
-	int32_t id = sampler_sample(&r->smp, row);
+	int32_t id = greedy ? sl->greedy_id : sampler_sample(&r->smp, row);
 	sampler_accept(&r->smp, id);
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.generation_tokens++;
@@ -812,6 +818,25 @@ static void sched_step(sched *s)
 		kv_gauge_update(s);
 		return;
 	}
+	/* The greedy decoders' tokens at once, over the backend's workers (the same ids sampler_sample would pick). */
+	int32_t n_greedy = 0, greedy_cols = 0;
+	for (int32_t i = 0; i < n_items; i++) {
+		sched_slot *sl = &s->slots[s->item_slot[i]];
+		sl->greedy = false;
+		int32_t cols = sl->state == SCHED_SLOT_DECODE ? sampler_greedy_cols(&sl->r->smp) : 0;
+		if (cols == 0 || (n_greedy > 0 && cols != greedy_cols))
+			continue;
+		greedy_cols = cols;
+		s->greedy_rows[n_greedy] = s->logits + sl->row0 * (int64_t)s->vocab;
+		s->greedy_slot[n_greedy++] = s->item_slot[i];
+	}
+	if (n_greedy > 1) {
+		engine_argmax_rows(s->e, s->greedy_ids, s->greedy_rows, n_greedy, greedy_cols);
+		for (int32_t g = 0; g < n_greedy; g++) {
+			s->slots[s->greedy_slot[g]].greedy = true;
+			s->slots[s->greedy_slot[g]].greedy_id = s->greedy_ids[g];
+		}
+	}
 	double t = now_s();
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.prompt_tokens += (uint64_t)prompt_tokens;
@@ -936,6 +961,9 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->order = calloc((size_t)s->p.max_seqs, sizeof *s->order);
 	s->items = calloc((size_t)s->p.max_seqs, sizeof *s->items);
 	s->item_slot = calloc((size_t)s->p.max_seqs, sizeof *s->item_slot);
+	s->greedy_rows = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_rows);
+	s->greedy_ids = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_ids);
+	s->greedy_slot = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_slot);
 	s->admitted = calloc((size_t)s->p.max_seqs, sizeof *s->admitted);
 	s->queue = calloc((size_t)s->p.queue_length, sizeof *s->queue);
 	s->dropped = calloc((size_t)s->p.queue_length, sizeof *s->dropped);
@@ -944,8 +972,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	pthread_cond_init(&s->cv, NULL);
 	pthread_mutex_init(&s->metrics_mu, NULL);
 	atomic_init(&s->epoch, 1);
-	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->admitted || !s->queue || !s->dropped ||
-	    !s->logits) {
+	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_slot ||
+	    !s->admitted || !s->queue || !s->dropped || !s->logits) {
 		snprintf(err, err_len, "scheduler: out of memory");
 		sched_free(s);
 		return -1;
@@ -978,6 +1006,9 @@ void sched_free(sched *s)
 	free(s->order);
 	free(s->items);
 	free(s->item_slot);
+	free(s->greedy_rows);
+	free(s->greedy_ids);
+	free(s->greedy_slot);
 	free(s->admitted);
 	free(s->queue);
 	free(s->dropped);

@@ -166,6 +166,12 @@ typedef struct aah_backend_iface {
 	 * counts). The ops' host outputs are final only after step_end. */
 	int (*step_begin)(aah_backend *b, uint64_t key);
 	int (*step_end)(aah_backend *b);
+
+	/* 1: this backend's buffers are host memory (the CPU backend): the engine may hand them to the caller directly. */
+	int32_t host_memory;
+	/* Optional: ids[r] = aah_argmax(rows[r], n_cols) (kernels/argmax.h) for r < n_rows, rows in this backend's
+	 * memory, ids in host memory, the rows spread over the backend's workers: the greedy tokens of a decode step. */
+	void (*argmax_rows)(aah_backend *b, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols);
 } aah_backend_iface;
 
 struct aah_backend {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/argmax.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/threadpool.h"
@@ -583,6 +584,46 @@ START_TEST(test_matmul)
 		free(mag);
 		free(x);
 		wmat_free(&w);
+	}
+	backends_close(&bs);
+}
+END_TEST
+
+/* argmax_rows: each row's id is aah_argmax's (the sampler's), whatever the rows' count and the threads: random rows,
+ * ties (the first wins), ±0, NaN at 0 (the scan's 0), NaN elsewhere (ignored), all -inf, short and odd widths. */
+START_TEST(test_argmax_rows)
+{
+	rng_seed(1200);
+	backend_set bs;
+	backends_open(&bs, 7);
+	const int32_t widths[] = { 1, 5, 63, 64, 65, 1000, 151669 };
+	for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+		const int32_t n = widths[wi], rows = 11;
+		float *l = rand_floats((int64_t)rows * n, 4.0f);
+		const float *rp[11];
+		int32_t want[11], got[11];
+		for (int32_t r = 0; r < rows; r++) {
+			float *x = l + (int64_t)r * n;
+			switch (r) {
+			case 1: for (int32_t i = 0; i < n; i++) x[i] = roundf(x[i]); break;                /* ties */
+			case 2: for (int32_t i = 0; i < n; i++) x[i] = i % 2 ? 0.0f : -0.0f; break;      /* ±0 */
+			case 3: x[0] = NAN; break;
+			case 4: x[n / 2] = NAN; break;
+			case 5: for (int32_t i = 0; i < n; i++) x[i] = -INFINITY; break;
+			default: break;
+			}
+			rp[r] = x;
+			want[r] = aah_argmax(x, n);
+		}
+		for (int bi = 0; bi < bs.n; bi++)
+			for (int32_t nr = 1; nr <= rows; nr += 5) {
+				memset(got, 0xff, sizeof got);
+				bs.b[bi]->iface.argmax_rows(bs.b[bi], got, rp, nr, n);
+				for (int32_t r = 0; r < rows; r++)
+					CHECK(r < nr ? got[r] == want[r] : got[r] == -1, "%s argmax_rows width %d, %d rows: row %d = %d, want %d",
+					      bs.label[bi], n, nr, r, got[r], r < nr ? want[r] : -1);
+			}
+		free(l);
 	}
 	backends_close(&bs);
 }
@@ -1633,6 +1674,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_backend_init);
 	tcase_add_loop_test(tc, test_matmul, 0, 3);
 	tcase_add_loop_test(tc, test_matmul_batch_invariant, 0, 3);
+	tcase_add_test(tc, test_argmax_rows);
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu_add);

@@ -355,6 +355,7 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 	int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
 	float *logits = malloc((size_t)batch_conc[N_CONC - 1] * V * sizeof *logits);
 	int32_t seqs[64], toks[64];
+	const float *rows[64];
 	engine_item items[64];
 	int rc = -1;
 	if (!ids || !logits)
@@ -401,7 +402,8 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 					goto done;
 				}
 				for (int32_t i = 0; i < n; i++)
-					toks[i] = sampler_argmax(logits + (int64_t)i * V, V);
+					rows[i] = logits + (int64_t)i * V;
+				engine_argmax_rows(e, toks, rows, n, V);   /* greedy, as the scheduler picks it */
 			}
 			double dt = now_s() - t0, tps = (double)n * (gen - 1) / dt;
 			spent += dt;

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/argmax.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/threadpool.h"
@@ -313,6 +314,30 @@ static void cpu_logits_top(aah_backend *b, aah_logits_stats *stats, int32_t *top
 		threadpool_run(ctx_of(b)->tp, logits_worker, &j);
 }
 
+typedef struct argmax_job {
+	int32_t *ids;
+	const float *const *rows;
+	int32_t n_rows, n_cols;
+} argmax_job;
+
+static void argmax_worker(void *p, int32_t ti, int32_t nt)
+{
+	argmax_job *j = p;
+	int64_t lo, hi;
+	split_range(j->n_rows, 1, ti, nt, &lo, &hi);
+	for (int64_t r = lo; r < hi; r++)
+		j->ids[r] = aah_argmax(j->rows[r], j->n_cols);
+}
+
+static void cpu_argmax_rows(aah_backend *b, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols)
+{
+	argmax_job j = { ids, rows, n_rows, n_cols };
+	if (n_rows <= 1)
+		argmax_worker(&j, 0, 1);
+	else
+		threadpool_run(ctx_of(b)->tp, argmax_worker, &j);
+}
+
 /* ---- matmul ---- */
 
 
@@ -489,7 +514,7 @@ static void kv_prefetch(const attn_job *j, const aah_attn_seq *s, int32_t kvh, i
 	const size_t es = aah_dtype_size(j->pool->type), bytes = (size_t)AAH_PAGE_LEN * (size_t)j->head_dim * es;
 	const char *base = (const char *)j->pool->data + ((size_t)page * 2 + (size_t)which) * bytes;
 	for (size_t o = 0; o < bytes; o += 64)
-		__builtin_prefetch(base + o, 0, 3);
+		__builtin_prefetch(base + o, 0, 2);   /* into L2: into L1, 32 lines at once stalled on its fill buffers */
 }
 
 static void attn_worker(void *p, int32_t ti, int32_t nt)
@@ -676,6 +701,8 @@ static const aah_backend_iface cpu_iface = {
 	/* .logits_top = */ cpu_logits_top,
 	/* .step_begin = */ NULL,   /* nothing to record: every op runs as it is called */
 	/* .step_end = */ NULL,
+	/* .host_memory = */ 1,
+	/* .argmax_rows = */ cpu_argmax_rows,
 };
 
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p)

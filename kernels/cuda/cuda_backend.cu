@@ -519,6 +519,8 @@ static const aah_backend_iface cuda_iface = {
 	/* .logits_top = */ cuda_logits_top,
 	/* .step_begin = */ cuda_step_begin_op,
 	/* .step_end = */ cuda_step_end_op,
+	/* .host_memory = */ 0,
+	/* .argmax_rows = */ NULL,   /* the engine reads logits back to the host and picks there */
 };
 
 extern "C" int aah_backend_cuda_available(void)
