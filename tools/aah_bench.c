@@ -36,6 +36,9 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
 {
 	__m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256(), c = a, d = b;
 	for (size_t i = 0; i + 128 <= n; i += 128) {
+		/* software prefetch as the decode kernels do: the hardware prefetcher alone left a fifth of it unused */
+		_mm_prefetch((const char *)p + i + 2048, _MM_HINT_T0);
+		_mm_prefetch((const char *)p + i + 2048 + 64, _MM_HINT_T0);
 		a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
 		b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
 		c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
