@@ -2,6 +2,7 @@
  * Per layer: x += Wo·attn(rope(norm_q(Wq·n(x))), rope(norm_k(Wk·n(x))), Wv·n(x));  x += Wd·(silu(Wg·n(x)) ⊙ Wu·n(x)). */
 #include "engine/engine.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +54,9 @@ struct engine {
 	float *k, *v;                  /* (rows, n_kv · head_dim) */
 	float *gate, *up;              /* (rows, intermediate) */
 	float *xs;                     /* (logit_rows, hidden) rows that need logits */
-	float *logits;                 /* (logit_rows, vocab) */
+	float *logits;                 /* (logit_rows, vocab); after engine_forward without host logits, its rows */
 	int32_t logit_rows;
+	int32_t kept_rows;             /* rows of logits the last engine_forward kept (engine_logits_top); 0: none */
 
 	/* per-step scratch on the host */
 	int32_t *ids, *pos;            /* rows */
@@ -652,14 +654,18 @@ layers:
 		f->get_rows(b, e->xs, &xt, e->lrow + r, nr);
 		f->rmsnorm(b, e->xs, e->xs, &e->norm, nr, c->rms_norm_eps);
 		/* The caller's rows of a pass are consecutive; with host buffers the product goes straight into them, which
-		 * spares a copy of every logits row (16 decode rows of a 152k vocabulary: 10 MB per step). */
-		bool direct = e->host_buffers;
+		 * spares a copy of every logits row (16 decode rows of a 152k vocabulary: 10 MB per step). Without host logits
+		 * (logits_out NULL) the rows stay in e->logits at their item-order row, which engine_forward has checked
+		 * fits. */
+		bool direct = e->host_buffers || !logits_out;
 		for (int32_t i = 1; i < nr && direct; i++)
 			direct = e->ldst[r + i] == e->ldst[r] + i;
 		if (direct) {
-			f->matmul(b, logits_out + e->ldst[r] * c->vocab_size, e->xs, nr, &e->lm_head);
+			float *base = logits_out ? logits_out : e->logits;
+			f->matmul(b, base + e->ldst[r] * c->vocab_size, e->xs, nr, &e->lm_head);
 			continue;
 		}
+		assert(logits_out);   /* dst counts up along the rows: a kept pass is always consecutive */
 		f->matmul(b, e->logits, e->xs, nr, &e->lm_head);
 		for (int32_t i = 0; i < nr; i++)
 			f->buf_read(b, logits_out + e->ldst[r + i] * c->vocab_size, e->logits + (int64_t)i * c->vocab_size,
@@ -716,10 +722,20 @@ void engine_argmax_rows(engine *e, int32_t *ids, const float *const *rows, int32
 		ids[r] = aah_argmax(rows[r], n_cols);
 }
 
+int32_t engine_logits_rows_max(const engine *e) { return e->logit_rows; }
+
 int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len)
 {
 	if (validate_items(e, items, n_items, err, err_len) != 0)
 		return -1;
+	int64_t n_rows = 0;
+	for (int32_t i = 0; i < n_items; i++)
+		n_rows += items[i].all_logits ? items[i].n_tokens : 1;
+	if (!logits && n_rows > e->logit_rows) {
+		snprintf(err, err_len, "%lld logits rows exceed the %d the engine keeps", (long long)n_rows, e->logit_rows);
+		return -1;
+	}
+	e->kept_rows = 0;
 	for (int32_t i = 0; i < n_items; i++)
 		if (kv_cache_reserve(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens) != 0) {
 			snprintf(err, err_len, "KV cache full");   /* cannot happen after validate_items */
@@ -766,5 +782,29 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 		snprintf(err, err_len, "backend %s: %s", e->be->iface.name, be_err);
 		return -1;
 	}
+	e->kept_rows = logits ? 0 : (int32_t)n_rows;
 	return 0;
+}
+
+bool engine_logits_top_available(const engine *e) { return e->be->iface.logits_top != NULL; }
+
+int engine_logits_top(engine *e, aah_logits_stats *stats, int32_t *top_ids, float *top_logits, int32_t row0,
+                      int32_t n_rows, int32_t n_cols, const float *temperature, int32_t n_top)
+{
+	const aah_backend_iface *f = &e->be->iface;
+	if (!f->logits_top || row0 < 0 || n_rows < 1 || row0 + (int64_t)n_rows > e->kept_rows || n_cols < 1 ||
+	    n_cols > e->cfg.vocab_size || n_top < 1 || n_top > n_cols || n_top > AAH_LOGITS_TOP_MAX)
+		return -1;
+	f->logits_top(e->be, stats, top_ids, top_logits, e->logits + (int64_t)row0 * e->cfg.vocab_size,
+	              e->cfg.vocab_size, n_rows, n_cols, temperature, n_top);
+	return f->last_error && f->last_error(e->be) ? -1 : 0;
+}
+
+int engine_logits_row(engine *e, int32_t row, float *host)
+{
+	if (row < 0 || row >= e->kept_rows)
+		return -1;
+	const aah_backend_iface *f = &e->be->iface;
+	f->buf_read(e->be, host, e->logits + (int64_t)row * e->cfg.vocab_size, (size_t)e->cfg.vocab_size * sizeof(float));
+	return f->last_error && f->last_error(e->be) ? -1 : 0;
 }

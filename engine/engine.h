@@ -99,11 +99,35 @@ typedef struct engine_item {
 	bool all_logits;            /* logits after every token, else only after the last */
 } engine_item;
 
-/* Runs the forward pass for every item (different sequences), appending their tokens, and writes logits
+/* An item of one token at a position > 0 is a generated token to the adaptive policy (engine/aah_policy.h): it counts
+ * toward the control interval and may be a probe. A caller feeding a prompt in chunks keeps every chunk after the
+ * first at two tokens or more (the scheduler does), or a sequence's windows would depend on how its prompt was split.
+ *
+ * Runs the forward pass for every item (different sequences), appending their tokens, and writes logits
  * (host memory) in item order: n_tokens rows for an all_logits item, else 1; each row vocab_size floats.
+ * logits NULL: the rows stay in the engine's backend memory instead (the same rows, in the same order),
+ * where engine_logits_top reduces them and engine_logits_row reads one back — a decode step on a device then brings
+ * back a short list per row instead of vocab_size floats; they are valid until the next engine_forward, and at most
+ * engine_logits_rows_max rows are kept (more is an error).
  * Validates everything first (open sequence, ids in range, context length, free pages): on error nothing
  * changes, it returns -1 and says why in err. */
 int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len);
+/* Any thread: the logits rows an engine_forward without host logits keeps at most (≈ 64 MiB of them, at most
+ * max_batch_tokens). */
+int32_t engine_logits_rows_max(const engine *e);
+/* Any thread: whether the backend reduces logits rows where they are (engine_logits_top works). */
+bool engine_logits_top_available(const engine *e);
+/* The backend's logits_top (kernels/backend.h) over kept rows [row0, row0 + n_rows) of the last engine_forward
+ * without host logits, their first n_cols columns: stats[r] (max, the softmax sum at temperature[r], the log-softmax
+ * normaliser lse) and top_ids / top_logits[r·n_top …) the n_top largest logits, largest first, lower id first among
+ * equals. All arrays host memory, written by the caller's sizes (n_rows; n_rows·n_top). Waits for the result.
+ * Returns 0, or -1 (nothing written): rows not kept, n_cols not in [1, vocab_size], n_top not in
+ * [1, min(n_cols, AAH_LOGITS_TOP_MAX)], no logits_top in the backend, or a backend error. */
+int engine_logits_top(engine *e, aah_logits_stats *stats, int32_t *top_ids, float *top_logits, int32_t row0,
+                      int32_t n_rows, int32_t n_cols, const float *temperature, int32_t n_top);
+/* Copies kept row `row` (vocab_size floats) to host: the whole row, when its candidates do not decide. Returns 0,
+ * or -1: no such kept row, or a backend error. */
+int engine_logits_row(engine *e, int32_t row, float *host);
 /* ids[r] = sampler_argmax(rows[r], n_cols) for r < n_rows, rows in host memory (engine_forward's logits): spread over
  * the backend's workers where its memory is the host's (the CPU), else one after another here. The greedy tokens of
  * a step at once, instead of one row at a time on the caller's thread while the workers wait. */

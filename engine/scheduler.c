@@ -1,7 +1,18 @@
 /* engine/scheduler.c — the engine thread (see scheduler.h): a bounded FIFO of waiting requests, a few slots
  * (IDLE → PREFILL → DECODE → DONE, as llama.cpp's server), one engine_forward per step over every running slot.
  * Requests of one submission with the same prompt and regime (n choices) share its prefill: the first runs it,
- * the others wait in FORK_WAIT and fork its sequence when the prompt is through. */
+ * the others wait in FORK_WAIT and fork its sequence when the prompt is through.
+ *
+ * Device sampling (where the backend's memory is not the host's and it has logits_top; AAH_DEVICE_SAMPLING=1|0
+ * forces it on or off): a step's logits rows stay in the engine (engine_forward without host logits), one
+ * engine_logits_top reduces them all to their stats and candidates, and each slot draws with sampler_sample_top and
+ * fills its logprobs with sampler_logprobs_top — the same tokens and numbers as sampler_sample and logprob_fill over
+ * the whole row (bit for bit on the CPU). A row is read back whole (engine_logits_row) only when its candidates do not
+ * decide: plain temperature sampling, penalties after the first token, a top-p / min-p cut beyond the candidates, a
+ * sampler over other columns than the step's first (vocab_limit), a follower at another temperature than its leader,
+ * a token outside the logprobs candidates. A step with prompt log-probabilities, or with more rows than the engine
+ * keeps, brings its rows to the host as the host path does (which also picks its greedy rows at once,
+ * engine_argmax_rows). sched_metrics counts both kinds. */
 #include "engine/scheduler.h"
 
 #include <math.h>
@@ -73,6 +84,16 @@ typedef struct sched_slot {
 	int32_t greedy_id;                /* that token */
 } sched_slot;
 
+/* A slot's logits row in this step: in host memory (the host path), or kept in the engine (device sampling) with
+ * the candidates logits_top left of it. */
+typedef struct sched_row {
+	const float *host;                /* the whole row on the host, or NULL: not read back (yet) */
+	int32_t kept;                     /* device sampling: its row among the engine's kept rows; else -1 */
+	sampler_top top;                  /* its candidates; top.n 0: none */
+	double lse;                       /* its log-softmax normaliser over top.n_cols columns */
+	float temperature;                /* the temperature top.sum was taken at (1 stands for greedy) */
+} sched_row;
+
 struct sched {
 	engine *e;
 	sched_params p;
@@ -107,6 +128,16 @@ struct sched {
 	int32_t *greedy_ids, *greedy_slot;   /* max_seqs */
 	float *logits;                    /* (logit_rows, vocab) */
 	int32_t prompt_logit_rows;        /* rows per step for prompt log-probabilities (echo) */
+	/* device sampling (the header comment): a step's rows stay in the engine, logits_top reduces them */
+	bool device;
+	aah_logits_stats *top_stats;      /* max_seqs: this step's rows */
+	int32_t *top_ids;                 /* (max_seqs, AAH_LOGITS_TOP_MAX) their candidates, top_n a row */
+	float *top_logits;                /* (max_seqs, AAH_LOGITS_TOP_MAX) */
+	float *top_temp;                  /* max_seqs: each row's temperature */
+	bool *row_fetched;                /* max_seqs: the row is in s->logits already */
+	int32_t top_n, top_cols;          /* this step's candidates per row (0: none taken) and their columns */
+	int32_t *lp_ids;                  /* AAH_LOGITS_TOP_MAX: one row's candidates over all columns (logprobs) */
+	float *lp_logits;                 /* AAH_LOGITS_TOP_MAX */
 	sched_request **admitted;         /* max_seqs */
 	sched_request **dropped;          /* queue_length: cancelled while waiting */
 
@@ -554,12 +585,60 @@ static bool request_cancelled(const sched *s, sched_request *r)
 	return atomic_load(&r->cancel) || r->epoch < atomic_load(&s->epoch);
 }
 
-/* Samples the next token of sl from its logits row; ends the request when it is complete. */
-static void slot_generate(sched *s, sched_slot *sl, const float *row, double t)
+/* The columns a sampler draws from (sampler_top.n_cols). */
+static int32_t sampler_cols(const sampler *smp)
+{
+	return smp->p.vocab_limit > 0 && smp->p.vocab_limit < smp->n_vocab ? smp->p.vocab_limit : smp->n_vocab;
+}
+
+/* The whole row on the host: read back from the engine once per step and row (a leader's row serves its followers
+ * too). NULL when the backend failed. */
+static const float *row_host(sched *s, sched_row *src)
+{
+	if (src->host)
+		return src->host;
+	float *h = s->logits + (int64_t)src->kept * s->vocab;
+	if (!s->row_fetched[src->kept]) {
+		if (engine_logits_row(s->e, src->kept, h) != 0)
+			return NULL;
+		s->row_fetched[src->kept] = true;
+		pthread_mutex_lock(&s->metrics_mu);
+		s->m.logits_rows_fetched++;
+		pthread_mutex_unlock(&s->metrics_mu);
+	}
+	return src->host = h;
+}
+
+/* Row i of rows from the candidates: those of the step when they span every column, else a logits_top of this row
+ * alone over all columns (the sampler's may stop at its vocab_limit). false: the row is needed (the token is not
+ * among them). */
+static bool logprobs_from_top(sched *s, const sched_row *src, int32_t id, sched_logprob_rows *rows, int64_t i)
+{
+	const int32_t n_lp = rows->n_top;
+	float *lp = rows->logprob + i;
+	int32_t *ids = rows->top_ids + i * n_lp;
+	float *lps = rows->top_logprobs + i * n_lp;
+	if (src->top.n > 0 && src->top.n_cols == s->vocab)
+		return sampler_logprobs_top(&src->top, src->lse, id, n_lp, lp, ids, lps) == 0;
+	int32_t n = n_lp > 64 ? n_lp : 64;
+	n = n < AAH_LOGITS_TOP_MAX ? n : AAH_LOGITS_TOP_MAX;
+	n = n < s->vocab ? n : s->vocab;
+	aah_logits_stats st;
+	const float one = 1;
+	if (engine_logits_top(s->e, &st, s->lp_ids, s->lp_logits, src->kept, 1, s->vocab, &one, n) != 0)
+		return false;
+	sampler_top t = { st.max, st.sum, s->lp_ids, s->lp_logits, n, s->vocab };
+	return sampler_logprobs_top(&t, st.lse, id, n_lp, lp, ids, lps) == 0;
+}
+
+/* Samples the next token of sl from its logits row (src: on the host, or its candidates first and the row only when
+ * they do not decide); ends the request when it is complete. */
+static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 {
 	sched_request *r = sl->r;
 	const bool greedy = sl->greedy;   /* this step's only: never left for a later request of the slot */
 	sl->greedy = false;
+	const float *row = src->host;
 	if (sl->n_tokens >= r->max_tokens) {
 		if (r->t_first == 0) {   /* max_tokens 0: the prompt was all there was to do */
 			r->t_first = t;
@@ -568,10 +647,24 @@ static void slot_generate(sched *s, sched_slot *sl, const float *row, double t)
 		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
 		return;
 	}
-	int32_t id = greedy ? sl->greedy_id : sampler_sample(&r->smp, row);
+	int32_t id = greedy ? sl->greedy_id : -1;
+	bool from_top = false;
+	/* the candidates' sum is at the row's temperature: a follower at another one reads the row */
+	if (id < 0 && src->top.n > 0 && (r->smp.p.temperature <= 0 || r->smp.p.temperature == src->temperature)) {
+		id = sampler_sample_top(&r->smp, &src->top);
+		from_top = id >= 0;
+	}
+	if (id < 0) {
+		if (!row && !(row = row_host(s, src))) {
+			request_end(s, r, sl, SCHED_FINISH_ERROR, "the backend failed to read back a logits row");
+			return;
+		}
+		id = sampler_sample(&r->smp, row);
+	}
 	sampler_accept(&r->smp, id);
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.generation_tokens++;
+	s->m.draws_from_top += from_top;
 	rate_add(s, t, 0, 1);
 	if (r->t_first == 0)
 		histogram_observe(&s->m.ttft, t - r->t_submit);
@@ -589,8 +682,19 @@ static void slot_generate(sched *s, sched_slot *sl, const float *row, double t)
 			request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
 			return;
 		}
-	if (r->logprobs >= 0)
-		logprob_fill(row, s->vocab, id, &r->gen_lp, sl->n_tokens);
+	if (r->logprobs >= 0) {
+		if (!row && logprobs_from_top(s, src, id, &r->gen_lp, sl->n_tokens)) {
+			pthread_mutex_lock(&s->metrics_mu);
+			s->m.logprobs_from_top++;
+			pthread_mutex_unlock(&s->metrics_mu);
+		} else {
+			if (!row && !(row = row_host(s, src))) {
+				request_end(s, r, sl, SCHED_FINISH_ERROR, "the backend failed to read back a logits row");
+				return;
+			}
+			logprob_fill(row, s->vocab, id, &r->gen_lp, sl->n_tokens);
+		}
+	}
 	r->tokens[sl->n_tokens++] = id;
 	sl->changed = true;
 	/* the next step would append this token at position n_prompt + n_tokens - 1 */
@@ -702,7 +806,7 @@ static void followers_handoff(sched *s, int32_t leader)
 
 /* The leader's prompt is through (row: its logits after the last prompt token): each waiting follower forks its
  * sequence and samples its first token from the same row. Runs before the leader samples, which may end it. */
-static void followers_fork(sched *s, int32_t leader, const float *row, double t)
+static void followers_fork(sched *s, int32_t leader, sched_row *row, double t)
 {
 	const sched_slot *l = &s->slots[leader];
 	for (int32_t i = 0; i < s->n_order; i++) {
@@ -756,6 +860,42 @@ static void kv_gauge_update(sched *s)
 	pthread_mutex_unlock(&s->metrics_mu);
 }
 
+/* Device sampling: one logits_top over the step's kept rows (row i is item i's) — each row's temperature, as many
+ * candidates as the hungriest sampler wants (its followers' included) or its logprobs need, over the columns of the
+ * first row that samples (a row over other columns reads its row back). Returns 0, or -1 when the backend failed. */
+static int step_top(sched *s, int32_t n_items)
+{
+	int32_t n_top = 0, cols = 0;
+	for (int32_t i = 0; i < n_items; i++) {
+		const sched_slot *sl = &s->slots[s->item_slot[i]];
+		const sched_request *r = sl->r;
+		s->row_fetched[i] = false;
+		s->top_temp[i] = 1;
+		bool samples = sl->state == SCHED_SLOT_DECODE ||
+		               (sl->state == SCHED_SLOT_PREFILL && sl->n_fed + sl->chunk >= r->n_prompt);
+		if (!samples)
+			continue;   /* a prompt chunk that is not the last samples nothing */
+		if (r->smp.p.temperature > 0)
+			s->top_temp[i] = r->smp.p.temperature;
+		if (cols == 0)
+			cols = sampler_cols(&r->smp);
+		for (int32_t j = -1; j < s->n_order; j++) {   /* the slot, then the followers that fork its row */
+			const sched_slot *f = j < 0 ? sl : &s->slots[s->order[j]];
+			if (j >= 0 && (f->state != SCHED_SLOT_FORK_WAIT || f->leader != s->item_slot[i]))
+				continue;
+			int32_t want = sampler_top_wanted(&f->r->smp, AAH_LOGITS_TOP_MAX);
+			want = want > f->r->logprobs ? want : f->r->logprobs;
+			n_top = n_top > want ? n_top : want;
+		}
+	}
+	n_top = n_top < cols ? n_top : cols;
+	s->top_n = n_top;
+	s->top_cols = cols;
+	if (n_top == 0)
+		return 0;
+	return engine_logits_top(s->e, s->top_stats, s->top_ids, s->top_logits, 0, n_items, cols, s->top_temp, n_top);
+}
+
 /* One engine_forward over every running slot: a decode token each, then prompt chunks within the budget. */
 static void sched_step(sched *s)
 {
@@ -783,11 +923,20 @@ static void sched_step(sched *s)
 			} else {
 				if (sl->state != SCHED_SLOT_PREFILL)
 					continue;
-				int32_t c = r->n_prompt - sl->n_fed;
+				const int32_t left = r->n_prompt - sl->n_fed;
+				int32_t c = left;
 				if (c > budget)
 					c = budget;
 				if (r->prompt_lp && c > lp_budget)
 					c = lp_budget;
+				/* Never a one-token chunk past position 0: the engine would take it for a decode step (engine.h), and an
+				 * adaptive sequence's probes, hence its windows and tokens, would depend on how its prompt was split.
+				 * So a chunk leaves two tokens or none, and one of one token waits for a step with more budget (the
+				 * first prefilling slot always has a step's budget, at least 3: it never waits). */
+				if (c < left && left - c == 1)
+					c--;
+				if (c == 1 && sl->n_fed > 0)
+					c = 0;
 				if (c <= 0)
 					continue;
 				budget -= c;
@@ -807,8 +956,18 @@ static void sched_step(sched *s)
 	if (n_items == 0)
 		return;
 
+	/* Device sampling takes a step whose rows are one per item (no prompt log-probabilities) and fit the engine's
+	 * kept rows; any other step brings its rows to the host as before. */
+	bool dev = s->device && rows == n_items && rows <= engine_logits_rows_max(s->e);
+	for (int32_t i = 0; i < n_items && dev; i++)
+		dev = !s->items[i].all_logits;
 	char err[256];
-	if (engine_forward(s->e, s->items, n_items, s->logits, err, sizeof err) != 0) {
+	int frc = engine_forward(s->e, s->items, n_items, dev ? NULL : s->logits, err, sizeof err);
+	if (frc == 0 && dev && step_top(s, n_items) != 0) {
+		snprintf(err, sizeof err, "the backend failed to reduce the logits");
+		frc = -1;
+	}
+	if (frc != 0) {
 		/* cannot happen when admission is right; end this step's requests rather than retry forever */
 		for (int32_t i = 0; i < n_items; i++) {
 			sched_slot *sl = &s->slots[s->item_slot[i]];
@@ -820,7 +979,7 @@ static void sched_step(sched *s)
 	}
 	/* The greedy decoders' tokens at once, over the backend's workers (the same ids sampler_sample would pick). */
 	int32_t n_greedy = 0, greedy_cols = 0;
-	for (int32_t i = 0; i < n_items; i++) {
+	for (int32_t i = 0; i < n_items && !dev; i++) {
 		sched_slot *sl = &s->slots[s->item_slot[i]];
 		sl->greedy = false;
 		int32_t cols = sl->state == SCHED_SLOT_DECODE ? sampler_greedy_cols(&sl->r->smp) : 0;
@@ -847,6 +1006,18 @@ static void sched_step(sched *s)
 		sched_slot *sl = &s->slots[s->item_slot[i]];
 		sched_request *r = sl->r;
 		const float *row = s->logits + sl->row0 * (int64_t)s->vocab;
+		sched_row src = { .host = row, .kept = -1 };
+		if (dev) {
+			src.host = NULL;
+			src.kept = (int32_t)sl->row0;   /* = i: one row per item */
+			src.temperature = s->top_temp[i];
+			if (s->top_n > 0) {
+				const aah_logits_stats *st = &s->top_stats[i];
+				src.top = (sampler_top){ st->max, st->sum, s->top_ids + (int64_t)i * s->top_n,
+				                         s->top_logits + (int64_t)i * s->top_n, s->top_n, s->top_cols };
+				src.lse = st->lse;
+			}
+		}
 		if (sl->state == SCHED_SLOT_PREFILL) {
 			if (r->prompt_lp) {
 				/* row j predicts prompt token n_fed + j + 1 */
@@ -855,15 +1026,15 @@ static void sched_step(sched *s)
 					if (pos < r->n_prompt)
 						logprob_fill(row + (int64_t)j * s->vocab, s->vocab, r->prompt[pos], &r->prompt_lp_rows, pos);
 				}
-				row += (int64_t)(sl->chunk - 1) * s->vocab;
+				src.host = row + (int64_t)(sl->chunk - 1) * s->vocab;
 			}
 			sl->n_fed += sl->chunk;
 			if (sl->n_fed < r->n_prompt)
 				continue;
 			sl->changed = true;   /* prompt_done */
-			followers_fork(s, s->item_slot[i], row, t);
+			followers_fork(s, s->item_slot[i], &src, t);
 		}
-		slot_generate(s, sl, row, t);
+		slot_generate(s, sl, &src, t);
 		if (sl->state != SCHED_SLOT_DONE && sl->changed)
 			publish(r, sl);
 	}
@@ -923,6 +1094,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 		s->p.queue_length = 64;
 	if (s->p.step_tokens <= 0)
 		s->p.step_tokens = 256;
+	if (s->p.step_tokens < 3)
+		s->p.step_tokens = 3;   /* the least that always moves a prompt on without a one-token chunk (sched_step) */
 	const model_config *c = engine_config(e);
 	int32_t engine_seqs = ep->max_seqs > 0 ? ep->max_seqs : 8;
 	if (s->p.max_seqs > engine_seqs) {
@@ -968,12 +1141,27 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->queue = calloc((size_t)s->p.queue_length, sizeof *s->queue);
 	s->dropped = calloc((size_t)s->p.queue_length, sizeof *s->dropped);
 	s->logits = malloc((size_t)logit_rows * (size_t)s->vocab * sizeof *s->logits);
+	const size_t top_cells = (size_t)s->p.max_seqs * AAH_LOGITS_TOP_MAX;
+	s->top_stats = calloc((size_t)s->p.max_seqs, sizeof *s->top_stats);
+	s->top_ids = calloc(top_cells, sizeof *s->top_ids);
+	s->top_logits = calloc(top_cells, sizeof *s->top_logits);
+	s->top_temp = calloc((size_t)s->p.max_seqs, sizeof *s->top_temp);
+	s->row_fetched = calloc((size_t)s->p.max_seqs, sizeof *s->row_fetched);
+	s->lp_ids = calloc(AAH_LOGITS_TOP_MAX, sizeof *s->lp_ids);
+	s->lp_logits = calloc(AAH_LOGITS_TOP_MAX, sizeof *s->lp_logits);
+	/* Device sampling where the logits are not in host memory (a device), unless AAH_DEVICE_SAMPLING=0; =1 takes it
+	 * on the CPU too (the tests: it must give the host path's tokens bit for bit there). */
+	const char *dev_env = getenv("AAH_DEVICE_SAMPLING");
+	bool dev_want = dev_env && *dev_env ? strcmp(dev_env, "0") != 0 : !engine_backend(e)->iface.host_memory;
+	s->device = dev_want && engine_logits_top_available(e);
+	s->m.device_sampling = s->device;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	pthread_mutex_init(&s->metrics_mu, NULL);
 	atomic_init(&s->epoch, 1);
 	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_slot ||
-	    !s->admitted || !s->queue || !s->dropped || !s->logits) {
+	    !s->admitted || !s->queue || !s->dropped || !s->logits || !s->top_stats || !s->top_ids || !s->top_logits ||
+	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits) {
 		snprintf(err, err_len, "scheduler: out of memory");
 		sched_free(s);
 		return -1;
@@ -1013,6 +1201,13 @@ void sched_free(sched *s)
 	free(s->queue);
 	free(s->dropped);
 	free(s->logits);
+	free(s->top_stats);
+	free(s->top_ids);
+	free(s->top_logits);
+	free(s->top_temp);
+	free(s->row_fetched);
+	free(s->lp_ids);
+	free(s->lp_logits);
 	free(s);
 }
 

@@ -1,5 +1,7 @@
 /* engine/scheduler.h — the engine thread: it owns the engine and runs every open sequence one step at a time
- * (continuous batching); other threads submit requests to a bounded queue and read their tokens back. */
+ * (continuous batching); other threads submit requests to a bounded queue and read their tokens back. On a device it
+ * samples from each row's candidates (logits_top) and reads a whole row back only when they do not decide (scheduler.c;
+ * AAH_DEVICE_SAMPLING=1|0 forces that on or off). */
 #ifndef AAH_SCHEDULER_H
 #define AAH_SCHEDULER_H
 
@@ -126,6 +128,10 @@ typedef struct sched_regime_totals {
 typedef struct sched_metrics {
 	int32_t running, waiting;
 	uint64_t prompt_tokens, generation_tokens;
+	/* Device sampling (scheduler.c's header): whether it is on, tokens its candidates decided, generated tokens whose
+	 * log-probabilities came from candidates, and whole logits rows read back because candidates did not suffice. */
+	bool device_sampling;
+	uint64_t draws_from_top, logprobs_from_top, logits_rows_fetched;
 	double prompt_tokens_per_s, generation_tokens_per_s;   /* over the last 10 s */
 	int64_t kv_bytes_used, kv_bytes_capacity;
 	sched_histogram ttft, inter_token, duration;

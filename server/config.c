@@ -44,7 +44,7 @@ static const config_row rows[] = {
 	{ "kv_dtype", ENUM(kv_dtype, dtypes), "f32", "KV cache element type: f32, f16, bf16" },
 	{ "kv_budget_bytes", INT(kv_budget_bytes, 0, INT64_MAX), "0",
 	  "KV cache page pool in bytes; 0: room for max_batch full contexts" },
-	{ "prefill_chunk", INT(prefill_chunk, 1, 65536), "256",
+	{ "prefill_chunk", INT(prefill_chunk, 3, 65536), "256",
 	  "prompt tokens per engine step, so that a long prompt does not stall the decoding sequences" },
 	{ "max_body_bytes", INT(max_body_bytes, 1024, (int64_t)1 << 30), "1048576",
 	  "largest request body; larger ones get 413" },

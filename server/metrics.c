@@ -118,6 +118,17 @@ char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, s
 	fprintf(f, "aahd_prompt_tokens_per_second %.3f\n", m->prompt_tokens_per_s);
 	family(f, "aahd_generation_tokens_per_second", "gauge", "Generated tokens per second over the last 10 seconds.");
 	fprintf(f, "aahd_generation_tokens_per_second %.3f\n", m->generation_tokens_per_s);
+	family(f, "aahd_device_sampling", "gauge",
+	       "1 when tokens are drawn from each logits row's candidates where the logits are (engine/scheduler.c).");
+	fprintf(f, "aahd_device_sampling %d\n", m->device_sampling ? 1 : 0);
+	family(f, "aahd_draws_from_candidates_total", "counter", "Tokens that the logits rows' candidates decided.");
+	fprintf(f, "aahd_draws_from_candidates_total %llu\n", (unsigned long long)m->draws_from_top);
+	family(f, "aahd_logprobs_from_candidates_total", "counter",
+	       "Generated tokens whose log-probabilities came from the logits rows' candidates.");
+	fprintf(f, "aahd_logprobs_from_candidates_total %llu\n", (unsigned long long)m->logprobs_from_top);
+	family(f, "aahd_logits_rows_fetched_total", "counter",
+	       "Whole logits rows read back under device sampling because the candidates did not decide.");
+	fprintf(f, "aahd_logits_rows_fetched_total %llu\n", (unsigned long long)m->logits_rows_fetched);
 	per_regime(f, m, "aahd_acr", "Inference ACR (sum over windows of f_W * W / T) of the finished sequences of a regime.", 0);
 	family(f, "aahd_branch_usage_total", "counter",
 	       "Branch usage: query-head selections of each window, summed over layers, groups and tokens.");

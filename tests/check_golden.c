@@ -192,6 +192,99 @@ START_TEST(test_fused_projections)
 }
 END_TEST
 
+/* engine_forward without host logits keeps the same rows in the engine, in item order (a prompt chunked across
+ * forward chunks, an all-logits item, a decode step): engine_logits_row reads each back as the host path writes it,
+ * engine_logits_top reduces them (max, candidates in order, the log-softmax normaliser), and rows that were not kept
+ * or would not fit are refused. */
+START_TEST(test_kept_logits)
+{
+	char dir[1024], err[512];
+	snprintf(dir, sizeof dir, "%s/%s", testdata(), models[0]);
+	engine *eh, *ek;
+	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 3, .max_batch_tokens = 64,
+	                    .kv_dtype = AAH_DTYPE_F32 };
+	ck_assert_msg(engine_init(&eh, dir, &p, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_init(&ek, dir, &p, err, sizeof err) == 0, "%s", err);
+	const int on_cuda = !strcmp(test_backend(), "cuda");
+	const int32_t V = engine_config(ek)->vocab_size, NR = 7, NT = 16;
+	ck_assert_int_ge(engine_logits_rows_max(ek), NR);
+	int32_t ids[70];
+	for (int32_t i = 0; i < 70; i++)
+		ids[i] = (int32_t)((i * 7919u + 5u) % (uint32_t)V);
+	float *lh = malloc((size_t)NR * V * sizeof *lh), *lk = malloc((size_t)NR * V * sizeof *lk);
+	aah_logits_stats st[7];
+	int32_t top_ids[7 * 16];
+	float top_l[7 * 16], temp[7];
+	for (int32_t step = 0; step < 2; step++) {
+		engine_item items[3];
+		int32_t nr = step ? 3 : NR;
+		if (step == 0) {   /* 70 tokens (two forward chunks, one row), 5 with every row, 1 */
+			items[0] = (engine_item){ 0, ids, 70, false };
+			items[1] = (engine_item){ 1, ids + 10, 5, true };
+			items[2] = (engine_item){ 2, ids + 20, 1, false };
+			for (int32_t q = 0; q < 3; q++) {
+				ck_assert_int_eq(engine_seq_open(eh, NULL, err, sizeof err), q);
+				ck_assert_int_eq(engine_seq_open(ek, NULL, err, sizeof err), q);
+			}
+		} else {   /* a decode step */
+			for (int32_t q = 0; q < 3; q++)
+				items[q] = (engine_item){ q, ids + 30 + q, 1, false };
+		}
+		ck_assert_msg(engine_forward(eh, items, 3, lh, err, sizeof err) == 0, "%s", err);
+		ck_assert_msg(engine_forward(ek, items, 3, NULL, err, sizeof err) == 0, "%s", err);
+		for (int32_t r = 0; r < nr; r++) {
+			temp[r] = 0.5f + 0.25f * (float)r;
+			float *row = lk + (int64_t)r * V;
+			ck_assert_int_eq(engine_logits_row(ek, r, row), 0);
+			const float *h = lh + (int64_t)r * V;
+			double worst = 0;
+			for (int32_t v = 0; v < V; v++)
+				worst = fmax(worst, fabs((double)row[v] - h[v]));
+			ck_assert_msg(on_cuda ? worst <= 1e-5 : worst == 0, "step %d row %d: max |diff| %.3g", step, r, worst);
+		}
+		ck_assert_int_eq(engine_logits_row(ek, nr, lk), -1);
+		ck_assert_int_eq(engine_logits_top(ek, st, top_ids, top_l, 0, nr, V, temp, NT), 0);
+		for (int32_t r = 0; r < nr; r++) {   /* against the kept row read back: candidates are exact everywhere */
+			const float *h = lk + (int64_t)r * V;
+			double m = -INFINITY, sum = 0;
+			for (int32_t v = 0; v < V; v++)
+				m = h[v] > m ? h[v] : m;
+			for (int32_t v = 0; v < V; v++)
+				sum += exp((double)h[v] - m);
+			ck_assert((double)st[r].max == m);
+			ck_assert_msg(fabs(st[r].lse - (m + log(sum))) <= 1e-5, "row %d: lse %.9g, %.9g", r, st[r].lse,
+			              m + log(sum));
+			ck_assert_int_eq(top_ids[r * NT], sampler_argmax(h, V));
+			for (int32_t j = 0; j < NT; j++) {
+				ck_assert(j == 0 || top_l[r * NT + j] <= top_l[r * NT + j - 1]);
+				ck_assert(top_l[r * NT + j] == h[top_ids[r * NT + j]]);
+			}
+		}
+		/* not kept, or not there: refused */
+		ck_assert_int_eq(engine_logits_top(ek, st, top_ids, top_l, 1, nr, V, temp, NT), -1);
+		ck_assert_int_eq(engine_logits_top(ek, st, top_ids, top_l, 0, nr, V, temp, AAH_LOGITS_TOP_MAX + 1), -1);
+		ck_assert_int_eq(engine_logits_top(ek, st, top_ids, top_l, 0, nr, V + 1, temp, NT), -1);
+	}
+	/* more rows than the engine keeps: an error, and nothing changed; a host-logits forward keeps none */
+	int32_t len = engine_seq_len(ek, 0);
+	int32_t many = engine_logits_rows_max(ek) + 1;
+	int32_t *big = calloc((size_t)many, sizeof *big);
+	engine_item it = { 0, big, many, true };
+	ck_assert_int_eq(engine_forward(ek, &it, 1, NULL, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "exceed") != NULL, "%s", err);
+	ck_assert_int_eq(engine_seq_len(ek, 0), len);
+	engine_item one = { 0, ids, 1, false };
+	ck_assert_msg(engine_forward(ek, &one, 1, lk, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(engine_logits_row(ek, 0, lk), -1);
+	ck_assert_int_eq(engine_logits_top(ek, st, top_ids, top_l, 0, 1, V, temp, NT), -1);
+	free(big);
+	free(lh);
+	free(lk);
+	engine_free(eh);
+	engine_free(ek);
+}
+END_TEST
+
 int main(void)
 {
 	/* On the CUDA backend: skip without a device, and run in this process (a CUDA context does not survive fork). */
@@ -205,6 +298,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_golden, 0, (int)(2 * sizeof cfgs / sizeof cfgs[0]));
 	tcase_add_loop_test(tc, test_fused_projections, 0, 2);
+	tcase_add_test(tc, test_kept_logits);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	if (on_cuda)

@@ -89,10 +89,36 @@ static void teardown(void)
 	eng = ref_eng = NULL;
 }
 
+/* log_softmax(x)[id] and the n_top best (lower id first among equals), as the scheduler computes them from a whole
+ * row (its logprob_fill): the same expressions, so equal rows give equal floats. */
+static void ref_logprobs(const float *x, int32_t vocab, int32_t id, int32_t n_top, float *lp, int32_t *ids, float *lps)
+{
+	double m = -INFINITY, sum = 0;
+	for (int32_t v = 0; v < vocab; v++)
+		if (x[v] > m)
+			m = x[v];
+	for (int32_t v = 0; v < vocab; v++)
+		sum += exp((double)x[v] - m);
+	double lse = m + log(sum);
+	*lp = (float)((double)x[id] - lse);
+	for (int32_t j = 0; j < n_top; j++) {   /* the j-th largest: above the (j-1)-th in (value desc, id asc) order */
+		int32_t best = -1;
+		for (int32_t v = 0; v < vocab; v++) {
+			bool after = j == 0 || x[v] < x[ids[j - 1]] || (x[v] == x[ids[j - 1]] && v > ids[j - 1]);
+			if (after && (best < 0 || x[v] > x[best]))
+				best = v;
+		}
+		ids[j] = best;
+		lps[j] = (float)((double)x[best] - lse);
+	}
+}
+
 /* The lone run: the whole prompt in one forward call, then one token per call, with the request's own sampler.
- * Returns the tokens generated (stopping at a stop id, not counted). */
-static int32_t lone_run(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, const sampler_params *sp,
-                        const int32_t *stop_ids, int32_t n_stop, int32_t *out)
+ * Returns the tokens generated (stopping at a stop id, not counted); with lp, each token's log-probability and its
+ * n_top best (lp_ids, lp_top: n_top a token) as well. */
+static int32_t lone_run_lp(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, const sampler_params *sp,
+                           const int32_t *stop_ids, int32_t n_stop, int32_t *out, int32_t n_top, float *lp,
+                           int32_t *lp_ids, float *lp_top)
 {
 	char err[256];
 	const int32_t vocab = engine_config(ref_eng)->vocab_size;
@@ -112,6 +138,8 @@ static int32_t lone_run(const int32_t *prompt, int32_t n_prompt, int32_t max_tok
 			stop |= id == stop_ids[i];
 		if (stop)
 			break;
+		if (lp)
+			ref_logprobs(logits, vocab, id, n_top, lp + n, lp_ids + (int64_t)n * n_top, lp_top + (int64_t)n * n_top);
 		out[n++] = id;
 		if (n == max_tokens || n_prompt + n > CTX)
 			break;
@@ -122,6 +150,12 @@ static int32_t lone_run(const int32_t *prompt, int32_t n_prompt, int32_t max_tok
 	sampler_free(&smp);
 	free(logits);
 	return n;
+}
+
+static int32_t lone_run(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, const sampler_params *sp,
+                        const int32_t *stop_ids, int32_t n_stop, int32_t *out)
+{
+	return lone_run_lp(prompt, n_prompt, max_tokens, sp, stop_ids, n_stop, out, 0, NULL, NULL, NULL);
 }
 
 static void make_prompt(int32_t *p, int32_t n, uint32_t seed)
@@ -365,6 +399,60 @@ static void stats_eq(const engine_seq_stats *a, const engine_seq_stats *b)
 	ck_assert_mem_eq(a->usage, b->usage, (size_t)a->n_usage * sizeof *a->usage);
 	ck_assert(a->acr == b->acr);
 }
+
+/* An adaptive sequence whose prompt the step budget splits gives what it gives fed whole: its windows follow probes
+ * every 3 generated tokens, and a prompt's last token fed alone (positions > 0, one token) once counted as a generated
+ * one, moving every probe. Budget 4: prompts of 9 and 13 tokens were split 4 + 4 + 1 and 4 + 4 + 4 + 1. */
+START_TEST(test_adaptive_split_prompt)
+{
+	char dir[256], err[512];
+	make_aah_dir(dir, sizeof dir);
+	engine_params ep = eparams();
+	engine *ea, *er;
+	ck_assert_msg(engine_init(&ea, dir, &ep, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_init(&er, dir, &ep, err, sizeof err) == 0, "%s", err);
+	sched_params sp = { .max_seqs = SLOTS, .queue_length = 8, .step_tokens = 4 };
+	sched *sa;
+	ck_assert_msg(sched_init(&sa, ea, &ep, &sp, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(er)->vocab_size, lens[2] = { 9, 13 }, GEN = 40;
+	float *logits = malloc((size_t)V * sizeof *logits);
+	for (int32_t k = 0; k < 2; k++) {
+		int32_t prompt[16], want[40];
+		make_prompt(prompt, lens[k], 700u + (uint32_t)k);
+		sched_request_params rp = req_params(prompt, lens[k], GEN);
+		sched_request *r;
+		ck_assert_int_eq(sched_submit(sa, &rp, 1, &r, err, sizeof err), SCHED_OK);
+		sched_result res = wait_end(r);
+		ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+		/* the reference: the whole prompt in one item, then one token per step */
+		int32_t seq = engine_seq_open(er, NULL, err, sizeof err);
+		engine_item it = { seq, prompt, lens[k], false };
+		ck_assert_msg(engine_forward(er, &it, 1, logits, err, sizeof err) == 0, "%s", err);
+		for (int32_t n = 0; n < GEN; n++) {
+			want[n] = sampler_argmax(logits, V);
+			engine_item step = { seq, &want[n], 1, false };
+			if (n + 1 < GEN)
+				ck_assert_msg(engine_forward(er, &step, 1, logits, err, sizeof err) == 0, "%s", err);
+		}
+		engine_seq_stats st;
+		engine_seq_stats_get(er, seq, &st);
+		engine_seq_close(er, seq);
+		ck_assert_int_eq(res.n_tokens, GEN);
+		ck_assert_mem_eq(sched_request_tokens(r), want, GEN * sizeof *want);
+		ck_assert(res.has_stats);
+		ck_assert_msg(res.stats.acr == st.acr && res.stats.attn_products == st.attn_products,
+		              "prompt %d: ACR %.6f / %llu products split, %.6f / %llu whole", lens[k], res.stats.acr,
+		              (unsigned long long)res.stats.attn_products, st.acr, (unsigned long long)st.attn_products);
+		ck_assert(st.acr < 1);   /* the windows did move */
+		sched_request_release(r);
+	}
+	free(logits);
+	sched_free(sa);
+	engine_free(ea);
+	engine_free(er);
+	remove_dir(dir);
+}
+END_TEST
 
 START_TEST(test_engine_fork)
 {
@@ -830,6 +918,89 @@ START_TEST(test_invalid)
 }
 END_TEST
 
+/* ---- device sampling (AAH_DEVICE_SAMPLING=1 on the CPU: run_tests.sh runs this suite both ways) ---- */
+
+/* Every kind of sampler at once, with and without logprobs, and two choices forking one prefill; once without a
+ * vocab_limit and once with one (the server's case: the sampler's candidates then span fewer columns than the
+ * log-probabilities): tokens and log-probabilities equal the lone runs' bit for bit, and the counters show which path
+ * served them — on the device path candidates decided the greedy and top-k draws and their log-probabilities, and
+ * rows were read back only where they could not (plain temperature sampling, penalties after the first token); on the
+ * host path none of it happened. */
+START_TEST(test_device_sampling)
+{
+	enum { N = 8, NT = 12, TOP = 3 };
+	const int32_t vocab = engine_config(ref_eng)->vocab_size;
+	const sampler_params kinds[N] = {
+		{ .top_p = 1 },                                                           /* greedy */
+		{ .top_p = 1 },                                                           /* greedy, logprobs */
+		{ .temperature = 0.8f, .top_k = 20, .top_p = 1, .seed = 3 },
+		{ .temperature = 1.0f, .top_p = 0.5f, .seed = 4 },
+		{ .temperature = 1.2f, .top_p = 1, .min_p = 0.2f, .seed = 5 },
+		{ .temperature = 0.9f, .top_p = 1, .seed = 6 },                           /* plain: every id may be drawn */
+		{ .temperature = 0.7f, .top_k = 10, .top_p = 1, .presence_penalty = 0.5f, .seed = 7 },
+		{ .temperature = 0.6f, .top_k = 5, .top_p = 0.9f, .seed = 8 },            /* two choices of it (below) */
+	};
+	const char *env = getenv("AAH_DEVICE_SAMPLING");
+	const bool want_dev = env && *env ? strcmp(env, "0") != 0 : !engine_backend(eng)->iface.host_memory;
+	sched_metrics m0 = { 0 }, m;
+	for (int32_t phase = 0; phase < 2; phase++) {
+		int32_t prompt[N][40];
+		sched_request_params rp[N + 1];
+		sched_request *r[N + 1];
+		char err[256];
+		for (int32_t i = 0; i < N; i++) {
+			make_prompt(prompt[i], 5 + 4 * i, 300u + (uint32_t)(i + 10 * phase));
+			rp[i] = req_params(prompt[i], 5 + 4 * i, NT);
+			rp[i].sampling = kinds[i];
+			rp[i].sampling.vocab_limit = phase ? vocab - 8 : 0;
+			rp[i].logprobs = i % 2 ? TOP : -1;
+		}
+		rp[N] = rp[N - 1];
+		rp[N].sampling.seed++;
+		rp[N].logprobs = TOP;
+		for (int32_t i = 0; i < N - 1; i++)
+			ck_assert_int_eq(sched_submit(sch, &rp[i], 1, &r[i], err, sizeof err), SCHED_OK);
+		ck_assert_int_eq(sched_submit(sch, &rp[N - 1], 2, &r[N - 1], err, sizeof err), SCHED_OK);
+		for (int32_t i = 0; i <= N; i++) {
+			sched_result res = wait_end(r[i]);
+			int32_t want[NT], ids[NT * TOP];
+			float lp[NT], lps[NT * TOP];
+			int32_t n = lone_run_lp(rp[i].prompt, rp[i].n_prompt, NT, &rp[i].sampling, NULL, 0, want, TOP, lp, ids,
+			                        lps);
+			ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+			ck_assert_int_eq(res.n_tokens, n);
+			ck_assert_mem_eq(sched_request_tokens(r[i]), want, (size_t)n * sizeof *want);
+			const sched_logprob_rows *g = sched_request_token_logprobs(r[i]);
+			if (rp[i].logprobs >= 0) {
+				ck_assert_ptr_nonnull(g);
+				ck_assert_mem_eq(g->logprob, lp, (size_t)n * sizeof *lp);
+				ck_assert_mem_eq(g->top_ids, ids, (size_t)n * TOP * sizeof *ids);
+				ck_assert_mem_eq(g->top_logprobs, lps, (size_t)n * TOP * sizeof *lps);
+			}
+			sched_request_release(r[i]);
+		}
+		sched_metrics_get(sch, &m);
+		ck_assert_int_eq(m.device_sampling, want_dev);
+		uint64_t gen = m.generation_tokens - m0.generation_tokens, draws = m.draws_from_top - m0.draws_from_top,
+		         lps_top = m.logprobs_from_top - m0.logprobs_from_top,
+		         fetched = m.logits_rows_fetched - m0.logits_rows_fetched;
+		ck_assert_uint_eq(gen, (N + 1) * NT);
+		if (want_dev) {
+			/* greedy ×2, top-k 20, top-k 5 ×2 (the follower's first draw from its leader's row), the penalised first */
+			ck_assert_uint_ge(draws, 5 * NT + 1);
+			ck_assert_uint_ge(fetched, 2 * NT - 1);   /* plain sampling, the penalised after its first */
+			ck_assert_uint_le(draws + fetched, gen);
+			ck_assert_uint_ge(lps_top, 3 * NT);       /* the greedy one and the two top-k 5 */
+		} else {
+			ck_assert_uint_eq(draws, 0);
+			ck_assert_uint_eq(lps_top, 0);
+			ck_assert_uint_eq(fetched, 0);
+		}
+		m0 = m;
+	}
+}
+END_TEST
+
 START_TEST(test_metrics)
 {
 	int32_t prompt[30];
@@ -877,6 +1048,8 @@ static Suite *scheduler_suite(void)
 	tcase_add_test(tc, test_queue_full);
 	tcase_add_test(tc, test_invalid);
 	tcase_add_test(tc, test_metrics);
+	tcase_add_test(tc, test_device_sampling);
+	tcase_add_test(tc, test_adaptive_split_prompt);
 	suite_add_tcase(s, tc);
 	return s;
 }

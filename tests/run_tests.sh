@@ -13,9 +13,12 @@ first=1
 for build in $BUILDS; do
 	export AAH_BUILD="$build"
 	# An entry may start with environment settings: the engine suites run again with fused projections
-	# (AAH_FUSE=1: one product for q, k, v and one for gate, up), the CUDA backend's default, on the CPU.
+	# (AAH_FUSE=1: one product for q, k, v and one for gate, up), the CUDA backend's default, on the CPU; the
+	# scheduler and the batching daemons again with device sampling (AAH_DEVICE_SAMPLING=1: tokens from logits_top's
+	# candidates, the CUDA backend's default), which must give the same tokens.
 	for entry in "$build"/tests/check_* "$build"/tests/fuzz_* tests/test_*.sh \
-	             "AAH_FUSE=1 $build/tests/check_golden" "AAH_FUSE=1 $build/tests/check_aah"; do
+	             "AAH_FUSE=1 $build/tests/check_golden" "AAH_FUSE=1 $build/tests/check_aah" \
+	             "AAH_DEVICE_SAMPLING=1 $build/tests/check_scheduler" "AAH_DEVICE_SAMPLING=1 tests/test_batching.sh"; do
 		t=${entry##* }
 		envs=${entry%"$t"}
 		[ -e "$t" ] || continue
@@ -25,7 +28,7 @@ for build in $BUILDS; do
 		name="$envs$(basename "$t") [$build]"
 		echo "== $name"
 		case "$t" in
-			*.sh) sh "$t" >"$log" 2>&1; rc=$? ;;
+			*.sh) env $envs sh "$t" >"$log" 2>&1; rc=$? ;;
 			*) env $envs "$t" >"$log" 2>&1; rc=$? ;;
 		esac
 		cat "$log"

@@ -126,6 +126,14 @@ describe('32 concurrent clients: each gets exactly what it gets alone', () => {
     const m = await metrics(srv.port);
     assert.equal(m.get('aahd_kv_cache_bytes_used'), 0);
     assert.equal(m.get('aahd_requests_running') + m.get('aahd_requests_waiting'), 0);
+    // device sampling (run_tests.sh runs this file again with AAH_DEVICE_SAMPLING=1): at least the greedy clients'
+    // tokens came from candidates (with no row read back, the tiny model's top-p 0.95 nuclei close inside them too)
+    if (process.env.AAH_DEVICE_SAMPLING === '1') assert.equal(m.get('aahd_device_sampling'), 1);
+    if (m.get('aahd_device_sampling')) {
+      assert.ok(m.get('aahd_draws_from_candidates_total') >= m.get('aahd_generation_tokens_total') / 2, m.raw);
+    } else {
+      assert.equal(m.get('aahd_draws_from_candidates_total') + m.get('aahd_logits_rows_fetched_total'), 0, m.raw);
+    }
   });
 
   test('n choices share one prefill: the prompt is processed once, each choice equals seed + k alone', async () => {
