@@ -82,7 +82,7 @@ int32_t sampler_greedy_cols(const sampler *s)
 	return s->p.vocab_limit > 0 && s->p.vocab_limit < s->n_vocab ? s->p.vocab_limit : s->n_vocab;
 }
 
-static const float *cmp_probs;
+static _Thread_local const float *cmp_probs;   /* the running sort's probabilities: one per thread */
 /* Descending probability, then ascending id: a total order, so the result never depends on qsort. */
 static int cmp_desc(const void *a, const void *b)
 {
@@ -93,8 +93,9 @@ static int cmp_desc(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Sorts ids by (probs desc, id asc). qsort has no context argument in C11; the sampler runs on one thread
- * (the engine's), so a file-level pointer is safe here. */
+/* Sorts ids by (probs desc, id asc). qsort has no context argument in C11, so the comparison finds the probabilities
+ * through a thread-local pointer: samplers on several threads (two engines, or a scheduler beside a lone run, as the
+ * scheduler tests do) once sorted with each other's and drew differently now and then. */
 static void sort_candidates(int32_t *ids, int32_t n, const float *probs)
 {
 	cmp_probs = probs;

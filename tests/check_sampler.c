@@ -2,6 +2,7 @@
  * distribution against softmax, temperature, top-k, top-p, min-p, presence/frequency penalties, odd logits. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,6 +440,63 @@ START_TEST(test_top_p_long_tail)
 	free(pr);
 	free(want);
 	free(l);
+}
+END_TEST
+
+/* Samplers on two threads at once draw what each draws alone: the candidate sort's comparison once found its
+ * probabilities through one pointer shared by every thread, so concurrent top-p draws sorted with each other's. */
+typedef struct race_arg {
+	const float *logits;
+	int32_t n, draws;
+	uint64_t seed;
+	int32_t *out;
+} race_arg;
+
+static void *race_draws(void *p)
+{
+	race_arg *a = p;
+	sampler s;
+	sampler_params sp = params(1.0f, a->seed);
+	sp.top_p = 0.9f;
+	if (sampler_init(&s, &sp, a->n) != 0)
+		return NULL;
+	for (int32_t d = 0; d < a->draws; d++)
+		a->out[d] = sampler_sample(&s, a->logits);
+	sampler_free(&s);
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	enum { N = 4000, DRAWS = 400 };
+	float *la = malloc(N * sizeof *la), *lb = malloc(N * sizeof *lb);
+	rng_state = 77;
+	for (int32_t i = 0; i < N; i++) {   /* two different broad distributions: long sorts that overlap */
+		la[i] = (float)(rng_u64() % 1000) / 250.0f;
+		lb[i] = (float)(rng_u64() % 1000) / 250.0f;
+	}
+	int32_t *alone_a = malloc(DRAWS * sizeof(int32_t)), *alone_b = malloc(DRAWS * sizeof(int32_t));
+	int32_t *both_a = malloc(DRAWS * sizeof(int32_t)), *both_b = malloc(DRAWS * sizeof(int32_t));
+	race_arg a = { la, N, DRAWS, 5, alone_a }, b = { lb, N, DRAWS, 6, alone_b };
+	race_draws(&a);
+	race_draws(&b);
+	for (int round = 0; round < 3; round++) {
+		a.out = both_a;
+		b.out = both_b;
+		pthread_t ta, tb;
+		ck_assert_int_eq(pthread_create(&ta, NULL, race_draws, &a), 0);
+		ck_assert_int_eq(pthread_create(&tb, NULL, race_draws, &b), 0);
+		pthread_join(ta, NULL);
+		pthread_join(tb, NULL);
+		ck_assert_mem_eq(both_a, alone_a, DRAWS * sizeof(int32_t));
+		ck_assert_mem_eq(both_b, alone_b, DRAWS * sizeof(int32_t));
+	}
+	free(la);
+	free(lb);
+	free(alone_a);
+	free(alone_b);
+	free(both_a);
+	free(both_b);
 }
 END_TEST
 
@@ -990,6 +1048,7 @@ static Suite *sampler_suite(void)
 	tcase_add_test(tc, test_top_k_3);
 	tcase_add_loop_test(tc, test_top_p_nucleus, 0, (int)(sizeof nucleus_cases / sizeof nucleus_cases[0]));
 	tcase_add_test(tc, test_top_p_long_tail);
+	tcase_add_test(tc, test_threads);
 	tcase_add_test(tc, test_min_p);
 	suite_add_tcase(s, tc);
 
