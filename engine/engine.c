@@ -67,7 +67,6 @@ struct engine {
 	uint64_t *span_work;           /* rows: attention products of each span in this chunk */
 
 	uint64_t attn_work;
-	bool host_buffers;             /* the backend's buffers are host memory (the CPU backend) */
 	bool fuse;                     /* fused QKV and gate/up projections where a layer's layout allows */
 	float *fused;                  /* (rows, max(qd + 2·kvd, 2·intermediate)) a fused projection's output; NULL unless
 	                                * fuse */
@@ -280,7 +279,6 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	}
 	if (backend_open(e, err, err_len) != 0)
 		goto fail;
-	e->host_buffers = e->be->iface.host_memory != 0;
 	{
 		/* fused projections: the backend's wish, unless the caller or AAH_FUSE=1|0 (the tests) says otherwise */
 		int32_t fz = e->p.fuse_projections;
@@ -657,7 +655,7 @@ layers:
 		 * spares a copy of every logits row (16 decode rows of a 152k vocabulary: 10 MB per step). Without host logits
 		 * (logits_out NULL) the rows stay in e->logits at their item-order row, which engine_forward has checked
 		 * fits. */
-		bool direct = e->host_buffers || !logits_out;
+		bool direct = e->be->iface.host_memory || !logits_out;
 		for (int32_t i = 1; i < nr && direct; i++)
 			direct = e->ldst[r + i] == e->ldst[r] + i;
 		if (direct) {
@@ -714,7 +712,7 @@ static int validate_items(const engine *e, const engine_item *items, int32_t n_i
 
 void engine_argmax_rows(engine *e, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols)
 {
-	if (e->host_buffers && e->be->iface.argmax_rows) {
+	if (e->be->iface.host_memory && e->be->iface.argmax_rows) {
 		e->be->iface.argmax_rows(e->be, ids, rows, n_rows, n_cols);
 		return;
 	}

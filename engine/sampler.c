@@ -75,6 +75,34 @@ int32_t sampler_argmax(const float *logits, int32_t n)
 	return aah_argmax(logits, n);
 }
 
+void sampler_logprobs(const float *x, int32_t n_cols, int32_t id, int32_t n_lp, float *logprob, int32_t *ids,
+                      float *lps)
+{
+	double m = -INFINITY;
+	for (int32_t v = 0; v < n_cols; v++)
+		if (x[v] > m)
+			m = x[v];
+	double sum = 0;
+	for (int32_t v = 0; v < n_cols; v++)
+		sum += exp((double)x[v] - m);
+	double lse = m + log(sum);
+	*logprob = (float)((double)x[id] - lse);
+	int32_t k = 0;
+	/* insertion into a sorted list of n_lp: strictly greater moves up, so equal values keep the lower id first */
+	for (int32_t v = 0; v < n_cols && n_lp > 0; v++) {
+		if (k == n_lp && !(x[v] > x[ids[n_lp - 1]]))
+			continue;
+		int32_t j = k < n_lp ? k++ : n_lp - 1;
+		while (j > 0 && x[v] > x[ids[j - 1]]) {
+			ids[j] = ids[j - 1];
+			j--;
+		}
+		ids[j] = v;
+	}
+	for (int32_t j = 0; j < n_lp; j++)
+		lps[j] = (float)((double)x[ids[j]] - lse);
+}
+
 int32_t sampler_greedy_cols(const sampler *s)
 {
 	if (s->p.temperature > 0 || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0)

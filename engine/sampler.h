@@ -61,6 +61,10 @@ int32_t sampler_sample_top(sampler *s, const sampler_top *t);
  * or not id, or lse is not finite (the caller then reads the row). */
 int sampler_logprobs_top(const sampler_top *t, double lse, int32_t id, int32_t n_lp, float *logprob,
                          int32_t *top_ids, float *top_logprobs);
+/* log_softmax(logits)[id] over the n_cols entries into *logprob, and the n_lp best ids (largest first, the lower id
+ * first among equals) with theirs; sums in float64. What sampler_logprobs_top gives from candidates. */
+void sampler_logprobs(const float *logits, int32_t n_cols, int32_t id, int32_t n_lp, float *logprob, int32_t *top_ids,
+                      float *top_logprobs);
 /* How many candidates sampler_sample_top wants for this sampler's settings, at most cap: top_k + 1 (one more, to see
  * where a tie ends), at least 64. */
 int32_t sampler_top_wanted(const sampler *s, int32_t cap);

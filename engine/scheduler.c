@@ -80,8 +80,6 @@ typedef struct sched_slot {
 	int32_t chunk;                    /* this step: tokens fed (0 = not in this step) */
 	int64_t row0;                     /* this step: first logits row */
 	bool changed;                     /* this step: something to publish */
-	bool greedy;                      /* this step: its token was picked with the others' (engine_argmax_rows) */
-	int32_t greedy_id;                /* that token */
 } sched_slot;
 
 /* A slot's logits row in this step: in host memory (the host path), or kept in the engine (device sampling) with
@@ -92,6 +90,8 @@ typedef struct sched_row {
 	sampler_top top;                  /* its candidates; top.n 0: none */
 	double lse;                       /* its log-softmax normaliser over top.n_cols columns */
 	float temperature;                /* the temperature top.sum was taken at (1 stands for greedy) */
+	int32_t greedy_id;                /* host path, decode rows: its token, picked with the step's other greedy rows;
+	                                   * else -1 (a finished prompt's row, which forked followers share, never has one) */
 } sched_row;
 
 struct sched {
@@ -125,7 +125,7 @@ struct sched {
 	engine_item *items;               /* max_seqs */
 	int32_t *item_slot;               /* max_seqs */
 	const float **greedy_rows;        /* max_seqs: this step's rows of greedy decoders, picked at once */
-	int32_t *greedy_ids, *greedy_slot;   /* max_seqs */
+	int32_t *greedy_ids, *greedy_item;   /* max_seqs: their tokens, and their items (ascending) */
 	float *logits;                    /* (logit_rows, vocab) */
 	int32_t prompt_logit_rows;        /* rows per step for prompt log-probabilities (echo) */
 	/* device sampling (the header comment): a step's rows stay in the engine, logits_top reduces them */
@@ -459,37 +459,11 @@ bool sched_request_result(sched_request *r, sched_result *out)
 
 /* ---- the engine thread ---- */
 
-/* log_softmax(x)[id] and the n_top best entries into row i of rows; sums in float64. */
+/* log_softmax(x)[id] and the n_top best entries into row i of rows (sampler_logprobs). */
 static void logprob_fill(const float *x, int32_t vocab, int32_t id, sched_logprob_rows *rows, int64_t i)
 {
-	double m = -INFINITY;
-	for (int32_t v = 0; v < vocab; v++)
-		if (x[v] > m)
-			m = x[v];
-	double sum = 0;
-	for (int32_t v = 0; v < vocab; v++)
-		sum += exp((double)x[v] - m);
-	double lse = m + log(sum);
-	rows->logprob[i] = (float)((double)x[id] - lse);
 	const int32_t n = rows->n_top;
-	if (n == 0)
-		return;
-	int32_t *ids = rows->top_ids + i * n;
-	float *lps = rows->top_logprobs + i * n;
-	int32_t k = 0;
-	/* insertion into a sorted list of n: strictly greater moves up, so equal values keep the lower id first */
-	for (int32_t v = 0; v < vocab; v++) {
-		if (k == n && !(x[v] > x[ids[n - 1]]))
-			continue;
-		int32_t j = k < n ? k++ : n - 1;
-		while (j > 0 && x[v] > x[ids[j - 1]]) {
-			ids[j] = ids[j - 1];
-			j--;
-		}
-		ids[j] = v;
-	}
-	for (int32_t j = 0; j < n; j++)
-		lps[j] = (float)((double)x[ids[j]] - lse);
+	sampler_logprobs(x, vocab, id, n, rows->logprob + i, rows->top_ids + i * n, rows->top_logprobs + i * n);
 }
 
 static void publish(sched_request *r, const sched_slot *sl)
@@ -636,8 +610,6 @@ static bool logprobs_from_top(sched *s, const sched_row *src, int32_t id, sched_
 static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 {
 	sched_request *r = sl->r;
-	const bool greedy = sl->greedy;   /* this step's only: never left for a later request of the slot */
-	sl->greedy = false;
 	const float *row = src->host;
 	if (sl->n_tokens >= r->max_tokens) {
 		if (r->t_first == 0) {   /* max_tokens 0: the prompt was all there was to do */
@@ -647,7 +619,7 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
 		return;
 	}
-	int32_t id = greedy ? sl->greedy_id : -1;
+	int32_t id = src->greedy_id;
 	bool from_top = false;
 	/* the candidates' sum is at the row's temperature: a follower at another one reads the row */
 	if (id < 0 && src->top.n > 0 && (r->smp.p.temperature <= 0 || r->smp.p.temperature == src->temperature)) {
@@ -665,6 +637,7 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.generation_tokens++;
 	s->m.draws_from_top += from_top;
+	s->m.draws_greedy_batched += src->greedy_id >= 0;
 	rate_add(s, t, 0, 1);
 	if (r->t_first == 0)
 		histogram_observe(&s->m.ttft, t - r->t_submit);
@@ -981,32 +954,30 @@ static void sched_step(sched *s)
 	int32_t n_greedy = 0, greedy_cols = 0;
 	for (int32_t i = 0; i < n_items && !dev; i++) {
 		sched_slot *sl = &s->slots[s->item_slot[i]];
-		sl->greedy = false;
 		int32_t cols = sl->state == SCHED_SLOT_DECODE ? sampler_greedy_cols(&sl->r->smp) : 0;
 		if (cols == 0 || (n_greedy > 0 && cols != greedy_cols))
 			continue;
 		greedy_cols = cols;
 		s->greedy_rows[n_greedy] = s->logits + sl->row0 * (int64_t)s->vocab;
-		s->greedy_slot[n_greedy++] = s->item_slot[i];
+		s->greedy_item[n_greedy++] = i;
 	}
-	if (n_greedy > 1) {
+	if (n_greedy > 1)
 		engine_argmax_rows(s->e, s->greedy_ids, s->greedy_rows, n_greedy, greedy_cols);
-		for (int32_t g = 0; g < n_greedy; g++) {
-			s->slots[s->greedy_slot[g]].greedy = true;
-			s->slots[s->greedy_slot[g]].greedy_id = s->greedy_ids[g];
-		}
-	}
+	else
+		n_greedy = 0;   /* one row: sampler_sample picks it as fast */
 	double t = now_s();
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.prompt_tokens += (uint64_t)prompt_tokens;
 	rate_add(s, t, (double)prompt_tokens, 0);
 	pthread_mutex_unlock(&s->metrics_mu);
 
-	for (int32_t i = 0; i < n_items; i++) {
+	for (int32_t i = 0, g = 0; i < n_items; i++) {
 		sched_slot *sl = &s->slots[s->item_slot[i]];
 		sched_request *r = sl->r;
 		const float *row = s->logits + sl->row0 * (int64_t)s->vocab;
-		sched_row src = { .host = row, .kept = -1 };
+		sched_row src = { .host = row, .kept = -1, .greedy_id = -1 };
+		if (g < n_greedy && s->greedy_item[g] == i)
+			src.greedy_id = s->greedy_ids[g++];
 		if (dev) {
 			src.host = NULL;
 			src.kept = (int32_t)sl->row0;   /* = i: one row per item */
@@ -1136,7 +1107,7 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->item_slot = calloc((size_t)s->p.max_seqs, sizeof *s->item_slot);
 	s->greedy_rows = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_rows);
 	s->greedy_ids = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_ids);
-	s->greedy_slot = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_slot);
+	s->greedy_item = calloc((size_t)s->p.max_seqs, sizeof *s->greedy_item);
 	s->admitted = calloc((size_t)s->p.max_seqs, sizeof *s->admitted);
 	s->queue = calloc((size_t)s->p.queue_length, sizeof *s->queue);
 	s->dropped = calloc((size_t)s->p.queue_length, sizeof *s->dropped);
@@ -1159,7 +1130,7 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	pthread_cond_init(&s->cv, NULL);
 	pthread_mutex_init(&s->metrics_mu, NULL);
 	atomic_init(&s->epoch, 1);
-	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_slot ||
+	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_item ||
 	    !s->admitted || !s->queue || !s->dropped || !s->logits || !s->top_stats || !s->top_ids || !s->top_logits ||
 	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits) {
 		snprintf(err, err_len, "scheduler: out of memory");
@@ -1196,7 +1167,7 @@ void sched_free(sched *s)
 	free(s->item_slot);
 	free(s->greedy_rows);
 	free(s->greedy_ids);
-	free(s->greedy_slot);
+	free(s->greedy_item);
 	free(s->admitted);
 	free(s->queue);
 	free(s->dropped);

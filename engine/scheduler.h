@@ -132,6 +132,7 @@ typedef struct sched_metrics {
 	 * log-probabilities came from candidates, and whole logits rows read back because candidates did not suffice. */
 	bool device_sampling;
 	uint64_t draws_from_top, logprobs_from_top, logits_rows_fetched;
+	uint64_t draws_greedy_batched;   /* host path: greedy tokens picked with the step's others (engine_argmax_rows) */
 	double prompt_tokens_per_s, generation_tokens_per_s;   /* over the last 10 s */
 	int64_t kv_bytes_used, kv_bytes_capacity;
 	sched_histogram ttft, inter_token, duration;

@@ -14,25 +14,11 @@
 #include "engine/engine.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "tests/test_rng.h"
 
 /* Backends made once: CUDA contexts do not survive fork, so this suite runs without Check's fork. */
 static aah_backend *cpu, *gpu, *gpu32;   /* gpu32: AAH_CUDA_MATMUL=f32 */
 
-static uint64_t rng_state;
-
-static uint64_t rng_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* uniform in [-1, 1) */
-static float rng_f(void)
-{
-	return (float)((double)(rng_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
 
 static float *rand_f32(int64_t n, float scale)
 {

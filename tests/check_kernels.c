@@ -15,28 +15,13 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/threadpool.h"
+#include "tests/test_rng.h"
 
 /* ---- helpers: a seeded generator, bit casts, stored weights with their exact f32 values ---- */
-
-static uint64_t rng_state;
 
 static void rng_seed(uint64_t s)
 {
 	rng_state = s;
-}
-
-static uint64_t rng_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* uniform in [-1, 1) */
-static float rng_f(void)
-{
-	return (float)((double)(rng_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
 static uint32_t f2u(float f)

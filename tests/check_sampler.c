@@ -11,6 +11,7 @@
 
 #include "engine/sampler.h"
 #include "kernels/backend.h"
+#include "tests/test_rng.h"
 
 /* ck_assert_msg without Check's per-call bookkeeping (each passing ck_assert writes to the runner): for loops. */
 #define CHECK(expr, ...)               \
@@ -19,15 +20,6 @@
 			ck_abort_msg(__VA_ARGS__); \
 	} while (0)
 
-static uint64_t rng_state;
-
-static uint64_t rng_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* uniform in [lo, hi) */
 static float rng_range(float lo, float hi)
@@ -910,35 +902,6 @@ START_TEST(test_top_candidates)
 }
 END_TEST
 
-/* The scheduler's logprob_fill (engine/scheduler.c), restated: log_softmax of the full row at id and its n best. */
-static void logprob_full(const float *x, int32_t vocab, int32_t id, int32_t n, float *lp, int32_t *ids, float *lps)
-{
-	double m = -INFINITY;
-	for (int32_t v = 0; v < vocab; v++)
-		if (x[v] > m)
-			m = x[v];
-	double sum = 0;
-	for (int32_t v = 0; v < vocab; v++)
-		sum += exp((double)x[v] - m);
-	double lse = m + log(sum);
-	*lp = (float)((double)x[id] - lse);
-	if (n == 0)
-		return;
-	int32_t k = 0;
-	for (int32_t v = 0; v < vocab; v++) {
-		if (k == n && !(x[v] > x[ids[n - 1]]))
-			continue;
-		int32_t j = k < n ? k++ : n - 1;
-		while (j > 0 && x[v] > x[ids[j - 1]]) {
-			ids[j] = ids[j - 1];
-			j--;
-		}
-		ids[j] = v;
-	}
-	for (int32_t j = 0; j < n; j++)
-		lps[j] = (float)((double)x[ids[j]] - lse);
-}
-
 /* Log-probabilities from the candidates equal the full row's, bit for bit; an id outside them, or more ids than they
  * hold, is refused. */
 START_TEST(test_top_candidates_logprobs)
@@ -970,7 +933,7 @@ START_TEST(test_top_candidates_logprobs)
 			if (rc != 0)
 				continue;
 			used++;
-			logprob_full(l, TOP_V, id, n_lp, &lp_want, ids_want, lps_want);
+			sampler_logprobs(l, TOP_V, id, n_lp, &lp_want, ids_want, lps_want);
 			CHECK(memcmp(&lp_got, &lp_want, sizeof lp_got) == 0, "kind %d: logprob %.9g, full row %.9g", kind, lp_got,
 			      lp_want);
 			CHECK(n_lp == 0 || (memcmp(ids_got, ids_want, (size_t)n_lp * sizeof *ids_got) == 0 &&

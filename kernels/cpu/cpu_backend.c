@@ -377,27 +377,29 @@ static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, co
 	if (w->layout != CPU_LAYOUT_PANELS)
 		abort();   /* a matrix that did not come through weight_import: a caller's bug */
 	const int64_t K = w->cols, NR = c->k->panel_rows;
-	if ((size_t)n * (size_t)K > c->xt_cap) {
-		float *p = aligned_alloc(64, ((size_t)n * (size_t)K * sizeof(float) + 63) & ~(size_t)63);
-		if (!p)
-			abort();   /* the size of the activations: out of memory here is not recoverable */
-		free(c->xt);
-		c->xt = p;
-		c->xt_cap = (size_t)n * (size_t)K;
-	}
-	for (int64_t i0 = 0; i0 < n; i0 += NR) {   /* group by group, k-major */
-		const int64_t nr = n - i0 < NR ? n - i0 : NR;
-		float *g = c->xt + i0 * K;
-		for (int64_t i = 0; i < nr; i++) {
-			const float *xr = x + (i0 + i) * K;
-			for (int64_t k = 0; k < K; k++)
-				g[k * nr + i] = xr[k];
+	const float *xt = x;   /* one row is already k-major */
+	if (n > 1) {
+		if ((size_t)n * (size_t)K > c->xt_cap) {
+			float *p = aligned_alloc(64, ((size_t)n * (size_t)K * sizeof(float) + 63) & ~(size_t)63);
+			if (!p)
+				abort();   /* the size of the activations: out of memory here is not recoverable */
+			free(c->xt);
+			c->xt = p;
+			c->xt_cap = (size_t)n * (size_t)K;
 		}
+		for (int64_t i0 = 0; i0 < n; i0 += NR) {   /* group by group, k-major */
+			const int64_t nr = n - i0 < NR ? n - i0 : NR;
+			float *g = c->xt + i0 * K;
+			for (int64_t i = 0; i < nr; i++)
+				for (int64_t k = 0; k < K; k++)
+					g[k * nr + i] = x[(i0 + i) * K + k];
+		}
+		xt = c->xt;
 	}
 	const int64_t panel_bytes = cpu_packed_elems(w->type, CPU_PANEL, K) * (int64_t)aah_dtype_size(w->type);
 	/* about 1 MiB of activation rows, and about 64 KiB of panels (at least 4) */
 	int64_t tb = (1 << 20) / (K * (int64_t)sizeof(float)) / NR * NR, pb = (64 << 10) / panel_bytes;
-	matmul_job j = { out, c->xt, n, w, c->k, tb < NR ? NR : tb, pb < 4 ? 4 : pb };
+	matmul_job j = { out, xt, n, w, c->k, tb < NR ? NR : tb, pb < 4 ? 4 : pb };
 	if ((int64_t)n * w->rows * K < (1 << 16))
 		matmul_worker(&j, 0, 1);   /* a small product costs less than waking the workers */
 	else

@@ -76,23 +76,8 @@ __device__ __forceinline__ void load8(const __half *p, float *o)
 	}
 }
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-__device__ __forceinline__ double warp_sum(double v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v)
+/* float, double or unsigned long long: every lane gets the warp's sum. */
+template <typename T> __device__ __forceinline__ T warp_sum(T v)
 {
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1)
