@@ -47,6 +47,9 @@ else
 LIB_OBJ += $(BUILD)/obj/kernels/cuda/cuda_stub.o
 endif
 SERVER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c))
+# aah-eval's modules (tools/eval/) and libcurl, its HTTP client.
+EVAL_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/eval/*.c))
+CURL_LIBS := $(or $(shell pkg-config --libs libcurl 2>/dev/null),-lcurl)
 TOOLS   := $(patsubst tools/aah_%.c,$(BUILD)/aah-%,$(wildcard tools/aah_*.c))
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -102,6 +105,9 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/
 # Server modules that a Check suite or a fuzz target links beside libaah.a.
 $(BUILD)/tests/check_choice_text: $(BUILD)/obj/server/choice_text.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
+# aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl.
+$(BUILD)/aah-eval $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%: $(EVAL_OBJ)
+$(BUILD)/aah-eval $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%: LIBS += $(CURL_LIBS)
 
 fuzz: $(BUILD)/libaah.a
 	@mkdir -p $(BUILD)/fuzz
@@ -110,8 +116,8 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
-	    -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
+	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c $(wildcard tools/eval/*.c) \
+	    $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.

@@ -10,9 +10,11 @@ enum MHD_Result api_models(http_request *req)
 	json_t *regimes = json_array();
 	for (int32_t i = 0; i < s->n_regimes; i++)
 		json_array_append_new(regimes, json_string(s->regimes[i]));
-	json_t *model = json_pack("{s:s,s:s,s:I,s:s,s:i,s:{s:o,s:s}}", "id", s->model_name, "object", "model", "created",
-	                          (json_int_t)s->created, "owned_by", "aahd", "max_model_len", s->ctx_len, "aah",
-	                          "regimes", regimes, "default_regime", s->default_regime);
+	/* max_batch: how many sequences run at once, so that a client (aah-eval) can keep the batch full */
+	json_t *model = json_pack("{s:s,s:s,s:I,s:s,s:i,s:I,s:{s:o,s:s}}", "id", s->model_name, "object", "model",
+	                          "created", (json_int_t)s->created, "owned_by", "aahd", "max_model_len", s->ctx_len,
+	                          "max_batch", (json_int_t)s->cfg->max_batch, "aah", "regimes", regimes, "default_regime",
+	                          s->default_regime);
 	return http_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model));
 }
 

@@ -54,6 +54,7 @@ describe('aahd', () => {
     assert.equal(model.id, 'qwen3-small-a');
     assert.equal(model.object, 'model');
     assert.equal(model.max_model_len, CTX);
+    assert.equal(model.max_batch, 4);
     assert.ok(model.aah.regimes.includes('full_attention'));
     assert.equal(typeof model.aah.default_regime, 'string');
 
