@@ -106,8 +106,9 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/
 $(BUILD)/tests/check_choice_text: $(BUILD)/obj/server/choice_text.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
 # aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl.
-$(BUILD)/aah-eval $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%: $(EVAL_OBJ)
-$(BUILD)/aah-eval $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%: LIBS += $(CURL_LIBS)
+EVAL_BINS := $(BUILD)/aah-eval $(filter $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%,$(TESTS) $(FUZZ_REPLAY))
+$(EVAL_BINS): $(EVAL_OBJ)
+$(EVAL_BINS): LIBS += $(CURL_LIBS)
 
 fuzz: $(BUILD)/libaah.a
 	@mkdir -p $(BUILD)/fuzz

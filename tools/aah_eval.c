@@ -82,7 +82,7 @@ static char **split(const char *s, int32_t *n)
 
 static void free_list(char **l, int32_t n)
 {
-	for (int32_t i = 0; i < n; i++)
+	for (int32_t i = 0; l && i < n; i++)
 		free(l[i]);
 	free(l);
 }
@@ -227,6 +227,13 @@ static const char *known_tasks(void)
 	return buf;
 }
 
+/* An item's cached result when it has the shape a result has (a record damaged by hand is run again). */
+static json_t *cached(eval_cache *c, const char *key)
+{
+	json_t *res = json_object_get(eval_cache_item(c, key), "result");
+	return json_is_object(res) && json_is_object(json_object_get(res, "metrics")) ? res : NULL;
+}
+
 /* The tasks to run, in the table's order. */
 static int resolve_tasks(const options *o, const eval_task **out, int32_t *n)
 {
@@ -301,12 +308,14 @@ static char **resolve_regimes(const options *o, const eval_server *srv, int32_t 
 				         "default)", out[i], srv->key, srv->model);
 			sb_free(&have);
 			free_list(out, *n);
+			*n = 0;
 			return NULL;
 		}
 	}
 	if (*n == 0) {
 		snprintf(err, errlen, "--regimes is empty");
 		free(out);
+		*n = 0;
 		return NULL;
 	}
 	return out;
@@ -333,7 +342,7 @@ static void plan_free(plan *p)
 		free(p->tokens[t]);
 		eval_task_run_free(&p->runs[t]);
 	}
-	for (int32_t r = 0; r < p->n_regimes; r++)
+	for (int32_t r = 0; p->units && r < p->n_regimes; r++)
 		free(p->units[r]);
 	free(p->units);
 	free(p->tokens);
@@ -396,7 +405,7 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 				u->item = &p->runs[t].items[i];
 				u->tok = &p->tokens[t][i];
 				eval_unit_key(srv, p->regimes[r], u->run, u->item, u->key);
-				if (!eval_cache_item(cache, u->key))
+				if (!cached(cache, u->key))
 					p->missing++;
 			}
 	}
@@ -418,7 +427,7 @@ static bool needs_sandbox(const plan *p, eval_cache *cache)
 {
 	for (int32_t r = 0; r < p->n_regimes; r++)
 		for (int64_t k = 0; k < p->n_units; k++)
-			if (p->units[r][k].run->task->program && !eval_cache_item(cache, p->units[r][k].key))
+			if (p->units[r][k].run->task->program && !cached(cache, p->units[r][k].key))
 				return true;
 	return false;
 }
@@ -552,7 +561,7 @@ int main(int argc, char **argv)
 		eval_unit *todo = xcalloc((size_t)(p.n_units ? p.n_units : 1), sizeof *todo);
 		int64_t n = 0;
 		for (int64_t k = 0; k < p.n_units; k++)
-			if (!eval_cache_item(cache, p.units[r][k].key))
+			if (!cached(cache, p.units[r][k].key))
 				todo[n++] = p.units[r][k];
 		double tokens, seconds;
 		int rc = eval_runner_regime(&ro, &srv, cache, p.regimes[r], r, p.n_regimes, todo, n, &tokens, &seconds, err,
@@ -570,7 +579,7 @@ int main(int argc, char **argv)
 			int64_t done_now = 0;
 			for (int32_t q = 0; q < p.n_regimes; q++)
 				for (int64_t k = 0; k < p.n_units; k++)
-					done_now += eval_cache_item(cache, p.units[q][k].key) != NULL;
+					done_now += cached(cache, p.units[q][k].key) != NULL;
 			if (rc < 0)
 				fprintf(stderr, "aah-eval: %s\n", err);
 			else
@@ -593,8 +602,7 @@ int main(int argc, char **argv)
 				results[r * p.n_runs + t] = xcalloc((size_t)(p.runs[t].n_items ? p.runs[t].n_items : 1),
 				                                    sizeof **results);
 				for (int64_t i = 0; i < p.runs[t].n_items; i++)
-					results[r * p.n_runs + t][i] =
-						json_object_get(eval_cache_item(cache, p.units[r][k++].key), "result");
+					results[r * p.n_runs + t][i] = cached(cache, p.units[r][k++].key);
 			}
 			char tk[33];
 			double tokens, seconds;

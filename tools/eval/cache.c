@@ -81,13 +81,13 @@ eval_cache *eval_cache_open(const char *path, char *err, size_t errlen)
 		c->need_newline = len > 0 && data[len - 1] != '\n';
 		free(data);
 	} else if (errno != ENOENT) {
-		snprintf(err, errlen, "cannot read the cache %s: %s", path, strerror(errno));
+		snprintf(err, errlen, "cannot read the cache %s: %m", path);
 		eval_cache_close(c);
 		return NULL;
 	}
 	c->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (c->fd < 0) {
-		snprintf(err, errlen, "cannot write the cache %s: %s", path, strerror(errno));
+		snprintf(err, errlen, "cannot write the cache %s: %m", path);
 		c->fd = -1;
 		eval_cache_close(c);
 		return NULL;
@@ -166,7 +166,7 @@ int eval_cache_put(eval_cache *c, json_t *record, char *err, size_t errlen)
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "cannot write the cache %s: %s", c->path, strerror(errno));
+			snprintf(err, errlen, "cannot write the cache %s: %m", c->path);
 			rc = -1;
 			break;
 		}

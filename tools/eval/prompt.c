@@ -61,9 +61,9 @@ static int32_t select_fewshot(const eval_task_run *run, const json_t *doc, py_ra
 			if (!key || json_equal(json_object_get(fs->doc[i], t->fewshot_key), key))
 				cand[n_cand++] = (int32_t)i;
 		if (n_cand < want) {
-			snprintf(err, errlen, "%s: %d-shot needs %d few-shot examples%s%s%s, the few-shot file has %d", t->name, k,
-			         want, key ? " of " : "", key ? t->fewshot_key : "",
-			         key ? (json_is_string(key) ? json_string_value(key) : "?") : "", n_cand);
+			snprintf(err, errlen, "%s: %d-shot needs %d few-shot examples%s%s%s%s%s, the few-shot file has %d", t->name,
+			         k, want, key ? " with " : "", key ? t->fewshot_key : "", key ? " \"" : "",
+			         key ? (json_is_string(key) ? json_string_value(key) : "?") : "", key ? "\"" : "", n_cand);
 			free(cand);
 			return -1;
 		}

@@ -110,7 +110,8 @@ static char *find_bwrap(const eval_sandbox_limits *l)
 	const char *path = getenv("PATH");
 	char *copy = xstrdup(path && *path ? path : "/usr/bin:/bin");
 	char *found = NULL;
-	for (char *dir = strtok(copy, ":"); dir && !found; dir = strtok(NULL, ":")) {
+	char *save;
+	for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
 		char *c = xasprintf("%s/bwrap", dir);
 		if (access(c, X_OK) == 0)
 			found = c;
@@ -209,9 +210,9 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
 	}
 	int seccomp_fd = memfd_with("aah-seccomp", SECCOMP_FILTER, sizeof SECCOMP_FILTER);
 	int program_fd = memfd_with("aah-program", program, strlen(program));
-	int pipefd[2] = {-1, -1};
-	if (seccomp_fd < 0 || program_fd < 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
-		snprintf(err, errlen, "sandbox: cannot prepare its files: %s", strerror(errno));
+	int pipefd[2] = {-1, -1}, infofd[2] = {-1, -1};
+	if (seccomp_fd < 0 || program_fd < 0 || pipe2(pipefd, O_CLOEXEC) != 0 || pipe2(infofd, O_CLOEXEC) != 0) {
+		snprintf(err, errlen, "sandbox: cannot prepare its files: %m");
 		goto fail;
 	}
 
@@ -269,17 +270,21 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
 	argv[n++] = "1";
 	argv[n++] = "--seccomp";
 	argv[n++] = "3";
+	argv[n++] = "--info-fd";   /* the PID of the sandbox's init: we wait for it, and so for its whole namespace */
+	argv[n++] = "5";
 	argv[n++] = l->python;
 	argv[n++] = "-I";   /* isolated: no user site, no environment */
 	argv[n++] = "/sandbox/main.py";
 	argv[n] = NULL;
 
+	/* orphans of the sandbox (its init, once bwrap has exited) become our children, so that we can reap them */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	bool root = geteuid() == 0;
 	int64_t own_tasks = root ? 0 : count_user_tasks(getuid());
 	uid_t uid = (uid_t)(EVAL_SANDBOX_UID_BASE + (uint32_t)(slot & 0xffff));
 	pid_t pid = fork();
 	if (pid < 0) {
-		snprintf(err, errlen, "sandbox: fork: %s", strerror(errno));
+		snprintf(err, errlen, "sandbox: fork: %m");
 		goto fail;
 	}
 	if (pid == 0) {
@@ -290,10 +295,11 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
 		int devnull = open("/dev/null", O_RDONLY);
 		int in = fcntl(devnull, F_DUPFD, 10), o = fcntl(pipefd[1], F_DUPFD, 10);
 		int sc = fcntl(seccomp_fd, F_DUPFD, 10), pr = fcntl(program_fd, F_DUPFD, 10);
-		if (devnull < 0 || in < 0 || o < 0 || sc < 0 || pr < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 ||
-		    dup2(o, 2) < 0 || dup2(sc, 3) < 0 || dup2(pr, 4) < 0)
+		int inf = fcntl(infofd[1], F_DUPFD, 10);
+		if (devnull < 0 || in < 0 || o < 0 || sc < 0 || pr < 0 || inf < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 ||
+		    dup2(o, 2) < 0 || dup2(sc, 3) < 0 || dup2(pr, 4) < 0 || dup2(inf, 5) < 0)
 			_exit(125);
-		syscall(SYS_close_range, 5u, ~0u, 0u);
+		syscall(SYS_close_range, 6u, ~0u, 0u);
 		/* SIGXCPU at the limit (reported as a timeout), SIGKILL a second later for a program that ignores it */
 		set_limit2(RLIMIT_CPU, (rlim_t)l->cpu_seconds, (rlim_t)l->cpu_seconds + 1);
 		set_limit(RLIMIT_AS, (rlim_t)l->memory_bytes);
@@ -314,43 +320,68 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
 		_exit(127);
 	}
 	close(pipefd[1]);
-	pipefd[1] = -1;
+	close(infofd[1]);
+	pipefd[1] = infofd[1] = -1;
 	close(seccomp_fd);
 	close(program_fd);
 	seccomp_fd = program_fd = -1;
 
+	/* Read the output and bwrap's info (the init's PID, opened as a pidfd at once, so that no later PID reuse can
+	 * confuse it) until bwrap exits; at the wall limit kill bwrap and the init, which takes the namespace with it. */
 	double deadline = now() + l->wall_seconds;
-	bool timed_out = false, eof = false;
-	int status = 0;
-	bool reaped = false;
+	bool timed_out = false, eof = false, info_eof = false, reaped = false;
+	int status = 0, init_fd = -1;
+	char info[1024];
+	size_t info_len = 0;
 	while (!eof || !reaped) {
 		double left = deadline - now();
 		if (left <= 0 && !timed_out) {
 			timed_out = true;
+			if (init_fd >= 0)
+				syscall(SYS_pidfd_send_signal, init_fd, SIGKILL, NULL, 0);
 			kill(-pid, SIGKILL);
 			kill(pid, SIGKILL);
 		}
-		if (!eof) {
-			struct pollfd p = {pipefd[0], POLLIN, 0};
-			int ms = timed_out ? 100 : (int)(left * 1000) + 1;
-			if (ms > 200)
-				ms = 200;
-			int r = poll(&p, 1, ms);
-			if (r > 0) {
+		struct pollfd p[2] = {{eof ? -1 : pipefd[0], POLLIN, 0}, {info_eof ? -1 : infofd[0], POLLIN, 0}};
+		int ms = timed_out ? 100 : (int)(left * 1000) + 1;
+		if (ms > 200)
+			ms = 200;
+		if (!eof || !info_eof) {
+			if (poll(p, 2, ms) > 0) {
 				char buf[4096];
-				ssize_t k = read(pipefd[0], buf, sizeof buf);
-				if (k > 0) {
-					size_t room = sizeof out->output - 1 - out->output_len;
-					size_t take = (size_t)k < room ? (size_t)k : room;
-					memcpy(out->output + out->output_len, buf, take);
-					out->output_len += take;
-				} else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
-					eof = true;
+				if (p[0].revents) {
+					ssize_t k = read(pipefd[0], buf, sizeof buf);
+					if (k > 0) {
+						size_t room = sizeof out->output - 1 - out->output_len;
+						size_t take = (size_t)k < room ? (size_t)k : room;
+						memcpy(out->output + out->output_len, buf, take);
+						out->output_len += take;
+					} else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+						eof = true;
+					}
+				}
+				if (p[1].revents) {
+					ssize_t k = read(infofd[0], info + info_len, sizeof info - 1 - info_len);
+					if (k > 0)
+						info_len += (size_t)k;
+					if (k <= 0 || info_len == sizeof info - 1) {
+						info_eof = true;
+						info[info_len] = 0;
+						const char *c = strstr(info, "\"child-pid\":");
+						long child = c ? strtol(c + 12, NULL, 10) : 0;
+						if (child > 0)
+							init_fd = (int)syscall(SYS_pidfd_open, (pid_t)child, 0);
+						if (init_fd >= 0 && timed_out)
+							syscall(SYS_pidfd_send_signal, init_fd, SIGKILL, NULL, 0);
+					}
 				}
 			}
+		} else {
+			struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
 		}
 		if (!reaped) {
-			pid_t w = waitpid(pid, &status, eof ? 0 : WNOHANG);
+			pid_t w = waitpid(pid, &status, WNOHANG);
 			if (w == pid)
 				reaped = true;
 			else if (w < 0 && errno != EINTR) {
@@ -361,6 +392,20 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
 		if (reaped && !eof && timed_out)
 			break;   /* a descendant kept the pipe past the kill: stop reading */
 	}
+	/* bwrap may exit before its init has torn the PID namespace down; the init's exit is the end of every process
+	 * in it (the kernel reaps them all first), so wait for that, killing it if it lingers */
+	if (init_fd >= 0) {
+		struct pollfd q = {init_fd, POLLIN, 0};
+		if (poll(&q, 1, 5000) <= 0) {
+			syscall(SYS_pidfd_send_signal, init_fd, SIGKILL, NULL, 0);
+			poll(&q, 1, 10000);
+		}
+		/* bwrap's exit made us its init's parent (we are a subreaper): reap it, so not even a zombie is left */
+		siginfo_t si;
+		waitid(P_PIDFD, (id_t)init_fd, &si, WEXITED | WNOHANG);
+		close(init_fd);
+	}
+	close(infofd[0]);
 	out->output[out->output_len] = 0;
 	close(pipefd[0]);
 	free(bwrap);
@@ -396,6 +441,10 @@ fail:
 		close(pipefd[0]);
 	if (pipefd[1] >= 0)
 		close(pipefd[1]);
+	if (infofd[0] >= 0)
+		close(infofd[0]);
+	if (infofd[1] >= 0)
+		close(infofd[1]);
 	free(bwrap);
 	return -1;
 }

@@ -3,7 +3,8 @@
  * seccomp filter, the system read-only (/usr only), a private size-limited tmpfs as the one writable directory
  * (gone with the sandbox), and CPU, memory, process, file-size and open-file limits set before exec. As root the
  * sandbox runs under a uid of its own per slot (EVAL_SANDBOX_UID_BASE + slot), so that the process limit counts its
- * processes only. HumanEval / MBPP pass@1: the program passes when it exits 0 within the limits. */
+ * processes only. A run returns once every process of the sandbox is gone and reaped: the calling process makes
+ * itself a child subreaper for that. HumanEval / MBPP pass@1: the program passes when it exits 0 within the limits. */
 #ifndef AAH_EVAL_SANDBOX_H
 #define AAH_EVAL_SANDBOX_H
 
