@@ -55,7 +55,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
-.PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench fuzz clean install
+.PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench eval-demo fuzz clean install
 all: $(BUILD)/aahd $(TOOLS)
 
 deps:
@@ -169,6 +169,12 @@ test-fast: deps
 run: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
 	@sh tools/run_demo.sh $(BUILD) $(CACHE)
+
+# Tables 9 and 10 of the model `make run` serves (MODEL=DIR for another) over the benchmark subsets in DATA.
+DATA ?= ../shared/benchmarks
+eval-demo: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
+	@sh tools/eval_demo.sh $(BUILD) $(CACHE) $(DATA)
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)

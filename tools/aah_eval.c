@@ -435,27 +435,28 @@ static bool needs_sandbox(const plan *p, eval_cache *cache)
 int main(int argc, char **argv)
 {
 	options o;
-	if (parse_args(&o, argc, argv) != 0)
-		return 2;
 	const eval_task *tasks[64];
 	int32_t n_tasks;
-	if (resolve_tasks(&o, tasks, &n_tasks) != 0)
+	if (parse_args(&o, argc, argv) != 0 || resolve_tasks(&o, tasks, &n_tasks) != 0) {
+		free(o.servers);
 		return 2;
+	}
 	char err[4096];
 	struct stat st;
-	if (stat(o.data, &st) != 0 || !S_ISDIR(st.st_mode)) {
+	eval_cache *cache = NULL;
+	if (stat(o.data, &st) != 0 || !S_ISDIR(st.st_mode))
 		fprintf(stderr, "aah-eval: --data %s: not a directory\n", o.data);
-		return 1;
-	}
-	if (mkdir(o.out, 0755) != 0 && errno != EEXIST) {
+	else if (mkdir(o.out, 0755) != 0 && errno != EEXIST)
 		fprintf(stderr, "aah-eval: cannot create --out %s: %s\n", o.out, strerror(errno));
-		return 1;
+	else {
+		char *cache_path = o.cache ? xstrdup(o.cache) : xasprintf("%s/cache.jsonl", o.out);
+		cache = eval_cache_open(cache_path, err, sizeof err);
+		free(cache_path);
+		if (!cache)
+			fprintf(stderr, "aah-eval: %s\n", err);
 	}
-	char *cache_path = o.cache ? xstrdup(o.cache) : xasprintf("%s/cache.jsonl", o.out);
-	eval_cache *cache = eval_cache_open(cache_path, err, sizeof err);
-	free(cache_path);
 	if (!cache) {
-		fprintf(stderr, "aah-eval: %s\n", err);
+		free(o.servers);
 		return 1;
 	}
 	if (eval_cache_skipped_lines(cache))

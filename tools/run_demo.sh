@@ -1,11 +1,11 @@
 #!/bin/sh
 # tools/run_demo.sh — `make run`: serves the demo model (built into the cache folder by the Makefile) with aahd on
 # 127.0.0.1:8080 in the foreground, after printing a curl line to paste into another terminal. Usage:
-# run_demo.sh BUILD CACHE (PORT=… to move it). Ctrl-C stops it, after the running requests finish.
+# run_demo.sh BUILD CACHE (PORT=… to move it, MODEL=DIR for another model). Ctrl-C stops it, after the running requests finish.
 set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
-MODEL="$CACHE/demo-model"
+MODEL=${MODEL:-$CACHE/demo-model}   # make eval-demo evaluates the same model
 PORT=${PORT:-8080}
 cat <<MSG
 demo model: $MODEL (random weights, so the text is noise; the point is the path from a request to tokens and back)

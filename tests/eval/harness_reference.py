@@ -435,7 +435,9 @@ def tables(results, regimes, task_names):
         row = dict(acr=sum(a["acr"] for n in task_names for i in results[r][n] for a in i["aah"]) / tok,
                    attention_work_ratio=sum(a["work"] for n in task_names for i in results[r][n] for a in i["aah"]) / tok,
                    kv_memory_ratio=sum(a["kv"] for n in task_names for i in results[r][n] for a in i["aah"]) / tok)
-        if "full_attention" in regimes:
+        if r == "full_attention":
+            row.update(max_abs_delta_pp=0.0, max_delta_task=None, flips_right_to_wrong=None, flips_wrong_to_right=None)
+        elif "full_attention" in regimes:
             best = None
             for name in task_names:
                 if TASKS[name]["kind"] == "rolling":

@@ -117,9 +117,9 @@ static void build(agg *a, const eval_report *rep)
 		}
 	}
 	for (int32_t r = 0; r < R; r++) {
-		a->max_delta[r] = NAN;
+		a->max_delta[r] = r == a->ref ? 0.0 : NAN;   /* the reference row: no change, no benchmark, no flips */
 		a->max_task[r] = -1;
-		if (a->ref < 0)
+		if (a->ref < 0 || r == a->ref)
 			continue;
 		for (int32_t t = 0; t < T; t++) {
 			if (is_ppl(&rep->runs[t]))

@@ -1,0 +1,41 @@
+#!/bin/sh
+# tools/eval_demo.sh — `make eval-demo`: serves the model `make run` serves (MODEL, default CACHE/demo-model) with aahd
+# on a free port, runs aah-eval over the benchmark subsets in DATA (default ../shared/benchmarks) in every regime the
+# model has, prints tables 9 and 10 (and writes all outputs under OUT), then stops the server.
+# Usage: eval_demo.sh BUILD CACHE DATA. Settings: LIMIT (items per task, default 20), MAX_GEN (generation cap,
+# default 32), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd, default all
+# cores), SERVER=URL to evaluate a server that is already running instead.
+set -eu
+BUILD=${1:-build}
+CACHE=${2:-.cache}
+DATA=${3:-../shared/benchmarks}
+MODEL=${MODEL:-$CACHE/demo-model}
+LIMIT=${LIMIT:-20}
+MAX_GEN=${MAX_GEN:-32}
+OUT=${OUT:-$BUILD/eval-demo}
+if [ ! -d "$DATA" ]; then
+	echo "eval-demo: no benchmark data in $DATA (make eval-demo DATA=DIR)" >&2
+	exit 1
+fi
+mkdir -p "$OUT"
+PID=""
+cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; return 0; }
+trap cleanup EXIT INT TERM
+if [ -z "${SERVER:-}" ]; then
+	LOG="$OUT/aahd.log"
+	"$BUILD/aahd" --model "$MODEL" --host 127.0.0.1 --port 0 ${THREADS:+--threads "$THREADS"} 2>"$LOG" &
+	PID=$!
+	PORT=""
+	i=0
+	while [ -z "$PORT" ] && [ $i -lt 600 ]; do
+		kill -0 "$PID" 2>/dev/null || { echo "eval-demo: aahd exited:" >&2; cat "$LOG" >&2; exit 1; }
+		PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\).*/\1/p' "$LOG" | head -1)
+		[ -n "$PORT" ] || sleep 0.1
+		i=$((i + 1))
+	done
+	[ -n "$PORT" ] || { echo "eval-demo: aahd did not start within 60 s:" >&2; cat "$LOG" >&2; exit 1; }
+	SERVER="http://127.0.0.1:$PORT"
+fi
+echo "eval-demo: $MODEL on $SERVER; $DATA, $LIMIT items per task, generations up to $MAX_GEN tokens; outputs in $OUT" >&2
+"$BUILD/aah-eval" --server "$SERVER" --data "$DATA" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
+	${CONCURRENCY:+--concurrency "$CONCURRENCY"} --out "$OUT"
