@@ -413,13 +413,29 @@ def main():
     proxy.close()
     r = aah_eval("--server", proxy.url, *mc[:-1], f"{TMP}/proxied2", expect=1)
     check("cannot reach" in r.stderr, "a proxy gone: cannot reach", r.stderr)
+    # the server goes away in the middle of a run: a clear error, and what was done is kept
+    proxy = Proxy(srv.url)
+    out_d = f"{TMP}/dies"
+    p = subprocess.Popen([f"{BUILD}/aah-eval", "--server", proxy.url, *mc[:-1], out_d], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    live.append(p)
+    deadline = time.time() + 300
+    while time.time() < deadline and proxy.completions < 4 and p.poll() is None:
+        time.sleep(0.02)
+    proxy.close()
+    err = p.communicate(timeout=120)[1]
+    live.remove(p)
+    kept = sum(1 for line in open(f"{out_d}/cache.jsonl") if '"type":"item"' in line)
+    check(p.returncode == 1 and "cannot reach" in err and f"{kept} of {n_mc} results are in the cache" in err and kept >= 3,
+          f"a server gone mid-run: a clear error, {kept} results kept", err)
 
     # 7. a fleet: two servers (one behind the proxy), items spread over both, the same scores
     proxy = Proxy(srv.url)
     out_f = f"{TMP}/fleet"
     aah_eval("--server", srv.url, "--server", proxy.url, "--data", DATA, "--tasks", "mmlu,hellaswag,gsm8k", "--regimes",
              "full_attention", "--max-length", str(L), "--max-gen-toks", str(MAX_GEN), "--concurrency", "4", "--out", out_f)
-    check(proxy.completions > 0, f"the fleet's second server got {proxy.completions} of the requests")
+    n_f = sum(len(items[t]) for t in ("mmlu", "hellaswag", "gsm8k"))
+    check(proxy.completions == n_f // 2, f"the fleet's second server got every other item ({proxy.completions} of {n_f})")
     sub = {"full_attention": {t: results["full_attention"][t] for t in ("mmlu", "hellaswag", "gsm8k")}}
     compare(out_f, {t: items[t] for t in ("mmlu", "hellaswag", "gsm8k")}, sub, ["full_attention"],
             ["mmlu", "hellaswag", "gsm8k"])

@@ -42,7 +42,8 @@ typedef struct pool pool;
 typedef struct worker {
 	pool *p;
 	int32_t index;
-	eval_client *client;
+	eval_client **clients;   /* (n_urls) one connection per server of the fleet */
+	eval_client *client;     /* the one the current item goes to: unit i to server i mod n_urls */
 	pthread_t thread;
 } worker;
 
@@ -471,6 +472,7 @@ static void *worker_main(void *arg)
 		if (i >= p->n)
 			break;
 		eval_unit *u = &p->units[i];
+		w->client = w->clients[i % p->o->n_urls];
 		json_t *result = NULL;
 		item_rc rc = run_item(w, u, &result, err, sizeof err);
 		if (rc == ITEM_STOPPED)
@@ -545,10 +547,14 @@ int eval_runner_regime(const eval_runner_opts *o, const eval_server *srv, eval_c
 	for (int32_t i = 0; i < nw; i++) {
 		ws[i].p = &p;
 		ws[i].index = i;
-		ws[i].client = eval_client_init(o->urls[i % o->n_urls], o->api_key, o->timeout_s, o->stop, o->stats);
-		if (!ws[i].client || pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]) != 0) {
-			eval_client_free(ws[i].client);
-			ws[i].client = NULL;
+		ws[i].clients = xcalloc((size_t)o->n_urls, sizeof *ws[i].clients);
+		bool ok = true;
+		for (int32_t s = 0; s < o->n_urls; s++)
+			ok &= (ws[i].clients[s] = eval_client_init(o->urls[s], o->api_key, o->timeout_s, o->stop, o->stats)) != NULL;
+		if (!ok || pthread_create(&ws[i].thread, NULL, worker_main, &ws[i]) != 0) {
+			for (int32_t s = 0; s < o->n_urls; s++)
+				eval_client_free(ws[i].clients[s]);
+			free(ws[i].clients);
 			break;
 		}
 		started++;
@@ -571,7 +577,9 @@ int eval_runner_regime(const eval_runner_opts *o, const eval_server *srv, eval_c
 	}
 	for (int32_t i = 0; i < started; i++) {
 		pthread_join(ws[i].thread, NULL);
-		eval_client_free(ws[i].client);
+		for (int32_t s = 0; s < o->n_urls; s++)
+			eval_client_free(ws[i].clients[s]);
+		free(ws[i].clients);
 	}
 	free(ws);
 	*seconds = eval_now() - t0;

@@ -1,10 +1,10 @@
 /* tools/eval/runner.h — sends an evaluation's items to the server(s) and files each result in the cache as it
- * comes: C worker threads (C = --concurrency), each with its own connection to one server of the fleet (worker i
- * to server i mod n), take the next item of a regime, tokenize its texts through the server's /tokenize (once; the
- * ids are kept for the other regimes), send its requests, score it (score.h; code in the sandbox) and append the
- * record. One regime runs at a time so that its tokens per second are its own. A progress line (a terminal) or
- * plain lines go to stderr. The first error, or Ctrl-C, stops every worker after its current request; what was
- * done stays in the cache. */
+ * comes: C worker threads (C = --concurrency), each with its own connection to every server of the fleet, take the
+ * next item of a regime (item i goes to server i mod n, so that a fleet shares the work), tokenize its texts through
+ * the server's /tokenize (once; the ids are kept for the other regimes), send its requests, score it (score.h; code
+ * in the sandbox) and append the record. One regime runs at a time so that its tokens per second are its own. A
+ * progress line (a terminal) or plain lines go to stderr. The first error, or Ctrl-C, stops every worker after its
+ * current request; what was done stays in the cache. */
 #ifndef AAH_EVAL_RUNNER_H
 #define AAH_EVAL_RUNNER_H
 
