@@ -18,6 +18,7 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 
+sys.dont_write_bytecode = True   # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness_reference as ref  # noqa: E402
 
