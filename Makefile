@@ -52,7 +52,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
-.PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench fuzz clean install
+.PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench train fuzz clean install
 all: $(BUILD)/aahd $(TOOLS)
 
 deps:
@@ -166,6 +166,25 @@ run: deps
 bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
 	@sh tools/bench.sh $(BUILD) $(CACHE)
+
+# The two trained runs (tools/aah_train.py; README "Trained models"), regenerated from Debian's python3.11-doc: the
+# text splits and the SentencePiece tokenizer into $(TRAIN_DATA), then the full-attention run and the AAH run side by
+# side (one core each) into $(OUT)/base and $(OUT)/aah, the held-out texts into $(OUT)/text. Seeded: the same files
+# again. `make train OUT=runs` rewrites the committed runs.
+PYTHON     ?= /usr/bin/python3
+OUT        ?= $(BUILD)/train
+TRAIN_DATA ?= $(BUILD)/train-data
+TRAIN_ARGS ?=
+train: deps
+	$(PYTHON) tools/aah_train.py data --out $(TRAIN_DATA) $(TRAIN_ARGS)
+	@mkdir -p $(OUT)/text $(OUT)/base $(OUT)/aah
+	cp $(TRAIN_DATA)/valid.txt $(TRAIN_DATA)/test.txt $(OUT)/text/
+	@echo "training $(OUT)/base and $(OUT)/aah; progress in $(OUT)/base/train.log and $(OUT)/aah/train.log"
+	@$(PYTHON) tools/aah_train.py train --data $(TRAIN_DATA) --out $(OUT)/base --aah=none $(TRAIN_ARGS) \
+	  > $(OUT)/base/train.log 2>&1 & pid=$$!; \
+	$(PYTHON) tools/aah_train.py train --data $(TRAIN_DATA) --out $(OUT)/aah --aah=shallow_freeze $(TRAIN_ARGS) \
+	  > $(OUT)/aah/train.log 2>&1; rc=$$?; wait $$pid && [ $$rc -eq 0 ] || { tail -5 $(OUT)/*/train.log; exit 1; }
+	@tail -1 $(OUT)/base/train.log $(OUT)/aah/train.log
 
 install: all
 	install -D -m 755 $(BUILD)/aahd $(DESTDIR)$(PREFIX)/bin/aahd

