@@ -183,8 +183,8 @@ train: deps
 	@$(PYTHON) tools/aah_train.py train --data $(TRAIN_DATA) --out $(OUT)/base --aah=none $(TRAIN_ARGS) \
 	  > $(OUT)/base/train.log 2>&1 & pid=$$!; \
 	$(PYTHON) tools/aah_train.py train --data $(TRAIN_DATA) --out $(OUT)/aah --aah=shallow_freeze $(TRAIN_ARGS) \
-	  > $(OUT)/aah/train.log 2>&1; rc=$$?; wait $$pid && [ $$rc -eq 0 ] || { tail -5 $(OUT)/*/train.log; exit 1; }
-	@tail -1 $(OUT)/base/train.log $(OUT)/aah/train.log
+	  > $(OUT)/aah/train.log 2>&1; rc=$$?; wait $$pid && [ $$rc -eq 0 ] || { for f in $(OUT)/base/train.log $(OUT)/aah/train.log; do tail -n 5 $$f; done; exit 1; }
+	@for f in $(OUT)/base/train.log $(OUT)/aah/train.log; do tail -n 1 $$f; done
 
 install: all
 	install -D -m 755 $(BUILD)/aahd $(DESTDIR)$(PREFIX)/bin/aahd
