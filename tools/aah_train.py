@@ -157,7 +157,8 @@ def tokenizer_pieces(tok_dir):
 
 class Tokenizer:
     """The run's tokenizer.model driven through spm_encode/spm_decode. BOS (id of <s>) starts every document, as
-    tokenizer_config.json's add_bos_token tells aahd."""
+    tokenizer_config.json's add_bos_token tells aahd. One difference is left: aahd reads text that spells a control
+    piece (<s>, </s>) as that token, spm_encode spells it out; no file of the corpus holds one."""
 
     def __init__(self, tok_dir):
         self.model = os.path.join(tok_dir, "tokenizer.model")
