@@ -694,8 +694,10 @@ static int load_config(ci_job *j)
 		free(cand);
 		const pkl_value *c = j->s->sharded ? NULL : pkl_dict_get(j->files[0].doc.root, "config");
 		if (!c || c->type != PKL_DICT) {
-			ci_err(j->err, j->err_len, "%s: no config.json beside it (nor in %s) and no 'config' dict in the "
-			       "checkpoint: pass --config FILE", j->s->path, j->list->root);
+			bool other = strcmp(j->s->dir, j->list->root) != 0;
+			ci_err(j->err, j->err_len, "%s: no config.json beside it%s%s%s and no 'config' dict in the checkpoint: "
+			       "pass --config FILE", j->s->path, other ? " (nor in " : "", other ? j->list->root : "",
+			       other ? ")" : "");
 			return -1;
 		}
 		snprintf(j->cfg_label, sizeof j->cfg_label, "%s: 'config'", j->s->path);
