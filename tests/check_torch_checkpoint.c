@@ -596,10 +596,12 @@ START_TEST(test_pickle_structure_refused)
 	buf b = { 0 };
 	put(&b, "\x80\x05N.", 4);
 	ck_assert_int_eq(pkl_try(&b, &d), -1);
+	pkl_free(&d);
 	ck_assert(strstr(perr, "protocol 5"));
 	b.n = 0;
 	put(&b, "\x80\x02N.N", 5);
 	ck_assert_int_eq(pkl_try(&b, &d), -1);
+	pkl_free(&d);
 	ck_assert(strstr(perr, "1 bytes after STOP"));
 	b.n = 0;
 	put(&b, "N.", 2);
