@@ -220,7 +220,7 @@ END_TEST
 START_TEST(test_zip_unsafe_names_refused)
 {
 	static const char *const bad[] = { "../x", "a/../b", "a/..", "/etc/passwd", "a\\b", "a//b", "./a", "a/./b",
-		                           "a\x01" "b", "a\x7f", "" };
+		                           ("a\x01" "b"), "a\x7f", "" };
 	static const char *const why[] = { "'..'", "'..'", "'..'", "absolute", "backslash", "empty", "'.'", "'.'",
 		                           "control", "control", "empty" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -894,6 +894,43 @@ START_TEST(test_tc_views_read_in_row_major_order)
 }
 END_TEST
 
+START_TEST(test_tc_torch2_layout)
+{
+	/* what torch 2.x adds (read from its torch/serialization.py and _tensor.py; no torch 2 on this machine): a
+	 * byteorder record, .data/ records, and _rebuild_tensor_v2's seventh argument, the (empty) tensor metadata */
+	float s0[4] = { 1, 2, 3, 4 };
+	buf pkl = { 0 };
+	put(&pkl, "\x80\x02}", 3);
+	p_str(&pkl, "w");
+	p_global(&pkl, "torch._utils", "_rebuild_tensor_v2");
+	put(&pkl, "((", 2);
+	p_str(&pkl, "storage");
+	p_global(&pkl, "torch", "FloatStorage");
+	p_str(&pkl, "0");
+	p_str(&pkl, "cpu");
+	put(&pkl, "K\x04tQK\x00K\x04\x85K\x01\x85\x89", 13);
+	p_global(&pkl, "collections", "OrderedDict");
+	put(&pkl, ")R}tRs.", 7);
+	zfile f[6] = { zf("archive/data.pkl", pkl.p, pkl.n), zf("archive/byteorder", "little", 6),
+		       zf("archive/data/0", s0, sizeof s0), zf("archive/.data/version", "3\n", 2),
+		       zf("archive/.data/serialization_id", "1234567890123456789012345678901234567890", 40),
+		       zf("archive/version", "3\n", 2) };
+	buf z = { 0 };
+	zip_build(&z, f, 6, true, NULL);
+	tc_file t;
+	char err[512];
+	ck_assert_msg(tc_open_mem(&t, z.p, z.n, "t.pt", err, sizeof err) == 0, "%s", err);
+	tc_tensor x;
+	ck_assert_msg(tc_tensor_bind(&t, pkl_dict_get(t.doc.root, "w"), &x, err, sizeof err) == 0, "%s", err);
+	float out[4];
+	tc_tensor_read(&x, ST_F32, out, 0, 4);
+	ck_assert(out[0] == 1 && out[3] == 4);
+	tc_close(&t);
+	free(z.p);
+	free(pkl.p);
+}
+END_TEST
+
 START_TEST(test_tc_f16_widening_is_exact)
 {
 	/* every binary16 value, widened by the reader, against the definition (sign, exponent, fraction) */
@@ -1123,6 +1160,7 @@ static Suite *tc_suite(void)
 	suite_add_tcase(s, p);
 	TCase *t = tcase_create("checkpoint");
 	tcase_add_test(t, test_tc_views_read_in_row_major_order);
+	tcase_add_test(t, test_tc_torch2_layout);
 	tcase_add_test(t, test_tc_f16_widening_is_exact);
 	tcase_add_test(t, test_tc_refusals);
 	tcase_add_test(t, test_sha256_vectors);
