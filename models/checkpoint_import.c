@@ -552,7 +552,10 @@ static int open_sharded(ci_job *j)
 		return -1;
 	}
 	const char **shards = calloc(CI_MAX_SHARDS, sizeof *shards);
-	if (!shards) {
+	json_t *seen = json_object();   /* the shard names so far, as a hash set */
+	if (!shards || !seen) {
+		free(shards);
+		json_decref(seen);
 		ci_err(j->err, j->err_len, "out of memory");
 		return -1;
 	}
@@ -568,17 +571,15 @@ static int open_sharded(ci_job *j)
 			rc = -1;
 			break;
 		}
-		int32_t i = 0;
-		while (i < n && strcmp(shards[i], f))
-			i++;
-		if (i == n) {
-			if (n == CI_MAX_SHARDS) {
-				ci_err(j->err, j->err_len, "%s: more than %d shards", j->s->path, CI_MAX_SHARDS);
-				rc = -1;
-				break;
-			}
-			shards[n++] = f;
+		if (json_object_get(seen, f))
+			continue;
+		if (n == CI_MAX_SHARDS) {
+			ci_err(j->err, j->err_len, "%s: more than %d shards", j->s->path, CI_MAX_SHARDS);
+			rc = -1;
+			break;
 		}
+		json_object_set_new(seen, f, json_true());
+		shards[n++] = f;
 	}
 	if (!rc) {
 		j->files = calloc((size_t)n, sizeof *j->files);
@@ -594,6 +595,7 @@ static int open_sharded(ci_job *j)
 		j->n_files = i + 1;
 	}
 	free(shards);
+	json_decref(seen);
 	return rc;
 }
 

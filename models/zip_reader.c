@@ -346,14 +346,14 @@ static int read_entry(zip_archive *z, const zip_end *end, uint64_t *at, int32_t 
 	return 0;
 }
 
-/* No two names alike; no entry's header or data reaching into the next one's. */
+/* No two names alike; no entry's header or data reaching into the next one's. Keeps the by-name order. */
 static int check_set(zip_archive *z, char *err, size_t err_len)
 {
 	int32_t n = z->n_entries;
-	if (n < 2)
-		return 0;
-	const zip_entry **v = malloc(sizeof(*v) * (size_t)n);
-	if (!v) {
+	const zip_entry **v = malloc(sizeof(*v) * (size_t)(n ? n : 1));
+	z->by_name = malloc(sizeof(*z->by_name) * (size_t)(n ? n : 1));
+	if (!v || !z->by_name) {
+		free(v);
 		zip_err(err, err_len, "%s: out of memory", z->label);
 		return -1;
 	}
@@ -361,6 +361,7 @@ static int check_set(zip_archive *z, char *err, size_t err_len)
 		v[i] = &z->entries[i];
 	int rc = 0;
 	qsort(v, (size_t)n, sizeof(*v), cmp_name);
+	memcpy(z->by_name, v, sizeof(*v) * (size_t)n);
 	for (int32_t i = 1; i < n && !rc; i++)
 		if (!strcmp(v[i - 1]->name, v[i]->name)) {
 			zip_err(err, err_len, "%s: two entries are named '%s'", z->label, v[i]->name);
@@ -459,6 +460,7 @@ void zip_close(zip_archive *z)
 	for (int32_t i = 0; i < z->n_entries; i++)
 		free(z->entries[i].name);
 	free(z->entries);
+	free(z->by_name);
 	if (z->map)
 		munmap(z->map, (size_t)z->size);
 	free(z->label);
@@ -467,9 +469,17 @@ void zip_close(zip_archive *z)
 
 const zip_entry *zip_find(const zip_archive *z, const char *name)
 {
-	for (int32_t i = 0; i < z->n_entries; i++)
-		if (!strcmp(z->entries[i].name, name))
-			return &z->entries[i];
+	int32_t lo = 0, hi = z->by_name ? z->n_entries : 0;
+	while (lo < hi) {
+		int32_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(z->by_name[mid]->name, name);
+		if (c == 0)
+			return z->by_name[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return NULL;
 }
 

@@ -29,6 +29,7 @@ typedef struct zip_archive {
 	void *map;                   /* owned mapping (zip_open_file), else NULL */
 	zip_entry *entries;          /* owned, in central-directory order */
 	int32_t n_entries;
+	const zip_entry **by_name;   /* owned: the entries sorted by name, for zip_find */
 } zip_archive;
 
 /* Reads the archive in data[0, size) (the caller keeps it alive and unchanged until zip_close). label names it in
@@ -45,7 +46,7 @@ int zip_open_file(zip_archive *z, const char *path, char *err, size_t err_len);
 /* Frees everything zip_open_* made (the mapping too). Safe on a zeroed or failed archive. */
 void zip_close(zip_archive *z);
 
-/* The entry named name, or NULL. */
+/* The entry named name, or NULL (a binary search: archives may hold a million entries). */
 const zip_entry *zip_find(const zip_archive *z, const char *name);
 /* The entry's bytes, in place (size bytes). */
 const uint8_t *zip_entry_data(const zip_archive *z, const zip_entry *e);
