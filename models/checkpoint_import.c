@@ -466,8 +466,10 @@ static int scan_run(ci_list *l, const char *src, char *err, size_t err_len)
 	if (rc)
 		return -1;
 	if (l->n == 0) {
+		bool st = file_in(src, "model.safetensors") || file_in(src, "model.safetensors.index.json");
 		ci_err(err, err_len, "%s: neither a checkpoint file, a model folder (pytorch_model.bin) nor a run directory "
-		       "(checkpoint-STEP/ folders, checkpoint-STEP.pt or step_STEP.pt files)", src);
+		       "(checkpoint-STEP/ folders, checkpoint-STEP.pt or step_STEP.pt files)%s", src,
+		       st ? ": it holds model.safetensors, a Hugging Face folder that aahd loads as it is" : "");
 		return -1;
 	}
 	qsort(l->v, (size_t)l->n, sizeof *l->v, cmp_step);
