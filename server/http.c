@@ -36,6 +36,8 @@ static const route routes[] = {
 	{ "GET", "/v1/models", api_models, false },
 	{ "GET", "/health", api_health, true },
 	{ "GET", "/metrics", api_metrics, false },
+	{ "GET", "/v1/stats", api_stats, false },
+	{ "GET", "/dashboard", api_dashboard, false },
 	{ "POST", "/tokenize", api_tokenize, false },
 	{ "POST", "/detokenize", api_detokenize, false },
 	{ "GET", "/tokenizer_info", api_tokenizer_info, false },
@@ -210,6 +212,20 @@ static void request_id(char *out, size_t n)
 	snprintf(out, n, "%010llx%06llx", (unsigned long long)ts.tv_sec, (unsigned long long)(c & 0xffffff));
 }
 
+/* A client's X-Request-Id (nginx's $request_id, a tracing id) is taken as ours when it is 1 to 39 characters of
+ * [A-Za-z0-9._:-]: the same id then runs through the proxy's log, ours, and the response. */
+static bool request_id_acceptable(const char *s)
+{
+	size_t n = 0;
+	for (; s[n]; n++) {
+		char c = s[n];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == ':' || c == '-') || n >= 39)
+			return false;
+	}
+	return n > 0;
+}
+
 /* Constant-time comparison, so that the key cannot be guessed byte by byte from response times. */
 static bool key_equal(const char *a, size_t an, const char *b, size_t bn)
 {
@@ -219,12 +235,57 @@ static bool key_equal(const char *a, size_t an, const char *b, size_t bn)
 	return d == 0;
 }
 
+/* Decodes standard base64 (no line breaks) into out, NUL-terminated; returns the length, or -1 when it is not
+ * base64 or does not fit. */
+static long base64_decode(const char *in, char *out, size_t cap)
+{
+	size_t n = 0;
+	uint32_t acc = 0;
+	int bits = 0, pad = 0;
+	for (const char *p = in; *p && *p != ' '; p++) {
+		int v;
+		char c = *p;
+		if (c >= 'A' && c <= 'Z') v = c - 'A';
+		else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+		else if (c >= '0' && c <= '9') v = c - '0' + 52;
+		else if (c == '+') v = 62;
+		else if (c == '/') v = 63;
+		else if (c == '=') { pad++; continue; }
+		else return -1;
+		if (pad)
+			return -1;
+		acc = (acc << 6) | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (n + 1 >= cap)
+				return -1;
+			out[n++] = (char)((acc >> bits) & 0xff);
+		}
+	}
+	out[n] = 0;
+	return (long)n;
+}
+
+/* The key as `Authorization: Bearer KEY`, or as the password of `Basic` credentials (any user name): a browser
+ * opening /dashboard can only send the latter, and sends it again with the page's own requests. */
 static bool authorized(http_request *req)
 {
 	const char *key = req->srv->api_key;
 	if (!key)
 		return true;
 	const char *h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (h && strncasecmp(h, "Basic ", 6) == 0) {
+		h += 6;
+		while (*h == ' ')
+			h++;
+		char cred[1024];
+		long n = base64_decode(h, cred, sizeof cred);
+		const char *colon = n > 0 ? memchr(cred, ':', (size_t)n) : NULL;
+		if (!colon)
+			return false;
+		return key_equal(colon + 1, (size_t)(cred + n - (colon + 1)), key, strlen(key));
+	}
 	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
 		return false;
 	h += 7;
@@ -255,9 +316,12 @@ static enum MHD_Result request_begin(http_request *req, const route **out)
 		return http_reply_error_header(req, 405, "invalid_request_error", NULL, "method_not_allowed", MHD_HTTP_HEADER_ALLOW,
 		                          allow, "%s does not take %s (allowed: %s)", req->path, req->method, allow);
 	if (!match->open && !authorized(req))
+		/* the dashboard's challenge is Basic, so that a browser asks for the key (as the password) */
 		return http_reply_error_header(req, 401, "invalid_request_error", NULL, "invalid_api_key",
 		                               MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-		                          "Bearer", "a valid API key is required: 'Authorization: Bearer KEY'");
+		                               !strcmp(req->path, "/dashboard") ? "Basic realm=\"aahd\", charset=\"UTF-8\""
+		                                                                 : "Bearer",
+		                               "a valid API key is required: 'Authorization: Bearer KEY'");
 	const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -283,7 +347,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		req->srv = srv;
 		req->conn = conn;
 		req->t_start = now_s();
-		request_id(req->id, sizeof req->id);
+		const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+		if (rid && request_id_acceptable(rid))
+			snprintf(req->id, sizeof req->id, "%s", rid);
+		else
+			request_id(req->id, sizeof req->id);
 		snprintf(req->method, sizeof req->method, "%s", method);
 		snprintf(req->path, sizeof req->path, "%s", url);
 		*req_cls = req;
