@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "server/api.h"
+#include "server/http_credentials.h"
 #include "server/log.h"
 
 struct http_server {
@@ -226,72 +227,14 @@ static bool request_id_acceptable(const char *s)
 	return n > 0;
 }
 
-/* Constant-time comparison, so that the key cannot be guessed byte by byte from response times. */
-static bool key_equal(const char *a, size_t an, const char *b, size_t bn)
-{
-	unsigned char d = an != bn;
-	for (size_t i = 0; i < an; i++)
-		d |= (unsigned char)(a[i] ^ b[i % (bn ? bn : 1)]);
-	return d == 0;
-}
-
-/* Decodes standard base64 (no line breaks) into out, NUL-terminated; returns the length, or -1 when it is not
- * base64 or does not fit. */
-static long base64_decode(const char *in, char *out, size_t cap)
-{
-	size_t n = 0;
-	uint32_t acc = 0;
-	int bits = 0, pad = 0;
-	for (const char *p = in; *p && *p != ' '; p++) {
-		int v;
-		char c = *p;
-		if (c >= 'A' && c <= 'Z') v = c - 'A';
-		else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-		else if (c >= '0' && c <= '9') v = c - '0' + 52;
-		else if (c == '+') v = 62;
-		else if (c == '/') v = 63;
-		else if (c == '=') { pad++; continue; }
-		else return -1;
-		if (pad)
-			return -1;
-		acc = (acc << 6) | (uint32_t)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (n + 1 >= cap)
-				return -1;
-			out[n++] = (char)((acc >> bits) & 0xff);
-		}
-	}
-	out[n] = 0;
-	return (long)n;
-}
-
-/* The key as `Authorization: Bearer KEY`, or as the password of `Basic` credentials (any user name): a browser
- * opening /dashboard can only send the latter, and sends it again with the page's own requests. */
+/* The key as `Authorization: Bearer KEY`, or as the password of `Basic` credentials (http_credentials.h). */
 static bool authorized(http_request *req)
 {
 	const char *key = req->srv->api_key;
 	if (!key)
 		return true;
-	const char *h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (h && strncasecmp(h, "Basic ", 6) == 0) {
-		h += 6;
-		while (*h == ' ')
-			h++;
-		char cred[1024];
-		long n = base64_decode(h, cred, sizeof cred);
-		const char *colon = n > 0 ? memchr(cred, ':', (size_t)n) : NULL;
-		if (!colon)
-			return false;
-		return key_equal(colon + 1, (size_t)(cred + n - (colon + 1)), key, strlen(key));
-	}
-	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-		return false;
-	h += 7;
-	while (*h == ' ')
-		h++;
-	return key_equal(h, strlen(h), key, strlen(key));
+	return http_credentials_match(
+	        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), key);
 }
 
 /* The first call for a request: route, method, key, declared length. Answers at once when any is wrong. */
@@ -421,7 +364,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	const char *how = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : " (terminated)";
 	if (req->state_free)   /* may leave a note for the log line */
 		req->state_free(req->state);
-	bool probe = !strcmp(req->path, "/health") || !strcmp(req->path, "/metrics");
+	/* monitoring (a load balancer's health checks, Prometheus, the dashboard's polls) is not traffic */
+	bool probe = !strcmp(req->path, "/health") || !strcmp(req->path, "/metrics") || !strcmp(req->path, "/v1/stats") ||
+	             !strcmp(req->path, "/dashboard");
 	if (!probe)
 		server_metrics_count(&srv->metrics, req->status);
 	log_msg(probe ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,

@@ -150,7 +150,7 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 		return NULL;
 	}
 	family(f, "aahd_requests_total", "counter",
-	       "HTTP requests answered, by status code (the /health and /metrics probes not counted).");
+	       "HTTP requests answered, by status code (/health, /metrics, /v1/stats and /dashboard not counted).");
 	for (int st = 100; st < 600; st++) {
 		uint64_t n = atomic_load(&sm->by_status[st]);
 		if (n)
