@@ -183,8 +183,9 @@ install: all
 	install -D -m 755 $(BUILD)/aahd $(DESTDIR)$(PREFIX)/bin/aahd
 	for t in $(TOOLS); do install -D -m 755 $$t $(DESTDIR)$(PREFIX)/bin/$$(basename $$t); done
 	@mkdir -p $(DESTDIR)$(UNITDIR)
-	sed -e 's|/usr/local/bin/aahd|$(PREFIX)/bin/aahd|' -e 's|/etc/aahd/|$(SYSCONFDIR)/aahd/|g' deploy/aahd.service \
-	  > $(DESTDIR)$(UNITDIR)/aahd.service && chmod 644 $(DESTDIR)$(UNITDIR)/aahd.service
+	for u in aahd.service aahd@.service aahd.target; do \
+	  sed -e 's|/usr/local/bin/aahd|$(PREFIX)/bin/aahd|' -e 's|/etc/aahd/|$(SYSCONFDIR)/aahd/|g' deploy/$$u \
+	    > $(DESTDIR)$(UNITDIR)/$$u && chmod 644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/aahd/aahd.conf ]; then echo "keeping $(DESTDIR)$(SYSCONFDIR)/aahd/aahd.conf"; \
 	  else install -D -m 644 conf/aahd.conf $(DESTDIR)$(SYSCONFDIR)/aahd/aahd.conf; fi
 
