@@ -63,7 +63,8 @@ export async function launchChromium({ width = 1400, height = 1000 } = {}) {
         async waitFor(expression, ms, what) {
           const t0 = Date.now();
           for (;;) {
-            if (await page.evaluate(expression)) return;
+            // a page still loading may have no body yet: an exception is "not yet"
+            if (await page.evaluate(`(() => { try { return !!(${expression}); } catch { return false; } })()`)) return;
             if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
             await new Promise((r) => setTimeout(r, 100));
           }

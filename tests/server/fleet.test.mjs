@@ -91,6 +91,29 @@ describe('three replicas behind nginx', () => {
       console.log(`# requests per replica: ${counts.join(', ')}`);
     });
 
+  test('everything an OpenAI-completions client or an evaluator uses passes through nginx unchanged', async () => {
+    const direct = replicas[0].port;
+    const same = async (method, p, body) => {
+      const [a, b] = [await request(nginx.port, method, p, body), await request(direct, method, p, body)];
+      assert.equal(a.status, 200, `${method} ${p} through nginx: ${a.status} ${a.text}`);
+      // nginx may pick another replica than the one asked directly: only its start time differs
+      const plain = (j) => JSON.parse(JSON.stringify(j, (k, v) => (k === 'created' ? undefined : v)));
+      assert.deepEqual(plain(a.json), plain(b.json), `${method} ${p}`);
+      return a;
+    };
+    await same('GET', '/v1/models');
+    await same('GET', '/tokenizer_info');
+    const t = await same('POST', '/tokenize', { prompt: 'The fox', add_special_tokens: false });
+    await same('POST', '/detokenize', { tokens: t.json.tokens });
+    assert.equal((await request(nginx.port, 'GET', '/health')).status, 200);
+    // loglikelihood scoring (echo + logprobs, max_tokens 0), as lm-evaluation-harness and aah-eval send it
+    const score = { prompt: t.json.tokens, max_tokens: 0, echo: true, logprobs: 1, temperature: 0 };
+    const [a, b] = [await request(nginx.port, 'POST', '/v1/completions', score),
+      await request(direct, 'POST', '/v1/completions', score)];
+    assert.equal(a.status, 200, a.text);
+    assert.deepEqual(a.json.choices[0].logprobs, b.json.choices[0].logprobs);
+  });
+
   test('a body over client_max_body_size is refused by nginx in the OpenAI error shape', async () => {
     const big = { prompt: 'x'.repeat(1100000), max_tokens: 1 };
     const r = await request(nginx.port, 'POST', '/v1/completions', big);
@@ -100,10 +123,10 @@ describe('three replicas behind nginx', () => {
 });
 
 describe('a replica drains on SIGTERM behind nginx', () => {
-  // 15 ms a step: a request of 40 tokens lasts long enough to be running when the signal comes
+  // 30 ms a step: the 24 requests of 40 tokens keep the victim busy for seconds, running when the signal comes
   const FLAGS = ['--max-batch', '4', '--queue-length', '256', '--max-connections', '256', '--ctx-len', '256',
     '--shutdown-grace-seconds', '1'];
-  const ENV = { AAHD_TEST_STEP_DELAY_US: '15000' };
+  const ENV = { AAHD_TEST_STEP_DELAY_US: '30000' };
   let replicas;
   let nginx;
   const want = new Map();
