@@ -80,8 +80,11 @@ describe('three replicas behind nginx', () => {
         assert.equal(r.choice.text, w.text, `request ${k} (stream ${k % 2 === 1}) differs from the lone replica`);
         assert.equal(r.choice.finish_reason, w.finish_reason);
       });
-      // every replica served some; together exactly the 200 (nothing retried, nothing lost)
-      const counts = await Promise.all(replicas.map(served));
+      // every replica served some; together exactly the 200 (nothing retried, nothing lost). A response is counted
+      // once it has been sent, so the last ones may still be on their way into the counters.
+      let counts;
+      await until(async () => (counts = await Promise.all(replicas.map(served))).reduce((a, b) => a + b, 0) >= 200,
+        10000, 'the 200 responses counted');
       assert.ok(counts.every((c) => c > 0), `requests per replica: ${counts}`);
       assert.equal(counts.reduce((a, b) => a + b, 0), 200, `requests per replica: ${counts}`);
       // nginx sent our X-Request-Id on: the replicas took it as the completion id

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { BUILD, MODEL, metrics, request, startServer } from './lib.mjs';
+import { BUILD, MODEL, metrics, request, startServer, until } from './lib.mjs';
 
 const T = 512;
 const KEY = 'stats-test-key';
@@ -42,6 +42,9 @@ describe('GET /v1/stats and GET /dashboard', () => {
       assert.equal(r.status, 200, r.text);
       responses.push(r.json.aah);
     }
+    // a response is counted by status once it has been sent: wait for the four (neither /v1/stats nor /metrics count)
+    await until(async () => (await metrics(srv.port, AUTH)).get('aahd_requests_total{status="200"}') === 4, 10000,
+      'the four completions counted');
     const [st, m] = [await request(srv.port, 'GET', '/v1/stats', undefined, AUTH), await metrics(srv.port, AUTH)];
     assert.equal(st.status, 200, st.text);
     assert.match(st.headers['content-type'], /^application\/json/);
