@@ -88,8 +88,9 @@ describe('three replicas behind nginx', () => {
       assert.ok(counts.every((c) => c > 0), `requests per replica: ${counts}`);
       assert.equal(counts.reduce((a, b) => a + b, 0), 200, `requests per replica: ${counts}`);
       // nginx sent our X-Request-Id on: the replicas took it as the completion id
-      const log = nginx.accessLog().filter((l) => l.rid && l.rid.startsWith('fleet-'));
-      assert.equal(log.length, 200);
+      const fleetLog = () => nginx.accessLog().filter((l) => l.rid && l.rid.startsWith('fleet-'));
+      await until(async () => fleetLog().length === 200, 10000, 'the access log lines');   // written after the send
+      const log = fleetLog();
       for (const l of log) assert.deepEqual(l.upstreamStatus, ['200'], l.line);
       console.log(`# requests per replica: ${counts.join(', ')}`);
     });
