@@ -4,6 +4,7 @@
 // others); when every replica is full, the client gets 429 with Retry-After. Run by tests/test_fleet.sh.
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import { startNginx } from './fleet_lib.mjs';
@@ -41,6 +42,14 @@ function complete(port, body, rid) {
     req.on('error', reject);
     req.setTimeout(120000, () => req.destroy(new Error(`${rid}: no answer in 120 s`)));
     req.end(data);
+  });
+}
+
+function connects(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    s.on('connect', () => { s.destroy(); resolve(true); });
+    s.on('error', () => resolve(false));
   });
 }
 
@@ -153,7 +162,9 @@ describe('a replica drains on SIGTERM behind nginx', () => {
     const waveA = Array.from({ length: 24 }, (_, k) => complete(nginx.port, body(k, k % 2 === 0), `drainA-${k}`));
     await until(async () => (await metrics(victim.port)).get('aahd_requests_running') > 0, 30000, 'the victim running');
     victim.proc.kill('SIGTERM');
-    await until(async () => /draining/.test(victim.log()), 10000, 'the victim draining');
+    // its log says "draining" a moment before it stops accepting: wait until its port refuses connections
+    await until(async () => /draining/.test(victim.log()) && !(await connects(victim.port)), 10000,
+      'the victim no longer accepting');
     // sent after the drain began: the victim refuses them (connection refused, or 503), nginx passes them on
     const waveB = Array.from({ length: 24 }, (_, k) => complete(nginx.port, body(k, k % 2 === 1), `drainB-${k}`));
     const [a, b] = [await Promise.all(waveA), await Promise.all(waveB)];
