@@ -213,9 +213,11 @@ static void usage_add(aah_seq_state *s, int32_t window, double n)
 void aah_seq_count(aah_seq_state *s, const aah_regimes *rs, int64_t n_tokens, bool probe)
 {
 	const aah_regime_rt *r = &rs->r[s->regime];
-	/* every (layer, group, query token) selection of W adds the group's query-head count to usage[W] */
+	/* every (layer, group, query token) selection of W adds the group's query-head count to usage[W]; full attention
+	 * selects the whole of T (the paper's definition, ACR 1), whatever context the engine runs at, so that the
+	 * counters give its ACR as Σ W·usage / (T·Σ usage) like every other regime's */
 	for (int32_t g = 0; g < r->n_groups; g++)
-		usage_add(s, probe ? r->group_capacity[g] : s->group_window[g],
+		usage_add(s, r->full ? rs->context_length : probe ? r->group_capacity[g] : s->group_window[g],
 		          (double)n_tokens * r->group_heads[g] * rs->q_per_kv);
 }
 
@@ -277,4 +279,35 @@ double aah_seq_acr(const aah_seq_state *s, const aah_regimes *rs)
 		den += s->usage[i];
 	}
 	return den > 0 ? num / den / rs->context_length : 0.0;
+}
+
+static int32_t window_insert(int32_t *out, int32_t n, int32_t max, int32_t w)
+{
+	int32_t j = 0;
+	while (j < n && out[j] < w)
+		j++;
+	if ((j < n && out[j] == w) || n == max)
+		return n;
+	memmove(out + j + 1, out + j, (size_t)(n - j) * sizeof *out);
+	out[j] = w;
+	return n + 1;
+}
+
+int32_t aah_regime_usage_windows(const aah_regimes *rs, int32_t ri, int32_t *out, int32_t max)
+{
+	const aah_regime_rt *r = &rs->r[ri];
+	if (r->full)
+		return max > 0 ? (out[0] = rs->context_length, 1) : 0;
+	int32_t n = 0;
+	for (int32_t g = 0; g < r->n_groups; g++) {
+		n = window_insert(out, n, max, r->group_window0[g]);
+		if (r->policy.kind != AAH_POLICY_ADAPTIVE || rs->n_windows == 0)
+			continue;
+		/* adaptive: any candidate within the capacity, and the capacity itself (probes count it; a selection is
+		 * clamped to it) */
+		n = window_insert(out, n, max, r->group_capacity[g]);
+		for (int32_t w = 0; w < rs->n_windows && rs->windows[w] <= r->group_capacity[g]; w++)
+			n = window_insert(out, n, max, rs->windows[w]);
+	}
+	return n;
 }

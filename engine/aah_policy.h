@@ -88,6 +88,11 @@ void aah_seq_count(aah_seq_state *s, const aah_regimes *rs, int64_t n_tokens, bo
 /* After a probe: band_mass is (n_layers, n_kv, n_windows) as the backend reported it; updates the features and
  * re-selects every group's window. */
 void aah_seq_control(aah_seq_state *s, const aah_regimes *rs, const float *band_mass);
+/* The windows a sequence of regime ri may add usage to, ascending, at most max of them; returns the count. Full
+ * attention: T alone; a static regime: its groups' windows; an adaptive one also every candidate up to each group's
+ * capacity, and the capacities (a probe counts there; a selection is clamped to it). /metrics shows these series
+ * from the start, at 0, so that a rate() over them never misses a window's first increase. */
+int32_t aah_regime_usage_windows(const aah_regimes *rs, int32_t ri, int32_t *out, int32_t max);
 /* Inference ACR of this sequence: Σ_W f_W·W / T (1 for full attention). */
 double aah_seq_acr(const aah_seq_state *s, const aah_regimes *rs);
 

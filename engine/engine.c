@@ -431,6 +431,29 @@ int32_t engine_regime_count(const engine *e) { return e->regimes.n; }
 const char *engine_regime_name(const engine *e, int32_t i) { return i >= 0 && i < e->regimes.n ? e->regimes.r[i].name : NULL; }
 const char *engine_default_regime(const engine *e) { return e->regimes.r[e->regimes.default_index].name; }
 
+int engine_regime_layout_get(const engine *e, int32_t i, engine_regime_layout *out)
+{
+	if (i < 0 || i >= e->regimes.n)
+		return -1;
+	const aah_regime_rt *r = &e->regimes.r[i];
+	memset(out, 0, sizeof *out);
+	out->name = r->name;
+	out->full = r->full;
+	out->adaptive = r->policy.kind == AAH_POLICY_ADAPTIVE;
+	out->n_layers = e->regimes.n_layers;
+	out->n_kv_heads = e->regimes.n_kv;
+	out->n_groups = r->n_groups;
+	out->group_layer = r->group_layer;
+	out->group_kv_heads = r->group_heads;
+	out->group_window = r->group_window0;
+	out->group_capacity = r->group_capacity;
+	out->head_group = r->head_group;
+	out->context_length = e->regimes.context_length;
+	out->n_usage_windows = aah_regime_usage_windows(&e->regimes, i, out->usage_windows,
+	                                                (int32_t)(sizeof out->usage_windows / sizeof *out->usage_windows));
+	return 0;
+}
+
 int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len)
 {
 	int32_t ri = regime ? aah_regimes_find(&e->regimes, regime) : e->regimes.default_index;

@@ -52,6 +52,26 @@ int32_t engine_regime_count(const engine *e);
 const char *engine_regime_name(const engine *e, int32_t i);
 const char *engine_default_regime(const engine *e);
 
+/* Any thread: how regime i lays out the heads (views into the engine's immutable data, valid until engine_free). A
+ * group is a set of KV heads of one layer sharing a window (their query heads follow them under GQA). */
+typedef struct engine_regime_layout {
+	const char *name;
+	bool full;                      /* full attention (ACR 1 by definition) */
+	bool adaptive;                  /* the policy re-selects windows while decoding; else they are the file's */
+	int32_t n_layers, n_kv_heads;
+	int32_t n_groups;               /* over all layers */
+	const int32_t *group_layer;     /* (n_groups) */
+	const int32_t *group_kv_heads;  /* (n_groups) KV heads in the group */
+	const int32_t *group_window;    /* (n_groups) the file's window (an adaptive policy's start), ≤ the context */
+	const int32_t *group_capacity;  /* (n_groups) the most it may select; sizes its cache */
+	const int32_t *head_group;      /* (n_layers, n_kv_heads) → its group */
+	int32_t context_length;         /* T of ACR */
+	int32_t n_usage_windows;        /* the windows its branch usage may count (aah_regime_usage_windows) */
+	int32_t usage_windows[16];
+} engine_regime_layout;
+/* Returns 0, or -1 when there is no regime i. */
+int engine_regime_layout_get(const engine *e, int32_t i, engine_regime_layout *out);
+
 /* Any thread: KV pages a sequence under `regime` (NULL: the default) holds at most at `len` positions; -1: no such
  * regime. */
 int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len);

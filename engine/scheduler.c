@@ -510,6 +510,8 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.kv_bytes_used -= freed;   /* before the end is published, so that a reader who saw it sees the pages gone */
 	histogram_observe(&s->m.duration, res.duration_s);
+	if (r->regime < SCHED_MAX_REGIMES)
+		histogram_observe(&s->m.regimes[r->regime].duration, res.duration_s);
 	if (res.has_stats && r->regime < SCHED_MAX_REGIMES) {
 		sched_regime_totals *g = &s->m.regimes[r->regime];
 		const engine_seq_stats *st = &res.stats;
@@ -639,10 +641,16 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 	s->m.draws_from_top += from_top;
 	s->m.draws_greedy_batched += src->greedy_id >= 0;
 	rate_add(s, t, 0, 1);
-	if (r->t_first == 0)
+	sched_regime_totals *rg = r->regime < SCHED_MAX_REGIMES ? &s->m.regimes[r->regime] : NULL;
+	if (r->t_first == 0) {
 		histogram_observe(&s->m.ttft, t - r->t_submit);
-	else
+		if (rg)
+			histogram_observe(&rg->ttft, t - r->t_submit);
+	} else {
 		histogram_observe(&s->m.inter_token, t - r->t_last);
+		if (rg)
+			histogram_observe(&rg->inter_token, t - r->t_last);
+	}
 	pthread_mutex_unlock(&s->metrics_mu);
 	if (r->t_first == 0) {
 		r->t_first = t;
@@ -1086,7 +1094,17 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	const char *def = engine_default_regime(e);
 	for (int32_t i = 0; i < s->n_regimes; i++) {
 		snprintf(s->regimes[i], sizeof s->regimes[i], "%s", engine_regime_name(e, i));
-		snprintf(s->m.regimes[i].name, sizeof s->m.regimes[i].name, "%s", s->regimes[i]);
+		sched_regime_totals *g = &s->m.regimes[i];
+		snprintf(g->name, sizeof g->name, "%s", s->regimes[i]);
+		/* every window the regime may count, from the start (at 0): a counter series that appears only with its
+		 * first increase loses that increase to Prometheus's rate() */
+		engine_regime_layout lay;
+		if (engine_regime_layout_get(e, i, &lay) == 0)
+			for (int32_t w = 0; w < lay.n_usage_windows && g->n_windows < SCHED_MAX_WINDOWS; w++)
+				g->windows[g->n_windows++] = lay.usage_windows[w];
+		histogram_init(&g->ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
+		histogram_init(&g->inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
+		histogram_init(&g->duration, duration_bounds, (int32_t)(sizeof duration_bounds / sizeof *duration_bounds));
 		if (def && !strcmp(def, s->regimes[i]))
 			s->default_regime = i;
 	}

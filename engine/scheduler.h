@@ -112,7 +112,8 @@ typedef struct sched_histogram {
 	uint64_t count;
 } sched_histogram;
 
-/* Totals of the sequences of one regime that have ended. */
+/* Totals of the sequences of one regime that have ended (windows: every window the regime may count, listed from
+ * the start at 0 usage, in ascending order; more appear only past SCHED_MAX_WINDOWS), and its latency histograms. */
 typedef struct sched_regime_totals {
 	char name[64];
 	uint64_t sequences;
@@ -123,6 +124,7 @@ typedef struct sched_regime_totals {
 	double window_usage[SCHED_MAX_WINDOWS];
 	double attn_products, attn_products_full;
 	double kv_bytes_peak, kv_bytes_full_peak;
+	sched_histogram ttft, inter_token, duration;   /* the requests of this regime (sched_metrics has all of them) */
 } sched_regime_totals;
 
 typedef struct sched_metrics {
@@ -141,7 +143,7 @@ typedef struct sched_metrics {
 } sched_metrics;
 
 /* Starts the engine thread, which owns e from now on: no other thread may call engine functions until
- * sched_free (engine_config and the regime names, which do not change, excepted). ep: the parameters e was made
+ * sched_free (engine_config, the regime names and layouts, which do not change, excepted). ep: the parameters e was made
  * with (they size the KV page pool, in which admission reserves each request's worst case). Returns 0, or -1 with
  * a message. Free with sched_free. */
 int sched_init(sched **out, engine *e, const engine_params *ep, const sched_params *p, char *err, size_t err_len);

@@ -248,6 +248,7 @@ json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 {
 	double usage = 0, acr_w = 0, prod = 0, prod_full = 0, kv = 0, kv_full = 0, acr_plain = 0;
 	int32_t n = 0;
+	json_t *by_window = json_object();   /* branch usage per window, the exact figures behind acr */
 	for (int32_t i = 0; i < j->n_choices; i++) {
 		const cmpl_choice *c = &j->choices[i];
 		if ((only && c != only) || !c->ended || !c->result.has_stats)
@@ -260,13 +261,20 @@ json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 		prod_full += (double)st->attn_products_full;
 		kv += (double)st->kv_bytes_peak;
 		kv_full += (double)st->kv_bytes_full_peak;
+		for (int32_t u = 0; u < st->n_usage; u++) {
+			char w[16];
+			snprintf(w, sizeof w, "%d", st->usage_window[u]);
+			json_t *seen = json_object_get(by_window, w);   /* query-head selections: integers */
+			json_object_set_new(by_window, w, json_integer((seen ? json_integer_value(seen) : 0) +
+			                                               (json_int_t)st->usage[u]));
+		}
 		n++;
 	}
 	double acr = usage > 0 ? acr_w / usage : n > 0 ? acr_plain / n : 1.0;
 	/* four decimals, as the paper reports ACR */
-	return json_pack("{s:s,s:f,s:f,s:I,s:f}", "regime", j->srv->regimes[j->regime], "acr", round(acr * 1e4) / 1e4,
+	return json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", j->srv->regimes[j->regime], "acr", round(acr * 1e4) / 1e4,
 	                 "attention_work_ratio", prod_full > 0 ? prod / prod_full : 1.0, "kv_bytes", (json_int_t)kv,
-	                 "kv_memory_ratio", kv_full > 0 ? kv / kv_full : 1.0);
+	                 "kv_memory_ratio", kv_full > 0 ? kv / kv_full : 1.0, "branch_usage", by_window);
 }
 
 /* ---- start ---- */

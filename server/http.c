@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "server/api.h"
+#include "server/http_credentials.h"
 #include "server/log.h"
 
 struct http_server {
@@ -36,6 +37,8 @@ static const route routes[] = {
 	{ "GET", "/v1/models", api_models, false },
 	{ "GET", "/health", api_health, true },
 	{ "GET", "/metrics", api_metrics, false },
+	{ "GET", "/v1/stats", api_stats, false },
+	{ "GET", "/dashboard", api_dashboard, false },
 	{ "POST", "/tokenize", api_tokenize, false },
 	{ "POST", "/detokenize", api_detokenize, false },
 	{ "GET", "/tokenizer_info", api_tokenizer_info, false },
@@ -210,27 +213,28 @@ static void request_id(char *out, size_t n)
 	snprintf(out, n, "%010llx%06llx", (unsigned long long)ts.tv_sec, (unsigned long long)(c & 0xffffff));
 }
 
-/* Constant-time comparison, so that the key cannot be guessed byte by byte from response times. */
-static bool key_equal(const char *a, size_t an, const char *b, size_t bn)
+/* A client's X-Request-Id (nginx's $request_id, a tracing id) is taken as ours when it is 1 to 39 characters of
+ * [A-Za-z0-9._:-]: the same id then runs through the proxy's log, ours, and the response. */
+static bool request_id_acceptable(const char *s)
 {
-	unsigned char d = an != bn;
-	for (size_t i = 0; i < an; i++)
-		d |= (unsigned char)(a[i] ^ b[i % (bn ? bn : 1)]);
-	return d == 0;
+	size_t n = 0;
+	for (; s[n]; n++) {
+		char c = s[n];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == ':' || c == '-') || n >= 39)
+			return false;
+	}
+	return n > 0;
 }
 
+/* The key as `Authorization: Bearer KEY`, or as the password of `Basic` credentials (http_credentials.h). */
 static bool authorized(http_request *req)
 {
 	const char *key = req->srv->api_key;
 	if (!key)
 		return true;
-	const char *h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-		return false;
-	h += 7;
-	while (*h == ' ')
-		h++;
-	return key_equal(h, strlen(h), key, strlen(key));
+	return http_credentials_match(
+	        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), key);
 }
 
 /* The first call for a request: route, method, key, declared length. Answers at once when any is wrong. */
@@ -255,9 +259,12 @@ static enum MHD_Result request_begin(http_request *req, const route **out)
 		return http_reply_error_header(req, 405, "invalid_request_error", NULL, "method_not_allowed", MHD_HTTP_HEADER_ALLOW,
 		                          allow, "%s does not take %s (allowed: %s)", req->path, req->method, allow);
 	if (!match->open && !authorized(req))
+		/* the dashboard's challenge is Basic, so that a browser asks for the key (as the password) */
 		return http_reply_error_header(req, 401, "invalid_request_error", NULL, "invalid_api_key",
 		                               MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-		                          "Bearer", "a valid API key is required: 'Authorization: Bearer KEY'");
+		                               !strcmp(req->path, "/dashboard") ? "Basic realm=\"aahd\", charset=\"UTF-8\""
+		                                                                 : "Bearer",
+		                               "a valid API key is required: 'Authorization: Bearer KEY'");
 	const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;
@@ -283,7 +290,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		req->srv = srv;
 		req->conn = conn;
 		req->t_start = now_s();
-		request_id(req->id, sizeof req->id);
+		const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+		if (rid && request_id_acceptable(rid))
+			snprintf(req->id, sizeof req->id, "%s", rid);
+		else
+			request_id(req->id, sizeof req->id);
 		snprintf(req->method, sizeof req->method, "%s", method);
 		snprintf(req->path, sizeof req->path, "%s", url);
 		*req_cls = req;
@@ -353,7 +364,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	const char *how = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : " (terminated)";
 	if (req->state_free)   /* may leave a note for the log line */
 		req->state_free(req->state);
-	bool probe = !strcmp(req->path, "/health") || !strcmp(req->path, "/metrics");
+	/* monitoring (a load balancer's health checks, Prometheus, the dashboard's polls) is not traffic */
+	bool probe = !strcmp(req->path, "/health") || !strcmp(req->path, "/metrics") || !strcmp(req->path, "/v1/stats") ||
+	             !strcmp(req->path, "/dashboard");
 	if (!probe)
 		server_metrics_count(&srv->metrics, req->status);
 	log_msg(probe ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,

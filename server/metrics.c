@@ -32,17 +32,67 @@ static void label_value(FILE *f, const char *s)
 	}
 }
 
-static void histogram(FILE *f, const char *name, const char *help, const sched_histogram *h)
+/* One histogram per regime, as series of one family with a regime label: a quantile of the whole server is
+ * histogram_quantile(q, sum by (le) (rate(NAME_bucket[…]))). */
+static void histogram_series(FILE *f, const char *name, const char *regime, const sched_histogram *h)
+{
+	uint64_t cum = 0;
+	for (int32_t b = 0; b <= h->n_bounds; b++) {
+		cum += h->counts[b];
+		fprintf(f, "%s_bucket{regime=\"", name);
+		label_value(f, regime);
+		if (b < h->n_bounds)
+			fprintf(f, "\",le=\"%g\"} %llu\n", h->bounds[b], (unsigned long long)cum);
+		else
+			fprintf(f, "\",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	}
+	fprintf(f, "%s_sum{regime=\"", name);
+	label_value(f, regime);
+	fprintf(f, "\"} %.9g\n%s_count{regime=\"", h->sum, name);
+	label_value(f, regime);
+	fprintf(f, "\"} %llu\n", (unsigned long long)h->count);
+}
+
+static void histogram(FILE *f, const sched_metrics *m, const char *name, const char *help, int which)
 {
 	family(f, name, "histogram", help);
-	uint64_t cum = 0;
-	for (int32_t b = 0; b < h->n_bounds; b++) {
-		cum += h->counts[b];
-		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[b], (unsigned long long)cum);
+	for (int32_t i = 0; i < m->n_regimes; i++) {
+		const sched_regime_totals *g = &m->regimes[i];
+		histogram_series(f, name, g->name, which == 0 ? &g->ttft : which == 1 ? &g->inter_token : &g->duration);
 	}
-	cum += h->counts[h->n_bounds];
-	fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-	fprintf(f, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+typedef enum regime_figure {
+	FIGURE_SEQUENCES,
+	FIGURE_PRODUCTS,
+	FIGURE_PRODUCTS_FULL,
+	FIGURE_KV_PEAK,
+	FIGURE_KV_PEAK_FULL,
+} regime_figure;
+
+static double figure(const sched_regime_totals *g, regime_figure which)
+{
+	switch (which) {
+	case FIGURE_SEQUENCES: return (double)g->sequences;
+	case FIGURE_PRODUCTS: return g->attn_products;
+	case FIGURE_PRODUCTS_FULL: return g->attn_products_full;
+	case FIGURE_KV_PEAK: return g->kv_bytes_peak;
+	case FIGURE_KV_PEAK_FULL: return g->kv_bytes_full_peak;
+	}
+	return 0;
+}
+
+/* A counter per regime, every regime from the start (at 0), so that rate() sees each one's first increase. Values
+ * are integers summed in doubles: exact up to 2^53. */
+static void regime_counter(FILE *f, const sched_metrics *m, const char *name, const char *help, regime_figure which)
+{
+	family(f, name, "counter", help);
+	for (int32_t i = 0; i < m->n_regimes; i++) {
+		const sched_regime_totals *g = &m->regimes[i];
+		fprintf(f, "%s{regime=\"", name);
+		label_value(f, g->name);
+		fprintf(f, "\"} %.0f\n", figure(g, which));
+	}
 }
 
 /* One gauge per regime that has finished sequences: value = num / den. */
@@ -87,7 +137,7 @@ static void backend_info(FILE *f, const char *desc)
 	fprintf(f, "\"} 1\n");
 }
 
-char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, size_t *len)
+char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_info *info, size_t *len)
 {
 	sched_metrics *m = malloc(sizeof *m);
 	if (!m)
@@ -100,7 +150,7 @@ char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, s
 		return NULL;
 	}
 	family(f, "aahd_requests_total", "counter",
-	       "HTTP requests answered, by status code (the /health and /metrics probes not counted).");
+	       "HTTP requests answered, by status code (/health, /metrics, /v1/stats and /dashboard not counted).");
 	for (int st = 100; st < 600; st++) {
 		uint64_t n = atomic_load(&sm->by_status[st]);
 		if (n)
@@ -130,6 +180,8 @@ char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, s
 	       "Whole logits rows read back under device sampling because the candidates did not decide.");
 	fprintf(f, "aahd_logits_rows_fetched_total %llu\n", (unsigned long long)m->logits_rows_fetched);
 	per_regime(f, m, "aahd_acr", "Inference ACR (sum over windows of f_W * W / T) of the finished sequences of a regime.", 0);
+	family(f, "aahd_acr_context_length", "gauge", "T of inference ACR: aah.json's context_length (else the engine's).");
+	fprintf(f, "aahd_acr_context_length %d\n", info->acr_context_length);
 	family(f, "aahd_branch_usage_total", "counter",
 	       "Branch usage: query-head selections of each window, summed over layers, groups and tokens.");
 	for (int32_t i = 0; i < m->n_regimes; i++) {
@@ -140,6 +192,33 @@ char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, s
 			fprintf(f, "\",window=\"%d\"} %.0f\n", g->windows[w], g->window_usage[w]);
 		}
 	}
+	/* W as a value beside each window label: PromQL cannot read a label as a number, and a fleet's ACR is
+	 * sum(W * rate(usage)) / sum(T * rate(usage)) (deploy/prometheus/aahd.rules.yml) */
+	family(f, "aahd_branch_window", "gauge", "The window W of each window label of aahd_branch_usage_total, as a value.");
+	int32_t shown[SCHED_MAX_REGIMES * SCHED_MAX_WINDOWS], n_shown = 0;
+	for (int32_t i = 0; i < m->n_regimes; i++)
+		for (int32_t w = 0; w < m->regimes[i].n_windows; w++) {
+			int32_t win = m->regimes[i].windows[w], k = 0;
+			while (k < n_shown && shown[k] != win)
+				k++;
+			if (k < n_shown)
+				continue;
+			shown[n_shown++] = win;
+			fprintf(f, "aahd_branch_window{window=\"%d\"} %d\n", win, win);
+		}
+	regime_counter(f, m, "aahd_sequences_total", "Sequences (choices) of a regime that have ended.",
+	               FIGURE_SEQUENCES);
+	regime_counter(f, m, "aahd_attention_products_total",
+	               "Attention query-key products done by the ended sequences of a regime (counted by the backend).",
+	               FIGURE_PRODUCTS);
+	regime_counter(f, m, "aahd_attention_products_full_total",
+	               "Query-key products full causal attention would do for the same tokens.",
+	               FIGURE_PRODUCTS_FULL);
+	regime_counter(f, m, "aahd_kv_peak_bytes_total", "Sum over the ended sequences of a regime of their peak KV bytes.",
+	               FIGURE_KV_PEAK);
+	regime_counter(f, m, "aahd_kv_peak_bytes_full_total",
+	               "Sum over the same sequences of what full attention would hold at their lengths.",
+	               FIGURE_KV_PEAK_FULL);
 	per_regime(f, m, "aahd_attention_work_ratio",
 	           "Attention query-key products done over those full causal attention would do, per regime.", 1);
 	family(f, "aahd_kv_cache_bytes_used", "gauge", "KV cache bytes held by the running sequences.");
@@ -149,12 +228,15 @@ char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, s
 	per_regime(f, m, "aahd_kv_memory_ratio",
 	           "Peak KV bytes over what full attention would hold for the same tokens, summed over sequences, per regime.",
 	           2);
-	histogram(f, "aahd_time_to_first_token_seconds", "Time from arrival to the first generated token.", &m->ttft);
-	histogram(f, "aahd_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.",
-	          &m->inter_token);
-	histogram(f, "aahd_request_duration_seconds", "Time from arrival to the end of a sequence.", &m->duration);
-	if (backend && *backend)
-		backend_info(f, backend);
+	family(f, "aahd_queue_capacity", "gauge", "Sequences that may wait at most (queue_length); beyond it, 429.");
+	fprintf(f, "aahd_queue_capacity %lld\n", (long long)info->queue_capacity);
+	family(f, "aahd_max_batch", "gauge", "Sequences that may run at once (max_batch).");
+	fprintf(f, "aahd_max_batch %lld\n", (long long)info->max_batch);
+	histogram(f, m, "aahd_time_to_first_token_seconds", "Time from arrival to the first generated token, per regime.", 0);
+	histogram(f, m, "aahd_inter_token_latency_seconds", "Time between consecutive tokens of a sequence, per regime.", 1);
+	histogram(f, m, "aahd_request_duration_seconds", "Time from arrival to the end of a sequence, per regime.", 2);
+	if (info->backend && *info->backend)
+		backend_info(f, info->backend);
 	free(m);
 	if (fclose(f) != 0) {
 		free(text);
@@ -163,10 +245,17 @@ char *server_metrics_render(server_metrics *sm, sched *s, const char *backend, s
 	return text;
 }
 
+static server_metrics_info server_metrics_info_of(const server_ctx *srv)
+{
+	return (server_metrics_info){ .backend = srv->backend, .acr_context_length = srv->acr_context_length,
+	                              .queue_capacity = srv->cfg->queue_length, .max_batch = srv->cfg->max_batch };
+}
+
 enum MHD_Result api_metrics(http_request *req)
 {
 	size_t len;
-	char *text = server_metrics_render(&req->srv->metrics, req->srv->sch, req->srv->backend, &len);
+	server_metrics_info info = server_metrics_info_of(req->srv);
+	char *text = server_metrics_render(&req->srv->metrics, req->srv->sch, &info, &len);
 	if (!text)
 		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
 	enum MHD_Result rc = http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/scheduler.h"
 
@@ -13,8 +14,15 @@ typedef struct server_metrics {
 } server_metrics;
 
 void server_metrics_count(server_metrics *m, int status);
-/* Renders every metric into a malloc'd text (caller frees); *len its length. NULL when out of memory.
- * backend: engine_backend_desc, e.g. "cuda (NVIDIA H200, …)", shown as aahd_backend_info{backend, device}. */
-char *server_metrics_render(server_metrics *m, sched *s, const char *backend, size_t *len);
+/* What /metrics shows beside the scheduler's figures. */
+typedef struct server_metrics_info {
+	const char *backend;          /* engine_backend_desc, e.g. "cuda (NVIDIA H200, …)": aahd_backend_info{backend, device} */
+	int32_t acr_context_length;   /* T of ACR: aahd_acr_context_length */
+	int64_t queue_capacity;       /* queue_length: aahd_queue_capacity */
+	int64_t max_batch;            /* aahd_max_batch */
+} server_metrics_info;
+
+/* Renders every metric into a malloc'd text (caller frees); *len its length. NULL when out of memory. */
+char *server_metrics_render(server_metrics *m, sched *s, const server_metrics_info *info, size_t *len);
 
 #endif

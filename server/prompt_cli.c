@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "models/aah_config.h"
 #include "models/tokenizer.h"
 
 static double now_s(void)
@@ -53,8 +54,14 @@ static int64_t parse_ids(const char *s, int32_t **out, char *err, size_t err_len
 
 int prompt_cli_run(const prompt_cli_args *a)
 {
-	char err[512] = "";
-	tokenizer *tok = tokenizer_load(a->model_dir, err, sizeof err);
+	char err[512] = "", dir[4096];
+	/* In a run directory the tokenizer is the chosen checkpoint's, as its weights are (the engine resolves the same). */
+	if (aah_resolve_model_dir(a->model_dir, a->engine.checkpoint_step > 0 ? a->engine.checkpoint_step : -1, dir,
+	                          sizeof dir, err, sizeof err) != 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		return 1;
+	}
+	tokenizer *tok = tokenizer_load(dir, err, sizeof err);
 	if (!tok && a->prompt_text) {
 		fprintf(stderr, "aahd: %s\n", err);
 		return 1;

@@ -147,6 +147,9 @@ int server_run(const aahd_config *cfg)
 		goto done;
 	}
 	snprintf(srv->backend, sizeof srv->backend, "%s", engine_backend_desc(e));
+	srv->eng = e;
+	engine_regime_layout lay;
+	srv->acr_context_length = engine_regime_layout_get(e, 0, &lay) == 0 ? lay.context_length : srv->ctx_len;
 	sched_metrics *m = malloc(sizeof *m);
 	if (m)
 		sched_metrics_get(srv->sch, m);

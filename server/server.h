@@ -28,6 +28,8 @@ typedef struct server_ctx {
 	int32_t n_regimes;
 	char regimes[SCHED_MAX_REGIMES][64];
 	const char *default_regime;       /* one of regimes */
+	const engine *eng;                /* the scheduler's: only its immutable parts (config, regime layouts) are read */
+	int32_t acr_context_length;       /* T of ACR (aah.json's context_length, else the engine's) */
 	char backend[192];                /* engine_backend_desc: "cuda (…)" or "cpu (…)", for the log and /metrics */
 	server_metrics metrics;
 	atomic_bool draining;             /* SIGTERM seen: new work gets 503 */

@@ -23,8 +23,8 @@ for build in $BUILDS; do
 		envs=${entry%"$t"}
 		[ -e "$t" ] || continue
 		case "$t" in *.d|*.o) continue;; esac
-		# make install and the unit do not depend on the build flavour: checked once
-		case "$t" in tests/test_systemd_unit.sh) [ "$first" = 1 ] || continue;; esac
+		# make install, the units and the manifests do not depend on the build flavour: checked once
+		case "$t" in tests/test_systemd_unit.sh|tests/test_k8s.sh) [ "$first" = 1 ] || continue;; esac
 		name="$envs$(basename "$t") [$build]"
 		echo "== $name"
 		case "$t" in

@@ -2,6 +2,8 @@
 # tools/eval_demo.sh — `make eval-demo`: serves the model `make run` serves (MODEL, default CACHE/demo-model) with aahd
 # on a free port, runs aah-eval over the benchmark subsets in DATA (default ../shared/benchmarks) in every regime the
 # model has, prints tables 9 and 10 (and writes all outputs under OUT), then stops the server.
+# With it, the perplexity of a held-out text (PPL_TEXT, default runs/text/test.txt, the trained runs' test split;
+# PPL_TEXT= for none): DATA's task files and that text are linked into OUT/data, which aah-eval reads.
 # Usage: eval_demo.sh BUILD CACHE DATA. Settings: LIMIT (items per task, default 20), MAX_GEN (generation cap,
 # default 32), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd, default all
 # cores), SERVER=URL to evaluate a server that is already running instead.
@@ -17,7 +19,15 @@ if [ ! -d "$DATA" ]; then
 	echo "eval-demo: no benchmark data in $DATA (make eval-demo DATA=DIR)" >&2
 	exit 1
 fi
-mkdir -p "$OUT"
+PPL_TEXT=${PPL_TEXT-runs/text/test.txt}
+mkdir -p "$OUT/data"
+rm -f "$OUT"/data/*
+for f in "$DATA"/*.jsonl; do
+	[ -e "$f" ] && ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$OUT/data/"
+done
+if [ -n "$PPL_TEXT" ] && [ -f "$PPL_TEXT" ]; then
+	ln -s "$(cd "$(dirname "$PPL_TEXT")" && pwd)/$(basename "$PPL_TEXT")" "$OUT/data/perplexity.txt"
+fi
 PID=""
 cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null; return 0; }
 trap cleanup EXIT INT TERM
@@ -36,6 +46,7 @@ if [ -z "${SERVER:-}" ]; then
 	[ -n "$PORT" ] || { echo "eval-demo: aahd did not start within 60 s:" >&2; cat "$LOG" >&2; exit 1; }
 	SERVER="http://127.0.0.1:$PORT"
 fi
-echo "eval-demo: $MODEL on $SERVER; $DATA, $LIMIT items per task, generations up to $MAX_GEN tokens; outputs in $OUT" >&2
-"$BUILD/aah-eval" --server "$SERVER" --data "$DATA" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
+echo "eval-demo: $MODEL on $SERVER; $DATA${PPL_TEXT:+ and $PPL_TEXT}, $LIMIT items per task, generations up to" \
+	"$MAX_GEN tokens; outputs in $OUT" >&2
+"$BUILD/aah-eval" --server "$SERVER" --data "$OUT/data" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
 	${CONCURRENCY:+--concurrency "$CONCURRENCY"} --out "$OUT"

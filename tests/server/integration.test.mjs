@@ -365,8 +365,20 @@ describe('aahd', () => {
     assert.ok(m.get('aahd_kv_cache_bytes_capacity') > 0);
     assert.equal(m.get('aahd_kv_cache_bytes_used'), 0);
     assert.ok(m.get('aahd_generation_tokens_total') > 0);
-    assert.ok(m.get('aahd_time_to_first_token_seconds_count') > 0);
-    assert.equal(m.get('aahd_request_duration_seconds_bucket{le="+Inf"}'), m.get('aahd_request_duration_seconds_count'));
+    // the histograms are per regime (this model has only full_attention)
+    assert.ok(m.get('aahd_time_to_first_token_seconds_count{regime="full_attention"}') > 0);
+    assert.equal(m.get('aahd_request_duration_seconds_bucket{regime="full_attention",le="+Inf"}'),
+      m.get('aahd_request_duration_seconds_count{regime="full_attention"}'));
+    // the counters behind the ratios, and T, so that Prometheus can compute a fleet's figures from counters
+    assert.equal(m.get('aahd_acr_context_length'), CTX);
+    assert.equal(m.get(`aahd_branch_window{window="${CTX}"}`), CTX);
+    assert.ok(m.get('aahd_sequences_total{regime="full_attention"}') >= 1);
+    assert.ok(m.get('aahd_attention_products_total{regime="full_attention"}') > 0);
+    assert.equal(m.get('aahd_attention_products_total{regime="full_attention"}'),
+      m.get('aahd_attention_products_full_total{regime="full_attention"}'));
+    assert.equal(m.get('aahd_kv_peak_bytes_total{regime="full_attention"}'),
+      m.get('aahd_kv_peak_bytes_full_total{regime="full_attention"}'));
+    assert.ok(m.get('aahd_queue_capacity') > 0 && m.get('aahd_max_batch') > 0);
     let out;
     try {
       out = execFileSync('promtool', ['check', 'metrics'], { input: m.raw, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });

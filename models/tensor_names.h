@@ -1,0 +1,58 @@
+/* models/tensor_names.h — maps the tensor names of a PyTorch state dict (Hugging Face layout, or nanoGPT style) onto
+ * the Hugging Face names aahd loads, checked against the model's config: shapes, a fused c_attn split, tied heads. */
+#ifndef AAH_TENSOR_NAMES_H
+#define AAH_TENSOR_NAMES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/model_config.h"
+#include "models/torch_checkpoint.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One tensor of the output: rows [row0, row0 + rows) of source tensor src's first dimension (all of it unless the
+ * source is a fused q/k/v matrix), in row-major order. */
+typedef struct tn_output {
+	char name[128];              /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
+	int32_t src;                 /* index into the sources */
+	int64_t row0, rows;
+	int32_t n_dims;
+	int64_t shape[2];
+} tn_output;
+
+typedef struct tn_plan {
+	tn_output *out;              /* owned, sorted by name */
+	int32_t n_out;
+	bool tied;                   /* the output has no lm_head.weight: the head is the embedding */
+	const char *style;           /* "hugging face" or "nanogpt" */
+	int32_t n_dropped;           /* buffers recognised and left out (rotary inv_freq, nanoGPT's causal mask) */
+} tn_plan;
+
+/* Builds the plan for n source tensors (names[i], bound tensors[i]) of a model of config c.
+ * Names: a common "module." or "_orig_mod." prefix (DDP, torch.compile) is stripped first. Then either all
+ * Hugging Face names (model.embed_tokens, model.layers.N.self_attn.q_proj, …, lm_head) or all nanoGPT names:
+ *   transformer.wte → model.embed_tokens          transformer.ln_f → model.norm
+ *   transformer.h.N.ln_1 → input_layernorm        transformer.h.N.ln_2 → post_attention_layernorm
+ *   attn.c_attn → q_proj, k_proj, v_proj (rows: n_heads·head_dim, then n_kv·head_dim twice)
+ *   attn.c_proj → o_proj                          attn.q_norm, attn.k_norm → q_norm, k_norm (Qwen3)
+ *   mlp.c_fc + mlp.c_fc2 → up_proj + gate_proj (llm.c's Llama 3)   mlp.c_fc1 + mlp.c_fc2 → gate_proj + up_proj
+ *   mlp.c_proj → down_proj                        lm_head → lm_head
+ * Left out (n_dropped): *.rotary_emb.inv_freq and nanoGPT's 4-D attn.bias (a causal-mask buffer). Refused with the
+ * names: anything else (listing them), biases, GPT-2's learned positions (transformer.wpe) and ungated MLP, both
+ * styles mixed, a name twice, a dtype that is not F32/F16/BF16 (F64 only when allow_f64), a shape other than the
+ * config's, a tensor the config needs that is missing. The head: lm_head absent → tied (the config must say
+ * tie_word_embeddings); lm_head the same view of the same storage as the embedding, or equal to it element for
+ * element while the config ties them → tied, written once; otherwise written as its own tensor (and a config that
+ * ties them is refused). Returns 0, or -1 with err. Free with tn_plan_free. */
+int tn_plan_build(tn_plan *p, const char *const *names, const tc_tensor *tensors, int32_t n, const model_config *c,
+                  bool allow_f64, char *err, size_t err_len);
+void tn_plan_free(tn_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
