@@ -479,6 +479,10 @@ int main(int argc, char **argv)
 	strbuf key = {0};
 	for (int32_t i = 0; i < o.n_servers; i++) {
 		clients[i] = eval_client_init(o.servers[i], o.api_key, o.timeout, &stop_flag, &stats);
+		if (!clients[i]) {
+			fprintf(stderr, "aah-eval: libcurl cannot start a connection\n");
+			return 1;
+		}
 		sb_addf(&key, "%s%s", i ? "," : "", eval_client_url(clients[i]));
 	}
 
