@@ -311,8 +311,10 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		goto fail;
 	}
 	model_config_rope_freqs(c, e->inv_freq);
-	int arc = aah_config_load(&e->aah, e->mf.dir, c, err, err_len);
-	if (arc < 0)
+	int arc = !e->p.aah_path ? aah_config_load(&e->aah, e->mf.dir, c, err, err_len)
+	          : *e->p.aah_path ? aah_config_load_file(&e->aah, e->p.aah_path, c, err, err_len)
+	                           : 1;
+	if (arc < 0 || (arc == 1 && e->p.aah_path && *e->p.aah_path))
 		goto fail;
 	e->has_aah = arc == 0;
 	if (aah_regimes_init(&e->regimes, e->has_aah ? &e->aah : NULL, c->n_layers, c->n_kv_heads,

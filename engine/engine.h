@@ -26,6 +26,9 @@ typedef struct engine_params {
 	int32_t fuse_projections;   /* one product for q, k, v and one for gate, up (weights concatenated at load): 1 on,
 	                             * -1 off, 0 the backend's choice (CUDA on, CPU off) unless the environment says
 	                             * AAH_FUSE=1 or AAH_FUSE=0 (the tests run the CPU fused that way) */
+	const char *aah_path;       /* the regimes: NULL = the model directory's aah.json (full attention alone when there is
+	                             * none); "" = none, full attention alone whatever the directory holds; else this file,
+	                             * which must exist (aah-convert calibrate measures with "" and checks its new file) */
 } engine_params;
 
 typedef struct engine engine;
