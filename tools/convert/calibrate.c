@@ -50,6 +50,7 @@ typedef struct calib_opts {
 	const char *eval_text;
 	int64_t eval_tokens;           /* 0: 8 contexts */
 	bool no_eval;
+	bool default_text, default_eval;   /* the texts are the defaults (runs/text/…): errors say so */
 	const char *default_regime;
 	calib_engine_opts eng;
 } calib_opts;
@@ -238,8 +239,11 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 	if (argc - optind != 1)
 		return usage_error("%s", argc - optind ? "one MODEL_DIR, nothing more" : "MODEL_DIR is missing");
 	o->model_arg = argv[optind];
-	if (o->n_texts == 0)
+	if (o->n_texts == 0) {
 		o->texts[o->n_texts++] = "runs/text/valid.txt";
+		o->default_text = true;
+	}
+	o->default_eval = !strcmp(o->eval_text, "runs/text/test.txt");
 	if (o->default_regime) {
 		bool known = !strcmp(o->default_regime, AAH_FULL_ATTENTION);
 		for (int k = 0; k < CALIB_N_KINDS; k++)
@@ -687,8 +691,11 @@ int calibrate_main(int argc, char **argv)
 		goto fail;
 	int64_t have = 0;
 	for (int32_t i = 0; i < o.n_texts; i++) {
-		if (text_load(&texts[i], o.texts[i], tok, err, sizeof err) != 0)
+		if (text_load(&texts[i], o.texts[i], tok, err, sizeof err) != 0) {
+			if (o.default_text)
+				snprintf(err + strlen(err), sizeof err - strlen(err), " (the default calibration text; --text FILE)");
 			goto fail;
+		}
 		have += texts[i].n_tokens;
 	}
 	int64_t want = o.tokens ? o.tokens : (int64_t)16 * T;
@@ -704,8 +711,12 @@ int calibrate_main(int argc, char **argv)
 	}
 	int64_t n_chunks = (want < have ? want : have) / T;
 	if (!o.no_eval) {
-		if (text_load(&eval, o.eval_text, tok, err, sizeof err) != 0)
+		if (text_load(&eval, o.eval_text, tok, err, sizeof err) != 0) {
+			if (o.default_eval)
+				snprintf(err + strlen(err), sizeof err - strlen(err),
+				         " (the default held-out text; --eval-text FILE, or --no-eval)");
 			goto fail;
+		}
 		for (int32_t i = 0; i < o.n_texts; i++)
 			if (!strcmp(texts[i].sha256, eval.sha256)) {
 				snprintf(err, sizeof err, "the held-out text %s is the calibration text %s: the loss must come from "
