@@ -113,6 +113,16 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# Tools made of several files: tools/aah_NAME.c plus its modules in tools/NAME/ (aah-convert: tools/convert/*.c),
+# linked before libaah.a; a Check suite of a tool's module links that module.
+CONVERT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/convert/*.c))
+$(BUILD)/aah-convert: $(BUILD)/obj/tools/aah_convert.o $(CONVERT_OBJ) $(BUILD)/libaah.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/tests/check_calibrate: $(BUILD)/obj/tests/check_calibrate.o $(BUILD)/obj/tools/convert/calib_assign.o \
+  $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+
 # Server modules that a Check suite or a fuzz target links beside libaah.a.
 $(BUILD)/tests/check_choice_text: $(BUILD)/obj/server/choice_text.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o

@@ -22,6 +22,13 @@ typedef struct layer_tensors {
 	aah_tensor wqkv, w_gate_up;
 } layer_tensors;
 
+/* A sequence's attention measurement (engine_seq_measure). */
+typedef struct seq_measure {
+	engine_measure *m;             /* the caller's, or NULL: not measured */
+	int32_t edges[ENGINE_MEASURE_MAX_BANDS];
+	float *band;                   /* (n_layers, n_heads, n_bands) one chunk's band mass, as the backend adds it */
+} seq_measure;
+
 struct engine {
 	model_files mf;
 	model_config cfg;
@@ -46,6 +53,7 @@ struct engine {
 	float *probe_mass;             /* (max_seqs, n_layers, n_heads, n_windows) probe output */
 	float *probe_kv;               /* (n_layers, n_kv, n_windows) the same summed per KV head */
 	bool *span_probe;              /* rows: the span is a probe step */
+	seq_measure *measure;          /* max_seqs */
 
 	/* per-step scratch in backend memory: rows = max_batch_tokens */
 	float *x;                      /* (rows, hidden) residual stream */
@@ -303,8 +311,10 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		goto fail;
 	}
 	model_config_rope_freqs(c, e->inv_freq);
-	int arc = aah_config_load(&e->aah, e->mf.dir, c, err, err_len);
-	if (arc < 0)
+	int arc = !e->p.aah_path ? aah_config_load(&e->aah, e->mf.dir, c, err, err_len)
+	          : *e->p.aah_path ? aah_config_load_file(&e->aah, e->p.aah_path, c, err, err_len)
+	                           : 1;
+	if (arc < 0 || (arc == 1 && e->p.aah_path && *e->p.aah_path))
 		goto fail;
 	e->has_aah = arc == 0;
 	if (aah_regimes_init(&e->regimes, e->has_aah ? &e->aah : NULL, c->n_layers, c->n_kv_heads,
@@ -317,7 +327,8 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	e->probe_mass = calloc((size_t)e->p.max_seqs * (size_t)c->n_layers * (size_t)c->n_heads * nw, sizeof(float));
 	e->probe_kv = calloc(heads * nw, sizeof(float));
 	e->span_probe = calloc((size_t)e->p.max_batch_tokens, sizeof *e->span_probe);
-	if (!e->policy || !e->probe_mass || !e->probe_kv || !e->span_probe) {
+	e->measure = calloc((size_t)e->p.max_seqs, sizeof *e->measure);
+	if (!e->policy || !e->probe_mass || !e->probe_kv || !e->span_probe || !e->measure) {
 		snprintf(err, err_len, "out of memory");
 		goto fail;
 	}
@@ -381,6 +392,9 @@ void engine_free(engine *e)
 	free(e->probe_mass);
 	free(e->probe_kv);
 	free(e->span_probe);
+	for (int32_t i = 0; e->measure && i < e->p.max_seqs; i++)
+		free(e->measure[i].band);
+	free(e->measure);
 	aah_regimes_free(&e->regimes);
 	aah_config_free(&e->aah);
 	free(e->span_work);
@@ -572,6 +586,52 @@ void engine_seq_close(engine *e, int32_t seq)
 	kv_cache_release(&e->kv, seq);
 	e->seq_used[seq] = false;
 	e->seq_len[seq] = 0;
+	e->measure[seq].m = NULL;
+}
+
+int engine_seq_measure(engine *e, int32_t seq, engine_measure *m, char *err, size_t err_len)
+{
+	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq]) {
+		snprintf(err, err_len, "sequence %d is not open", seq);
+		return -1;
+	}
+	seq_measure *ms = &e->measure[seq];
+	if (!m) {
+		ms->m = NULL;
+		return 0;
+	}
+	const aah_regime_rt *r = &e->regimes.r[e->policy[seq].regime];
+	if (r->policy.kind == AAH_POLICY_ADAPTIVE) {
+		snprintf(err, err_len, "regime %s is adaptive: its probe steps measure for the policy; measure under "
+		         "full_attention or a static regime", r->name);
+		return -1;
+	}
+	if (m->n_bands < 1 || m->n_bands > ENGINE_MEASURE_MAX_BANDS) {
+		snprintf(err, err_len, "%d bands: a measurement has 1 to %d", m->n_bands, ENGINE_MEASURE_MAX_BANDS);
+		return -1;
+	}
+	if (!m->band_mass && !m->entropy) {
+		snprintf(err, err_len, "nothing to measure: neither band_mass nor entropy");
+		return -1;
+	}
+	for (int32_t b = 0; b + 1 < m->n_bands; b++)
+		if (!m->band_edges || m->band_edges[b] < 1 || (b > 0 && m->band_edges[b] <= m->band_edges[b - 1])) {
+			snprintf(err, err_len, "band edges must be %d strictly ascending distances of at least 1", m->n_bands - 1);
+			return -1;
+		}
+	const model_config *c = &e->cfg;
+	if (m->band_mass) {   /* the backend's (float) band sums of one chunk: grown, never shrunk */
+		float *band = realloc(ms->band, (size_t)c->n_layers * c->n_heads * ENGINE_MEASURE_MAX_BANDS * sizeof *band);
+		if (!band) {
+			snprintf(err, err_len, "out of memory");
+			return -1;
+		}
+		ms->band = band;
+	}
+	for (int32_t b = 0; b + 1 < m->n_bands; b++)
+		ms->edges[b] = m->band_edges[b];
+	ms->m = m;
+	return 0;
 }
 
 int32_t engine_seq_len(const engine *e, int32_t seq)
@@ -599,7 +659,12 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 	 * says that nothing ran (a buffer had to grow first), the same layers run again, unrecorded. */
 	bool recorded = n_spans == n && f->step_begin && f->step_end;
 	for (int32_t s = 0; s < n_spans && recorded; s++)
-		recorded = !e->span_probe[s];
+		recorded = !e->span_probe[s] && !e->measure[e->span_seq[s]].m;
+	for (int32_t s = 0; s < n_spans; s++) {   /* a measured span's band sums of this chunk start at zero */
+		const seq_measure *ms = &e->measure[e->span_seq[s]];
+		if (ms->m && ms->m->band_mass)
+			memset(ms->band, 0, (size_t)c->n_layers * nh * ms->m->n_bands * sizeof *ms->band);
+	}
 	recorded = recorded && f->step_begin(b, (uint64_t)n);
 	uint64_t work;
 layers:
@@ -639,6 +704,15 @@ layers:
 			                                         : NULL;
 			e->aseqs[s].band_edges = e->regimes.windows;
 			e->aseqs[s].n_bands = e->regimes.n_windows;
+			e->aseqs[s].entropy = NULL;
+			const seq_measure *ms = &e->measure[e->span_seq[s]];
+			if (ms->m) {   /* never a probe: engine_seq_measure refuses adaptive regimes */
+				const engine_measure *m = ms->m;
+				e->aseqs[s].band_mass = m->band_mass ? ms->band + (int64_t)l * nh * m->n_bands : NULL;
+				e->aseqs[s].band_edges = ms->edges;
+				e->aseqs[s].n_bands = m->n_bands;
+				e->aseqs[s].entropy = m->entropy ? m->entropy + (int64_t)l * nh : NULL;
+			}
 		}
 		}
 		work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale,
@@ -666,8 +740,16 @@ layers:
 			goto layers;
 	}
 	e->attn_work += work;
-	for (int32_t s = 0; s < n_spans; s++)
+	for (int32_t s = 0; s < n_spans; s++) {
 		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s], e->span_probe[s]);
+		const seq_measure *ms = &e->measure[e->span_seq[s]];
+		if (ms->m) {
+			engine_measure *m = ms->m;
+			for (int64_t i = 0; m->band_mass && i < (int64_t)c->n_layers * nh * m->n_bands; i++)
+				m->band_mass[i] += ms->band[i];
+			m->rows += e->aseqs[s].n_new;
+		}
+	}
 	/* Logits only for the rows that asked, a pass of logit_rows at a time. */
 	aah_tensor xt = { e->x, AAH_DTYPE_F32, e->p.max_batch_tokens, c->hidden_size, 0 };
 	for (int32_t r = 0; r < n_logit; r += e->logit_rows) {

@@ -26,6 +26,9 @@ typedef struct engine_params {
 	int32_t fuse_projections;   /* one product for q, k, v and one for gate, up (weights concatenated at load): 1 on,
 	                             * -1 off, 0 the backend's choice (CUDA on, CPU off) unless the environment says
 	                             * AAH_FUSE=1 or AAH_FUSE=0 (the tests run the CPU fused that way) */
+	const char *aah_path;       /* the regimes: NULL = the model directory's aah.json (full attention alone when there is
+	                             * none); "" = none, full attention alone whatever the directory holds; else this file,
+	                             * which must exist (aah-convert calibrate measures with "" and checks its new file) */
 } engine_params;
 
 typedef struct engine engine;
@@ -111,6 +114,30 @@ typedef struct engine_seq_stats {
 
 /* Fills *out for an open sequence; returns 0, or -1 when seq is not open. */
 int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out);
+
+/* Attention measurement, for calibration (aah-convert calibrate): while a sequence has one, every engine_forward that
+ * feeds it adds, for each layer and query head, each of its query rows' attention probability mass by key distance
+ * d = p − t into bands — band b holds band_edges[b-1] ≤ d < band_edges[b], the last one also anything beyond — and
+ * each row's attention entropy −Σ_t p_t ln p_t (nats). The attention is the sequence's own: open it under
+ * full_attention to see every distance (a static regime's windows cut the bands they do not reach). Measuring costs a
+ * few per cent of a prompt's attention (the backend carries the sums in its softmax); on a device each measured layer
+ * waits for its results.
+ * The caller owns the struct and its arrays; the engine only adds into them, until the sequence closes or the
+ * measurement is cleared. A forked sequence starts without one. */
+typedef struct engine_measure {
+	int32_t n_bands;               /* 1 … ENGINE_MEASURE_MAX_BANDS */
+	const int32_t *band_edges;     /* (n_bands − 1) strictly ascending distances ≥ 1; copied by engine_seq_measure */
+	double *band_mass;             /* (n_layers, n_heads, n_bands) += probability mass, or NULL */
+	double *entropy;               /* (n_layers, n_heads) += entropy in nats, or NULL */
+	int64_t rows;                  /* += query rows measured (each layer and head saw this many) */
+} engine_measure;
+
+#define ENGINE_MEASURE_MAX_BANDS 64
+
+/* Sets (m) or clears (NULL) the measurement of an open sequence. Returns 0, or -1 with a message: not open, bad bands
+ * (count, edges not ascending), nothing to measure (both arrays NULL), or an adaptive regime (its probe steps use the
+ * backend's band measurement for themselves: measure under full_attention or a static regime). */
+int engine_seq_measure(engine *e, int32_t seq, engine_measure *m, char *err, size_t err_len);
 
 typedef struct engine_item {
 	int32_t seq;

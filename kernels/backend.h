@@ -57,12 +57,16 @@ typedef struct aah_attn_seq {
 	const int32_t *rings;     /* (n_kv_heads, ring_stride) page ids for this layer; host memory */
 	const int32_t *n_slots;   /* (n_kv_heads) ring length per KV head for this layer */
 	const int32_t *windows;   /* (n_kv_heads) window W per KV head for this layer: keys p-W+1 … p, W ≤ capacity */
-	/* Probe output (the adaptive policy's feature), or NULL: band_mass (n_heads, n_bands) host floats receive (+=)
-	 * each query head's attention probability mass by key distance d = p − t, band b holding
-	 * band_edges[b-1] ≤ d < band_edges[b] (the last band also takes anything beyond). */
+	/* Measurements of the attention this call computes, each optional (NULL: not measured), each summed over all of
+	 * the sequence's query rows of the call (one row for a decode step, n_new for a prompt chunk):
+	 * band_mass (n_heads, n_bands) host floats receive (+=) each query head's attention probability mass by key
+	 * distance d = p − t, band b holding band_edges[b-1] ≤ d < band_edges[b] (the last band also takes anything
+	 * beyond): the adaptive policy's probe (a decode step) and calibration (prompt chunks, engine_seq_measure).
+	 * entropy (n_heads) host doubles receive (+=) each query head's attention entropy −Σ_t p_t ln p_t in nats. */
 	float *band_mass;
 	const int32_t *band_edges;
 	int32_t n_bands;
+	double *entropy;
 } aah_attn_seq;
 
 typedef struct aah_backend aah_backend;

@@ -361,17 +361,14 @@ done:
 	return rc;
 }
 
-int aah_config_load(aah_config *a, const char *dir, const model_config *mc, char *err, size_t err_len)
+int aah_config_load_file(aah_config *a, const char *path, const model_config *mc, char *err, size_t err_len)
 {
 	memset(a, 0, sizeof *a);
-	char path[4096];
-	snprintf(path, sizeof path, "%s/aah.json", dir);
 	FILE *f = fopen(path, "rb");
 	if (!f) {
-		if (errno == ENOENT)
-			return 1;
-		aah_err(err, err_len, "%s: %s", path, strerror(errno));
-		return -1;
+		int e = errno;
+		aah_err(err, err_len, "%s: %s", path, strerror(e));
+		return e == ENOENT ? 1 : -1;
 	}
 	char *buf = NULL;
 	size_t n = 0, cap = 0;
@@ -404,9 +401,17 @@ int aah_config_load(aah_config *a, const char *dir, const model_config *mc, char
 		/* the messages say "aah.json"; name the path */
 		char inner[1024];
 		snprintf(inner, sizeof inner, "%s", err);
-		aah_err(err, err_len, "%s/%s", dir, inner);
+		const char *rest = strncmp(inner, "aah.json", 8) == 0 ? inner + 8 : inner;
+		aah_err(err, err_len, "%s%s", path, rest);
 	}
 	return rc;
+}
+
+int aah_config_load(aah_config *a, const char *dir, const model_config *mc, char *err, size_t err_len)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/aah.json", dir);
+	return aah_config_load_file(a, path, mc, err, err_len);
 }
 
 static bool is_dir(const char *p)

@@ -66,6 +66,8 @@ int aah_config_parse(aah_config *a, const char *json, size_t len, const model_co
 /* Reads dir/aah.json. Returns 1 when the file does not exist (the model runs as full attention), 0 when loaded,
  * -1 on error. */
 int aah_config_load(aah_config *a, const char *dir, const model_config *mc, char *err, size_t err_len);
+/* The same for an aah.json at any path (1 with a message in err when it does not exist). */
+int aah_config_load_file(aah_config *a, const char *path, const model_config *mc, char *err, size_t err_len);
 void aah_config_free(aah_config *a);
 
 /* The regime named name, or NULL. */

@@ -1,29 +1,147 @@
-/* models/aah_write.c — aah.json for generated models (aah-mkmodel --aah): every principal regime of table 3,
- * windows drawn deterministically by seed and nudged until the regime's ACR reaches its target. */
+/* models/aah_write.c — aah.json from an aah_config (aah-convert calibrate, aah-mkmodel --aah), written atomically;
+ * and the random regimes of generated models: windows drawn deterministically by seed and nudged until each
+ * regime's ACR reaches its target. */
 #include "models/aah_write.h"
 
-#include <jansson.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+json_t *aah_config_to_json(const aah_config *a, json_t *provenance)
+{
+	json_t *root = json_object(), *regimes = json_object(), *cw = json_array();
+	if (!root || !regimes || !cw) {
+		json_decref(root);
+		json_decref(regimes);
+		json_decref(cw);
+		json_decref(provenance);
+		return NULL;
+	}
+	json_object_set_new(root, "version", json_integer(1));
+	json_object_set_new(root, "context_length", json_integer(a->context_length));
+	for (int32_t i = 0; i < a->n_windows; i++)
+		json_array_append_new(cw, json_integer(a->windows[i]));
+	json_object_set_new(root, "candidate_windows", cw);
+	for (int32_t r = 0; r < a->n_regimes; r++) {
+		const aah_regime *g = &a->regimes[r];
+		json_t *jr = json_object(), *pol = json_object(), *layers = json_array(), *hier = json_array();
+		json_object_set_new(jr, "grouping", json_string(g->grouping));
+		for (int32_t i = 0; i < g->n_hierarchy; i++)
+			json_array_append_new(hier, json_integer(g->hierarchy[i]));
+		json_object_set_new(jr, "hierarchy", hier);
+		json_object_set_new(jr, "scorer", json_string(g->scorer));
+		if (g->policy.kind == AAH_POLICY_ADAPTIVE) {
+			json_object_set_new(pol, "kind", json_string("adaptive"));
+			json_object_set_new(pol, "control_interval", json_integer(g->policy.control_interval));
+			json_object_set_new(pol, "feature_ema", json_real(g->policy.feature_ema));
+			json_object_set_new(pol, "resolution_ema", json_real(g->policy.resolution_ema));
+			if (g->policy.coverage > 0)
+				json_object_set_new(pol, "coverage", json_real(g->policy.coverage));
+		} else {
+			json_object_set_new(pol, "kind", json_string("static"));
+		}
+		json_object_set_new(jr, "policy", pol);
+		for (int32_t l = 0; l < a->n_layers; l++) {
+			json_t *jl = json_object(), *groups = json_array();
+			for (int32_t gi = 0; gi < g->layers[l].n_groups; gi++) {
+				const aah_group *G = &g->layers[l].groups[gi];
+				json_t *jg = json_object(), *heads = json_array();
+				for (int32_t h = 0; h < G->n_kv_heads; h++)
+					json_array_append_new(heads, json_integer(G->kv_heads[h]));
+				json_object_set_new(jg, "kv_heads", heads);
+				json_object_set_new(jg, "window", json_integer(G->window));
+				json_object_set_new(jg, "capacity", json_integer(G->capacity));
+				json_array_append_new(groups, jg);
+			}
+			json_object_set_new(jl, "groups", groups);
+			json_array_append_new(layers, jl);
+		}
+		json_object_set_new(jr, "layers", layers);
+		json_object_set_new(regimes, g->name, jr);
+	}
+	json_object_set_new(root, "regimes", regimes);
+	if (a->default_regime)
+		json_object_set_new(root, "default_regime", json_string(a->default_regime));
+	if (provenance)
+		json_object_set_new(root, "provenance", provenance);
+	return root;
+}
+
+/* mkstemp makes the file 0600; a written aah.json gets what the umask gives any new file. */
+static int fchmod_default(const char *path)
+{
+	mode_t mask = umask(0);
+	umask(mask);
+	return chmod(path, 0666 & ~mask);
+}
+
+int aah_json_write_tmp(const json_t *root, const char *path, char *tmp, size_t tmp_len, char *err, size_t err_len)
+{
+	if (snprintf(tmp, tmp_len, "%s.tmp-XXXXXX", path) >= (int)tmp_len) {
+		snprintf(err, err_len, "%s: path too long", path);
+		return -1;
+	}
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		snprintf(err, err_len, "%s: cannot write (%s)", path, strerror(errno));
+		return -1;
+	}
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		snprintf(err, err_len, "%s: cannot write (%s)", path, strerror(errno));
+		close(fd);
+		unlink(tmp);
+		return -1;
+	}
+	/* reals with 10 significant digits: 0.9 is written 0.9, not 0.90000000000000002 */
+	errno = 0;
+	int bad = json_dumpf(root, f, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10)) != 0;
+	bad |= fputc('\n', f) == EOF;
+	bad |= fflush(f) != 0;
+	bad |= fsync(fileno(f)) != 0;
+	int saved = errno;
+	bad |= fclose(f) != 0;
+	if (!bad && fchmod_default(tmp) == 0)
+		return 0;
+	saved = saved ? saved : errno;
+	snprintf(err, err_len, "%s: cannot write (%s)", path, saved ? strerror(saved) : "write failed");
+	unlink(tmp);
+	return -1;
+}
+
+int aah_json_write_atomic(const json_t *root, const char *path, char *err, size_t err_len)
+{
+	char tmp[4200];
+	if (aah_json_write_tmp(root, path, tmp, sizeof tmp, err, err_len) != 0)
+		return -1;
+	if (rename(tmp, path) != 0) {
+		snprintf(err, err_len, "%s: cannot write (%s)", path, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
 
 typedef struct regime_spec {
 	const char *name;
 	const char *grouping;
 	int hierarchy[4], n_hierarchy;
-	const char *policy;
+	aah_policy_kind policy;
 	double table6_acr;           /* the paper's inference ACR for this regime (table 6) */
 	int one_group_per_layer;
 	int capacity_mult;
 } regime_spec;
 
 static const regime_spec specs[] = {
-	{ "grouping_off", "off", { 0 }, 0, "static", 0.5793, 1, 1 },
-	{ "full_adaptive", "feature", { 2, 2, 2, 2 }, 4, "adaptive", 0.2484, 0, 2 },
-	{ "shallow_freeze", "feature", { 2 }, 1, "static", 0.3400, 0, 1 },
-	{ "deep_reuse", "cached-level-0", { 2, 2, 2, 2 }, 4, "static", 0.3616, 0, 1 },
+	{ "grouping_off", "off", { 0 }, 0, AAH_POLICY_STATIC, 0.5793, 1, 1 },
+	{ "full_adaptive", "feature", { 2, 2, 2, 2 }, 4, AAH_POLICY_ADAPTIVE, 0.2484, 0, 2 },
+	{ "shallow_freeze", "feature", { 2 }, 1, AAH_POLICY_STATIC, 0.3400, 0, 1 },
+	{ "deep_reuse", "cached-level-0", { 2, 2, 2, 2 }, 4, AAH_POLICY_STATIC, 0.3616, 0, 1 },
 };
+#define N_SPECS (sizeof specs / sizeof specs[0])
 
 static uint64_t next_rand(uint64_t *s)
 {
@@ -70,70 +188,68 @@ int aah_write_file(const char *dir, const aah_write_params *p, char *err, size_t
 			snprintf(err, err_len, "aah: candidate windows must ascend and not exceed the context length %d", T);
 			return -1;
 		}
-	uint64_t rng = p->seed ^ 0xaa11aa11ull;
-	json_t *root = json_object(), *regimes = json_object(), *cw = json_array();
-	json_object_set_new(root, "version", json_integer(1));
-	json_object_set_new(root, "context_length", json_integer(T));
-	for (int32_t i = 0; i < nw; i++)
-		json_array_append_new(cw, json_integer(w[i]));
-	json_object_set_new(root, "candidate_windows", cw);
+	aah_config a = { .context_length = T, .n_windows = nw, .n_layers = p->n_layers, .provenance_step = 10000 };
+	memcpy(a.windows, w, (size_t)nw * sizeof *w);
+	a.regimes = calloc(N_SPECS, sizeof *a.regimes);
+	a.default_regime = strdup(p->default_regime ? p->default_regime : "shallow_freeze");
 	int32_t *idx = malloc(sizeof(int32_t) * (size_t)p->n_layers * (size_t)p->n_kv_heads);
-	for (size_t r = 0; r < sizeof specs / sizeof specs[0]; r++) {
+	int rc = -1;
+	if (!a.regimes || !a.default_regime || !idx)
+		goto oom;
+	uint64_t rng = p->seed ^ 0xaa11aa11ull;
+	for (size_t r = 0; r < N_SPECS; r++) {
 		const regime_spec *sp = &specs[r];
+		aah_regime *g = &a.regimes[a.n_regimes++];
 		int32_t per_layer = sp->one_group_per_layer ? 1 : p->n_kv_heads / gs;
 		int32_t heads_per_group = p->n_kv_heads / per_layer;
-		int32_t n_groups = per_layer * p->n_layers;
-		draw_windows(idx, n_groups, w, nw, T, p->acr > 0 ? p->acr : sp->table6_acr, &rng);
-		json_t *jr = json_object(), *pol = json_object(), *layers = json_array(), *hier = json_array();
-		json_object_set_new(jr, "grouping", json_string(sp->grouping));
-		for (int i = 0; i < sp->n_hierarchy; i++)
-			json_array_append_new(hier, json_integer(sp->hierarchy[i]));
-		json_object_set_new(jr, "hierarchy", hier);
-		json_object_set_new(jr, "scorer", json_string(sp->one_group_per_layer ? "off" : "joint"));
-		json_object_set_new(pol, "kind", json_string(sp->policy));
-		if (!strcmp(sp->policy, "adaptive")) {
-			json_object_set_new(pol, "control_interval", json_integer(5));
-			json_object_set_new(pol, "feature_ema", json_real(0.9));
-			json_object_set_new(pol, "resolution_ema", json_real(0.15));
-		}
-		json_object_set_new(jr, "policy", pol);
+		draw_windows(idx, per_layer * p->n_layers, w, nw, T, p->acr > 0 ? p->acr : sp->table6_acr, &rng);
+		g->name = strdup(sp->name);
+		snprintf(g->grouping, sizeof g->grouping, "%s", sp->grouping);
+		snprintf(g->scorer, sizeof g->scorer, "%s", sp->one_group_per_layer ? "off" : "joint");
+		g->n_hierarchy = sp->n_hierarchy;
+		memcpy(g->hierarchy, sp->hierarchy, sizeof sp->hierarchy);
+		g->policy = (aah_policy){ .kind = sp->policy, .control_interval = 5, .feature_ema = 0.9f,
+		                          .resolution_ema = 0.15f };
+		g->layers = calloc((size_t)p->n_layers, sizeof *g->layers);
+		if (!g->name || !g->layers)
+			goto oom;
 		for (int32_t l = 0; l < p->n_layers; l++) {
-			json_t *jl = json_object(), *groups = json_array();
-			for (int32_t g = 0; g < per_layer; g++) {
-				json_t *jg = json_object(), *heads = json_array();
+			aah_layer *L = &g->layers[l];
+			L->groups = calloc((size_t)per_layer, sizeof *L->groups);
+			if (!L->groups)
+				goto oom;
+			L->n_groups = per_layer;
+			for (int32_t gi = 0; gi < per_layer; gi++) {
+				aah_group *G = &L->groups[gi];
+				G->kv_heads = malloc((size_t)heads_per_group * sizeof *G->kv_heads);
+				if (!G->kv_heads)
+					goto oom;
+				G->n_kv_heads = heads_per_group;
 				for (int32_t h = 0; h < heads_per_group; h++)
-					json_array_append_new(heads, json_integer(g * heads_per_group + h));
-				int32_t win = p->layer_windows ? p->layer_windows[l] : w[idx[l * per_layer + g]];
-				int32_t cap = win * sp->capacity_mult < T ? win * sp->capacity_mult : T;
-				json_object_set_new(jg, "kv_heads", heads);
-				json_object_set_new(jg, "window", json_integer(win));
-				json_object_set_new(jg, "capacity", json_integer(cap));
-				json_array_append_new(groups, jg);
+					G->kv_heads[h] = gi * heads_per_group + h;
+				G->window = p->layer_windows ? p->layer_windows[l] : w[idx[l * per_layer + gi]];
+				G->capacity = G->window * sp->capacity_mult < T ? G->window * sp->capacity_mult : T;
 			}
-			json_object_set_new(jl, "groups", groups);
-			json_array_append_new(layers, jl);
 		}
-		json_object_set_new(jr, "layers", layers);
-		json_object_set_new(regimes, sp->name, jr);
 	}
-	free(idx);
-	json_object_set_new(root, "regimes", regimes);
-	json_object_set_new(root, "default_regime", json_string(p->default_regime ? p->default_regime : "shallow_freeze"));
 	json_t *prov = json_object();
+	if (!prov)
+		goto oom;
 	json_object_set_new(prov, "step", json_integer(10000));
 	json_object_set_new(prov, "seed", json_integer((json_int_t)p->seed));
 	json_object_set_new(prov, "source", json_string("aah-mkmodel: random windows, not a trained policy"));
-	json_object_set_new(root, "provenance", prov);
-
-	char path[4096], tmp[4200];
+	json_t *root = aah_config_to_json(&a, prov);
+	if (!root)
+		goto oom;
+	char path[4096];
 	snprintf(path, sizeof path, "%s/aah.json", dir);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int rc = json_dump_file(root, tmp, JSON_INDENT(1) | JSON_SORT_KEYS);
+	rc = aah_json_write_atomic(root, path, err, err_len);
 	json_decref(root);
-	if (rc != 0 || rename(tmp, path) != 0) {
-		unlink(tmp);
-		snprintf(err, err_len, "%s: cannot write", path);
-		return -1;
-	}
-	return 0;
+	goto done;
+oom:
+	snprintf(err, err_len, "aah: out of memory");
+done:
+	free(idx);
+	aah_config_free(&a);
+	return rc;
 }

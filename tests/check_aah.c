@@ -134,8 +134,18 @@ static void ref_rope(double *v, int64_t pos, const float *inv_freq, int32_t hd)
 	}
 }
 
-/* logits (n, vocab) for tokens ids[0..n) with windows (n_layers, n_kv). */
-static void ref_forward(const model_files *m, const int32_t *ids, int64_t n, const int32_t *windows, double *logits)
+/* What the reference measures of its attention, when asked (engine_measure's meaning): per layer and query head,
+ * the probability mass by key distance in bands cut at edges, and the entropy, summed over the positions. */
+typedef struct ref_measure {
+	int32_t n_bands;
+	const int32_t *edges;   /* (n_bands − 1) */
+	double *band;           /* (n_layers, n_heads, n_bands) */
+	double *entropy;        /* (n_layers, n_heads) */
+} ref_measure;
+
+/* logits (n, vocab) for tokens ids[0..n) with windows (n_layers, n_kv); meas NULL or filled (+=). */
+static void ref_forward_measured(const model_files *m, const int32_t *ids, int64_t n, const int32_t *windows,
+                                 double *logits, const ref_measure *meas)
 {
 	const model_config *c = &m->config;
 	const int64_t H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, I = c->intermediate_size;
@@ -192,6 +202,16 @@ static void ref_forward(const model_files *m, const int32_t *ids, int64_t n, con
 					sc[s] = exp(sc[s] - mx);
 					sum += sc[s];
 				}
+				for (int64_t s = 0; meas && s <= t; s++) {
+					if (sc[s] == 0)
+						continue;
+					const double pr = sc[s] / sum;
+					int32_t b = 0;
+					while (b < meas->n_bands - 1 && t - s >= meas->edges[b])
+						b++;
+					meas->band[((int64_t)l * nh + h) * meas->n_bands + b] += pr;
+					meas->entropy[(int64_t)l * nh + h] -= pr * log(pr);
+				}
 				for (int64_t i = 0; i < hd; i++) {
 					double o = 0;
 					for (int64_t s = 0; s <= t; s++)
@@ -217,6 +237,11 @@ static void ref_forward(const model_files *m, const int32_t *ids, int64_t n, con
 		ref_matvec(logits + t * V, m->w.lm_head, xn);
 	}
 	free(inv_freq); free(x); free(xn); free(K); free(Vv); free(Q); free(att); free(tmp); free(g); free(u); free(sc);
+}
+
+static void ref_forward(const model_files *m, const int32_t *ids, int64_t n, const int32_t *windows, double *logits)
+{
+	ref_forward_measured(m, ids, n, windows, logits, NULL);
 }
 
 /* ---- equivalence ---- */
@@ -379,6 +404,163 @@ START_TEST(test_chunking_invariant)
 	model_files_free(&ref);
 	remove_model_dir(dir);
 	free(json); free(a); free(b);
+}
+END_TEST
+
+/* ---- measurement (engine_seq_measure: calibration) ---- */
+
+/* A prompt in chunks under full attention and under a static windowed regime, measured: each layer's and head's band
+ * mass and entropy equal the float64 reference's; the logits are those of an unmeasured run, bit for bit. */
+START_TEST(test_measure_equals_reference)
+{
+	char src[1024], err[512], dir[256];
+	snprintf(src, sizeof src, "%s/%s", testdata(), "qwen3-small-a");
+	model_files ref;
+	ck_assert_msg(model_files_load(&ref, src, err, sizeof err) == 0, "%s", err);
+	const model_config *c = &ref.config;
+	const int32_t windows[] = { 64, 128, 256 };
+	int32_t *chosen = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *chosen);
+	int32_t *full = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *full);
+	for (int32_t i = 0; i < c->n_layers * c->n_kv_heads; i++)
+		full[i] = 1024;
+	rng_state = 31337;
+	char *json = aah_json_random(c, windows, 3, 1024, "static", 1, chosen);
+	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 3, .ctx_len = 1024,
+	                    .max_batch_tokens = 128 };
+	engine *e;
+	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
+	enum { N = 300, NB = 4 };
+	const int32_t edges[NB - 1] = { 4, 32, 100 }, V = c->vocab_size, L = c->n_layers, NH = c->n_heads;
+	int32_t ids[N];
+	for (int i = 0; i < N; i++)
+		ids[i] = (int32_t)(rnd() % (uint32_t)V);
+	float *plain = malloc((size_t)N * V * sizeof *plain), *got = malloc((size_t)N * V * sizeof *got);
+	double *want_logits = malloc((size_t)N * V * sizeof *want_logits);
+	const char *regimes[2] = { "full_attention", "r" };
+	for (int ri = 0; ri < 2; ri++) {
+		double *band = calloc((size_t)L * NH * NB, sizeof *band), *ent = calloc((size_t)L * NH, sizeof *ent);
+		double *wband = calloc((size_t)L * NH * NB, sizeof *wband), *went = calloc((size_t)L * NH, sizeof *went);
+		int32_t s0 = engine_seq_open(e, regimes[ri], err, sizeof err), s1 = engine_seq_open(e, regimes[ri], err, sizeof err);
+		ck_assert(s0 >= 0 && s1 >= 0);
+		engine_measure m = { .n_bands = NB, .band_edges = edges, .band_mass = band, .entropy = ent };
+		ck_assert_msg(engine_seq_measure(e, s1, &m, err, sizeof err) == 0, "%s", err);
+		/* two prompt pieces (the second reads the cache), each in chunks of at most 128 */
+		engine_item a0 = { s0, ids, 200, true }, a1 = { s1, ids, 200, true };
+		ck_assert(engine_forward(e, &a0, 1, plain, err, sizeof err) == 0);
+		ck_assert(engine_forward(e, &a1, 1, got, err, sizeof err) == 0);
+		engine_item b0 = { s0, ids + 200, N - 200, true }, b1 = { s1, ids + 200, N - 200, true };
+		ck_assert(engine_forward(e, &b0, 1, plain + (int64_t)200 * V, err, sizeof err) == 0);
+		ck_assert(engine_forward(e, &b1, 1, got + (int64_t)200 * V, err, sizeof err) == 0);
+		if (strcmp(test_backend(), "cuda") != 0)
+			ck_assert_msg(memcmp(plain, got, (size_t)N * V * sizeof *got) == 0, "%s: measuring changed the logits",
+			              regimes[ri]);
+		ck_assert_int_eq(m.rows, N);
+		ref_measure rm = { NB, edges, wband, went };
+		ref_forward_measured(&ref, ids, N, ri == 0 ? full : chosen, want_logits, &rm);
+		double worst = 0;
+		for (int64_t i = 0; i < (int64_t)L * NH * NB; i++) {
+			const double d = fabs(band[i] - wband[i]) / (1.0 + wband[i]);
+			worst = d > worst ? d : worst;
+			ck_assert_msg(d <= 1e-5, "%s layer %d head %d band %d: mass %.9g, want %.9g", regimes[ri],
+			              (int)(i / (NH * NB)), (int)(i / NB % NH), (int)(i % NB), band[i], wband[i]);
+		}
+		for (int64_t i = 0; i < (int64_t)L * NH; i++) {
+			const double d = fabs(ent[i] - went[i]) / (1.0 + went[i]);
+			worst = d > worst ? d : worst;
+			ck_assert_msg(d <= 1e-5, "%s layer %d head %d: entropy %.9g, want %.9g", regimes[ri], (int)(i / NH),
+			              (int)(i % NH), ent[i], went[i]);
+		}
+		/* some mass is beyond the windows' reach only under full attention */
+		double far = 0;
+		for (int64_t i = 0; i < (int64_t)L * NH; i++)
+			far += wband[i * NB + NB - 1];
+		ck_assert(ri == 0 ? far > 0 : 1);
+		printf("measure %s: %d rows, worst relative difference %.2e against the float64 reference\n", regimes[ri], N,
+		       worst);
+		/* cleared: a further step adds nothing; a fork starts unmeasured */
+		int32_t f = engine_seq_fork(e, s1, err, sizeof err);
+		ck_assert_msg(f >= 0, "%s", err);
+		engine_item step = { f, ids, 1, false };
+		ck_assert(engine_forward(e, &step, 1, got, err, sizeof err) == 0);
+		ck_assert_int_eq(m.rows, N);
+		ck_assert_int_eq(engine_seq_measure(e, s1, NULL, err, sizeof err), 0);
+		step.seq = s1;
+		ck_assert(engine_forward(e, &step, 1, got, err, sizeof err) == 0);
+		ck_assert_int_eq(m.rows, N);
+		engine_seq_close(e, f);
+		engine_seq_close(e, s0);
+		engine_seq_close(e, s1);
+		free(band); free(ent); free(wband); free(went);
+	}
+	engine_free(e);
+	model_files_free(&ref);
+	remove_model_dir(dir);
+	free(json); free(chosen); free(full); free(plain); free(got); free(want_logits);
+}
+END_TEST
+
+/* engine_seq_measure refuses what it cannot measure, with a message, and changes nothing then. */
+START_TEST(test_measure_errors)
+{
+	char src[1024], err[512], dir[256];
+	snprintf(src, sizeof src, "%s/%s", testdata(), "qwen3-small-a");
+	model_files ref;
+	ck_assert_msg(model_files_load(&ref, src, err, sizeof err) == 0, "%s", err);
+	const int32_t windows[] = { 64, 128 };
+	rng_state = 5;
+	char *json = aah_json_random(&ref.config, windows, 2, 1024, "adaptive", 2, NULL);
+	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	engine_params p = { .backend = test_backend(), .n_threads = 1, .max_seqs = 2, .ctx_len = 1024 };
+	engine *e;
+	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
+	double ent[64 * 64];
+	const int32_t up[2] = { 8, 4 }, ok[2] = { 4, 8 }, zero[1] = { 0 };
+	engine_measure m = { .n_bands = 1, .entropy = ent };
+	int32_t ad = engine_seq_open(e, "r", err, sizeof err), fa = engine_seq_open(e, "full_attention", err, sizeof err);
+	ck_assert(ad >= 0 && fa >= 0);
+	ck_assert_int_eq(engine_seq_measure(e, ad, &m, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "adaptive") != NULL, "%s", err);
+	ck_assert_int_eq(engine_seq_measure(e, 7, &m, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "not open") != NULL, "%s", err);
+	m.n_bands = 0;
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), -1);
+	m.n_bands = ENGINE_MEASURE_MAX_BANDS + 1;
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), -1);
+	m.n_bands = 3;
+	m.band_edges = up;
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "ascending") != NULL, "%s", err);
+	m.n_bands = 2;
+	m.band_edges = zero;
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), -1);
+	m.n_bands = 3;
+	m.band_edges = NULL;
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), -1);
+	m.band_edges = ok;
+	m.entropy = NULL;
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "nothing") != NULL, "%s", err);
+	/* refused: nothing was set, so a forward measures nothing */
+	int32_t id = 3;
+	engine_item it = { fa, &id, 1, false };
+	float *logits = malloc((size_t)ref.config.vocab_size * sizeof *logits);
+	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
+	ck_assert_int_eq(m.rows, 0);
+	/* one band, the entropy alone: accepted; the mass of one band would be 1 per row */
+	m.entropy = ent;
+	m.n_bands = 1;
+	memset(ent, 0, sizeof ent);
+	ck_assert_int_eq(engine_seq_measure(e, fa, &m, err, sizeof err), 0);
+	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
+	ck_assert_int_eq(m.rows, 1);
+	for (int32_t i = 0; i < ref.config.n_layers * ref.config.n_heads; i++)
+		ck_assert(ent[i] > 0 && ent[i] <= log(2.0) + 1e-6);   /* the second position: two keys */
+	free(logits);
+	engine_free(e);
+	model_files_free(&ref);
+	remove_model_dir(dir);
+	free(json);
 }
 END_TEST
 
@@ -677,6 +859,11 @@ int main(void)
 	tcase_add_loop_test(tc, test_windowed_equals_dense_masked, 0, (int)(sizeof eq_cases / sizeof eq_cases[0]));
 	tcase_add_test(tc, test_large_windows_equal_full_attention);
 	tcase_add_test(tc, test_chunking_invariant);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("measure");
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_measure_equals_reference);
+	tcase_add_test(tc, test_measure_errors);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("accounting");
 	tcase_set_timeout(tc, 120);

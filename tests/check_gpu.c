@@ -466,6 +466,7 @@ START_TEST(test_attention_lockstep)
 	memset(nan_rows, 0xff, (size_t)qn * 4);
 	aah_attn_seq *cs = calloc((size_t)ns, sizeof *cs), *gs = calloc((size_t)ns, sizeof *gs);
 	float *band_c = calloc((size_t)ns * nh * 4, sizeof(float)), *band_g = calloc((size_t)ns * nh * 4, sizeof(float));
+	double *ent_c = calloc((size_t)ns * nh, sizeof(double)), *ent_g = calloc((size_t)ns * nh, sizeof(double));
 	uint64_t *work_c = calloc((size_t)ns, sizeof(uint64_t)), *work_g = calloc((size_t)ns, sizeof(uint64_t));
 	const uint64_t measured0 = aah_backend_cuda_work_measured(gpu);
 	uint64_t total_c = 0, total_g = 0;
@@ -478,11 +479,16 @@ START_TEST(test_attention_lockstep)
 			aah_attn_seq a = { .row0 = rows, .n_new = n, .pos0 = sq[s].done, .ring_stride = ring_stride,
 			                   .rings = sq[s].rings, .n_slots = sq[s].n_slots, .windows = sq[s].windows };
 			cs[s] = gs[s] = a;
-			if (n == 1 && s % 2 == 0 && step % 3 == 0) {   /* a probe, as the engine makes them */
+			/* a probe, as the engine makes them, and measured prompt chunks (calibration); the entropy on its own */
+			if ((n == 1 && s % 2 == 0 && step % 3 == 0) || (n > 1 && s % 3 != 2)) {
 				cs[s].band_mass = band_c + (int64_t)s * nh * 4;
 				gs[s].band_mass = band_g + (int64_t)s * nh * 4;
 				cs[s].band_edges = gs[s].band_edges = edges;
 				cs[s].n_bands = gs[s].n_bands = 4;
+			}
+			if (s % 3 != 1 && step % 4 != 1) {
+				cs[s].entropy = ent_c + (int64_t)s * nh;
+				gs[s].entropy = ent_g + (int64_t)s * nh;
 			}
 			rows += n;
 			active += n > 0;
@@ -514,8 +520,15 @@ START_TEST(test_attention_lockstep)
 		ck_assert_uint_eq(work_g[s], work_c[s]);
 	ck_assert_uint_eq(aah_backend_cuda_work_measured(gpu) - measured0, total_c);
 	/* the probes' band mass */
-	double eb = rel_err(band_g, band_c, (int64_t)ns * nh * 4);
+	double eb = rel_err(band_g, band_c, (int64_t)ns * nh * 4), ee = 0, ee_den = 0;
 	ck_assert_msg(eb <= 1e-5, "attention cfg %d: band mass relative error %.3g", _i, eb);
+	for (int64_t i = 0; i < (int64_t)ns * nh; i++) {
+		ck_assert_msg(isfinite(ent_g[i]), "attention cfg %d: entropy %d is %g", _i, (int)i, ent_g[i]);
+		ee += (ent_g[i] - ent_c[i]) * (ent_g[i] - ent_c[i]);
+		ee_den += ent_c[i] * ent_c[i];
+	}
+	ee = sqrt(ee / (ee_den > 0 ? ee_den : 1));
+	ck_assert_msg(ee <= 1e-5, "attention cfg %d: entropy relative error %.3g", _i, ee);
 	/* kv_store wrote the same bytes, and nothing else */
 	uint8_t *pool_back = malloc(pool_bytes);
 	gpu->iface.buf_read(gpu, pool_back, pg.data, pool_bytes);
@@ -533,7 +546,105 @@ START_TEST(test_attention_lockstep)
 	for (int32_t s = 0; s < ns; s++)
 		free(sq[s].rings);
 	free(sq); free(perm); free(pool_host); free(pool_back); free(want); free(nan_rows); free(cs); free(gs);
-	free(band_c); free(band_g); free(work_c); free(work_g);
+	free(band_c); free(band_g); free(ent_c); free(ent_g); free(work_c); free(work_g);
+}
+END_TEST
+
+/* Measurements against a naive float64 reference: a prompt in two chunks (the second reads the pages), then decode
+ * steps (few blocks: the key range is split, so the combine merges the measurement too), each row's band mass by key
+ * distance and entropy summed per head; with only the entropy asked for on one sequence. */
+START_TEST(test_attention_measure_reference)
+{
+	enum { NH = 4, NKV = 2, HD = 32, LEN = 220, NB = 4 };
+	static const int32_t chunks[] = { 150, 50, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+	static const int32_t edges[NB - 1] = { 8, 32, 100 };
+	rng_state = 77;
+	int32_t win[2][NKV] = { { 64, 256 }, { 256, 40 } }, slots[NKV], rings[2][NKV * 24];
+	const int32_t ring_stride = 24;
+	int32_t next = 0;
+	for (int32_t h = 0; h < NKV; h++)
+		slots[h] = 256 / AAH_PAGE_LEN + 1;
+	for (int32_t sq = 0; sq < 2; sq++)
+		for (int32_t h = 0; h < NKV; h++)
+			for (int32_t r = 0; r < ring_stride; r++)
+				rings[sq][h * ring_stride + r] = r < slots[h] ? next++ : -1;
+	const size_t pool_bytes = (size_t)next * 2 * AAH_PAGE_LEN * HD * sizeof(float);
+	aah_kv_pool pg = { gpoison(gpu, pool_bytes), AAH_DTYPE_F32, next, HD };
+	float *q[2], *k[2], *v[2];
+	for (int32_t sq = 0; sq < 2; sq++) {
+		q[sq] = rand_f32(LEN * NH * HD, 2.0f);
+		k[sq] = rand_f32(LEN * NKV * HD, 1.0f);
+		v[sq] = rand_f32(LEN * NKV * HD, 1.0f);
+	}
+	const float scale = 1.0f / sqrtf((float)HD);
+	/* the reference: every position's probabilities over its window, by band, and its entropy */
+	double want_band[2][NH][NB] = { { { 0 } } }, want_ent[2][NH] = { { 0 } };
+	for (int32_t sq = 0; sq < 2; sq++)
+		for (int32_t p = 0; p < LEN; p++)
+			for (int32_t h = 0; h < NH; h++) {
+				const int32_t kvh = h / (NH / NKV), first = p - win[sq][kvh] + 1 > 0 ? p - win[sq][kvh] + 1 : 0;
+				double w[LEN], mx = -INFINITY, sum = 0;
+				for (int32_t t = first; t <= p; t++) {
+					double d = 0;
+					for (int32_t e = 0; e < HD; e++)
+						d += (double)q[sq][(p * NH + h) * HD + e] * k[sq][(t * NKV + kvh) * HD + e];
+					w[t] = d * scale;
+					mx = w[t] > mx ? w[t] : mx;
+				}
+				for (int32_t t = first; t <= p; t++)
+					sum += (w[t] = exp(w[t] - mx));
+				for (int32_t t = first; t <= p; t++) {
+					int32_t b = 0;
+					while (b < NB - 1 && p - t >= edges[b])
+						b++;
+					want_band[sq][h][b] += w[t] / sum;
+					want_ent[sq][h] -= w[t] / sum * log(w[t] / sum);
+				}
+			}
+	float band[NH * NB] = { 0 }, *dq = gpu->iface.buf_alloc(gpu, 2 * 150 * NH * HD * 4);
+	float *dk = gpu->iface.buf_alloc(gpu, 2 * 150 * NKV * HD * 4), *dv = gpu->iface.buf_alloc(gpu, 2 * 150 * NKV * HD * 4);
+	float *dout = gpu->iface.buf_alloc(gpu, 2 * 150 * NH * HD * 4);
+	double ent[2][NH] = { { 0 } };
+	int32_t done = 0;
+	for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0] && done < LEN; ci++) {
+		const int32_t n = chunks[ci] < LEN - done ? chunks[ci] : LEN - done;
+		aah_attn_seq ss[2];
+		for (int32_t sq = 0; sq < 2; sq++) {
+			ss[sq] = (aah_attn_seq){ .row0 = sq * n, .n_new = n, .pos0 = done, .ring_stride = ring_stride,
+			                         .rings = rings[sq], .n_slots = slots, .windows = win[sq], .entropy = ent[sq] };
+			gpu->iface.buf_write(gpu, dq + (size_t)sq * n * NH * HD, q[sq] + (size_t)done * NH * HD,
+			                     (size_t)n * NH * HD * 4);
+			gpu->iface.buf_write(gpu, dk + (size_t)sq * n * NKV * HD, k[sq] + (size_t)done * NKV * HD,
+			                     (size_t)n * NKV * HD * 4);
+			gpu->iface.buf_write(gpu, dv + (size_t)sq * n * NKV * HD, v[sq] + (size_t)done * NKV * HD,
+			                     (size_t)n * NKV * HD * 4);
+		}
+		ss[0].band_mass = band;   /* sequence 1: the entropy alone */
+		ss[0].band_edges = edges;
+		ss[0].n_bands = NB;
+		gpu->iface.attention(gpu, dout, dq, dk, dv, &pg, ss, 2, NH, NKV, scale, NULL);
+		gpu->iface.kv_store(gpu, &pg, dk, dv, ss, 2, NKV);
+		done += n;
+	}
+	no_error(gpu);
+	for (int32_t h = 0; h < NH; h++) {
+		for (int32_t b = 0; b < NB; b++)
+			ck_assert_msg(fabs(band[h * NB + b] - want_band[0][h][b]) <= 1e-4 * (1 + want_band[0][h][b]),
+			              "head %d band %d: mass %.7g, want %.7g", h, b, band[h * NB + b], want_band[0][h][b]);
+		for (int32_t sq = 0; sq < 2; sq++)
+			ck_assert_msg(fabs(ent[sq][h] - want_ent[sq][h]) <= 1e-4 * (1 + want_ent[sq][h]),
+			              "sequence %d head %d: entropy %.9g, want %.9g", sq, h, ent[sq][h], want_ent[sq][h]);
+	}
+	gpu->iface.buf_free(gpu, pg.data);
+	gpu->iface.buf_free(gpu, dq);
+	gpu->iface.buf_free(gpu, dk);
+	gpu->iface.buf_free(gpu, dv);
+	gpu->iface.buf_free(gpu, dout);
+	for (int32_t sq = 0; sq < 2; sq++) {
+		free(q[sq]);
+		free(k[sq]);
+		free(v[sq]);
+	}
 }
 END_TEST
 
@@ -760,6 +871,7 @@ int main(void)
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("attention");
 	tcase_add_loop_test(ta, test_attention_lockstep, 0, (int)(sizeof att_cfgs / sizeof att_cfgs[0]));
+	tcase_add_test(ta, test_attention_measure_reference);
 	suite_add_tcase(s, ta);
 	TCase *te = tcase_create("engine");
 	tcase_add_test(te, test_engine_default_mode);

@@ -874,6 +874,7 @@ typedef struct attn_seq_data {
 	double *ref;                  /* (len, n_heads, hd) */
 	uint64_t *ref_work;           /* (len) keys attended by all heads of the query at that position */
 	double *ref_band;             /* (len, n_heads, N_FINE) attention mass by key distance */
+	double *ref_ent;              /* (len, n_heads) attention entropy, nats */
 	int32_t done;                 /* positions fed so far */
 	int32_t next_chunk;
 } attn_seq_data;
@@ -917,7 +918,7 @@ static void attn_reference(attn_scenario *sc, attn_seq_data *d, float scale)
 			double *o = d->ref + ((int64_t)p * nh + h) * hd;
 			for (int32_t i = 0; i < hd; i++)
 				o[i] = 0;
-			double *band = d->ref_band + ((int64_t)p * nh + h) * N_FINE;
+			double *band = d->ref_band + ((int64_t)p * nh + h) * N_FINE, ent = 0;
 			for (int32_t f = 0; f < N_FINE; f++)
 				band[f] = 0;
 			for (int32_t t = first; t <= p; t++) {
@@ -925,7 +926,10 @@ static void attn_reference(attn_scenario *sc, attn_seq_data *d, float scale)
 				for (int32_t i = 0; i < hd; i++)
 					o[i] += w[t] / sum * v[i];
 				band[fine_band(p - t)] += w[t] / sum;
+				if (w[t] > 0)
+					ent -= w[t] / sum * log(w[t] / sum);
 			}
+			d->ref_ent[(int64_t)p * nh + h] = ent;
 			work += (uint64_t)(p - first + 1);
 		}
 		d->ref_work[p] = work;
@@ -1008,6 +1012,7 @@ static void scenario_init(attn_scenario *sc, int32_t nh, int32_t nkv, int32_t hd
 		d->ref = malloc((size_t)d->len * (size_t)nh * (size_t)hd * sizeof(double));
 		d->ref_work = malloc((size_t)d->len * sizeof(uint64_t));
 		d->ref_band = malloc((size_t)d->len * (size_t)nh * N_FINE * sizeof(double));
+		d->ref_ent = malloc((size_t)d->len * (size_t)nh * sizeof(double));
 		attn_reference(sc, d, scale);
 	}
 }
@@ -1023,6 +1028,7 @@ static void scenario_free(attn_scenario *sc)
 		free(d->ref);
 		free(d->ref_work);
 		free(d->ref_band);
+		free(d->ref_ent);
 	}
 	free(sc->pool.data);
 	free(sc->pool_init);
@@ -1050,6 +1056,7 @@ static void scenario_run(attn_scenario *sc, aah_backend *b, const char *label, d
 	float *out = malloc((size_t)max_rows * nh * hd * sizeof(float));
 	aah_attn_seq seqs[MAX_SEQS];
 	float band_mass[MAX_SEQS][MAX_HEADS * 5];
+	double entropy[MAX_SEQS][MAX_HEADS];
 	ck_assert_int_le(nh, MAX_HEADS);
 	for (int step = 0;; step++) {
 		memset(seqs, 0, sizeof seqs);
@@ -1076,6 +1083,12 @@ static void scenario_run(attn_scenario *sc, aah_backend *b, const char *label, d
 				s->band_mass = band_mass[j];
 				for (int32_t e = 0; e < nh * s->n_bands; e++)
 					band_mass[j][e] = 0.25f * (float)(e + 1);
+			}
+			/* the entropy, on its own pattern (with and without bands), starting nonzero */
+			if (si % 4 != 1 && step % 5 != 2) {
+				s->entropy = entropy[j];
+				for (int32_t h = 0; h < nh; h++)
+					entropy[j][h] = 0.5 * (h + 1);
 			}
 			memcpy(q + (int64_t)rows * nh * hd, d->q + (int64_t)d->done * nh * hd, (size_t)n * nh * hd * sizeof(float));
 			memcpy(k + (int64_t)rows * nkv * hd, d->k + (int64_t)d->done * nkv * hd,
@@ -1128,6 +1141,16 @@ static void scenario_run(attn_scenario *sc, aah_backend *b, const char *label, d
 					      "%s attention step %d: pos %d n_new %d head %d band %d of %d: mass %.7g, want %.7g", label, step,
 					      s->pos0, s->n_new, h, b2, s->n_bands, got, want_band[b2]);
 				}
+			}
+			/* the entropy: Σ over this chunk's rows of each head's, on top of what was there */
+			for (int32_t h = 0; h < nh && s->entropy; h++) {
+				double want_ent = 0;
+				for (int32_t i = 0; i < s->n_new; i++)
+					want_ent += d->ref_ent[(int64_t)(s->pos0 + i) * nh + h];
+				double got = s->entropy[h] - 0.5 * (h + 1);
+				CHECK(fabs(got - want_ent) <= tol * (1.0 + want_ent),
+				      "%s attention step %d: pos %d n_new %d head %d: entropy %.9g, want %.9g", label, step, s->pos0,
+				      s->n_new, h, got, want_ent);
 			}
 			for (int32_t i = 0; i < s->n_new; i++) {
 				const int32_t p = s->pos0 + i;

@@ -1,5 +1,6 @@
-/* tools/aah_convert.c — aah-convert: turns models into what aahd serves, one subcommand per job (`import` today;
- * `calibrate` comes next). The work is in models/checkpoint_import.c; this file is the command line. */
+/* tools/aah_convert.c — aah-convert: turns models into what aahd serves, one subcommand per job: `import` (PyTorch
+ * checkpoints, models/checkpoint_import.c) and `calibrate` (a pretrained model's regimes from measured attention,
+ * tools/convert/calibrate.c). This file is the command line. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 #include "models/checkpoint_import.h"
 #include "models/safetensors.h"
+#include "tools/convert/calibrate.h"
 
 #define CONVERT_EXIT_FAIL 1
 #define CONVERT_EXIT_USAGE 2
@@ -128,6 +130,8 @@ static int import_run(int argc, char **argv)
 static const convert_cmd cmds[] = {
 	{ "import", "PyTorch checkpoints (torch.save files, pytorch_model.bin, run directories) -> Hugging Face folders",
 	  import_run, import_help },
+	{ "calibrate", "a pretrained model -> aah.json with the regimes of table 3, from attention measured on text",
+	  calibrate_main, calibrate_help },
 };
 #define N_CMDS (sizeof cmds / sizeof cmds[0])
 

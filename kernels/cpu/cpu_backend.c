@@ -423,6 +423,17 @@ typedef struct attn_job {
 	uint64_t work[MAX_THREADS];
 } attn_job;
 
+static void atomic_add_double(double *dst, double v)
+{
+	uint64_t old = __atomic_load_n((uint64_t *)dst, __ATOMIC_RELAXED), upd;
+	do {
+		double f;
+		memcpy(&f, &old, sizeof f);
+		f += v;
+		memcpy(&upd, &f, sizeof upd);
+	} while (!__atomic_compare_exchange_n((uint64_t *)dst, &old, upd, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
 static void atomic_add_float(float *dst, float v)
 {
 	uint32_t old = __atomic_load_n((uint32_t *)dst, __ATOMIC_RELAXED), upd;
@@ -529,6 +540,7 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 	float *qs = tmp + (int64_t)AAH_PAGE_LEN * hd;      /* group · hd: the scaled queries */
 	float *scores = qs + (int64_t)group * hd;          /* (group, keys) */
 	const int64_t ld = j->max_keys;
+	float *raw = scores + (int64_t)group * ld;         /* (keys) one head's scores before the softmax: its entropy */
 	int64_t lo, hi;
 	split_range(j->total_units, 1, ti, nt, &lo, &hi);
 	uint64_t work = 0;
@@ -564,11 +576,20 @@ static void attn_worker(void *p, int32_t ti, int32_t nt)
 				float *sg = scores + g * ld, mx = -INFINITY;
 				for (int64_t t = 0; t < nk; t++)
 					mx = sg[t] > mx ? sg[t] : mx;
-				float inv = (float)(1.0 / k->exp_sum(sg, nk, mx));
+				if (s->entropy)
+					memcpy(raw, sg, (size_t)nk * sizeof *raw);
+				double sum = k->exp_sum(sg, nk, mx);
+				float inv = (float)(1.0 / sum);
 				for (int64_t t = 0; t < nk; t++)
 					sg[t] *= inv;
 				if (s->band_mass)
 					add_band_mass(s, kvh * group + g, pos, first, sg, 1.0f);
+				if (s->entropy) {   /* H = −Σ p ln p = ln S − Σ_t p_t (s_t − m), p_t = e^(s_t − m) / S */
+					double ps = 0;
+					for (int64_t t = 0; t < nk; t++)
+						ps += (double)sg[t] * ((double)raw[t] - mx);
+					atomic_add_double(&s->entropy[kvh * group + g], log(sum) - ps);
+				}
 			}
 			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
 			memset(o, 0, (size_t)group * (size_t)hd * sizeof(float));
@@ -605,7 +626,7 @@ static uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const 
 	}
 	j.max_keys = max_keys;
 	size_t group = (size_t)(n_heads / n_kv), hd = (size_t)pool->head_dim;
-	if (group > MAX_GROUP || !scratch_reserve(c, (AAH_PAGE_LEN + group) * hd + group * (size_t)max_keys))
+	if (group > MAX_GROUP || !scratch_reserve(c, (AAH_PAGE_LEN + group) * hd + (group + 1) * (size_t)max_keys))
 		abort();   /* the engine refuses models with larger groups; scratch is a few MB at most */
 	if (j.total_units < 4 * c->n_threads)
 		attn_worker(&j, 0, 1);

@@ -1,5 +1,6 @@
-/* kernels/cuda/cuda_attention.cu — windowed GQA attention over the paged KV pool (flash-decoding style), the probe's
- * band mass, and the store of new rows into the pages; the device twin of cpu_attention / cpu_kv_store.
+/* kernels/cuda/cuda_attention.cu — windowed GQA attention over the paged KV pool (flash-decoding style) with its
+ * measurements (band mass, entropy), and the store of new rows into the pages; the device twin of cpu_attention /
+ * cpu_kv_store.
  *
  * The host plans each call. A *work item* is one block: a tile of up to bq query rows of one sequence × up to gb
  * query heads of one KV head (the heads that share its keys, so each key is read once for all of them) × a range
@@ -13,8 +14,10 @@
  *
  * Work: every block counts the in-window products it computed and adds them to a device counter; the host's plan
  * prescribes the same count, which the op returns at once, and every sync point compares the two (cuda_ctx.cuh).
- * Probes: the final log-sum-exp of every row is kept, and a second kernel recomputes each in-window score of the
- * probe's rows to add exp(s − lse) into distance bands; the band totals come back with a wait (probe steps only). */
+ * Measurements (backend.h: a probe's or calibration's band mass and entropy): carried in the online-softmax state of
+ * each row beside its sum, Σ e^(s−m) per distance band and E = Σ e^(s−m)·(s − m), rescaled with the running max (and
+ * merged by the combine like the sums); at the end each row's bands / l and entropy ln l − E / l go to a per-row
+ * table that comes back with a wait and is summed on the host in row order (measured calls only). */
 #include <algorithm>
 #include <math.h>
 #include <stddef.h>
@@ -32,7 +35,7 @@
 
 typedef struct att_span {
 	int32_t row0, n_new, pos0;
-	int32_t probe;       /* index into probes, or -1 */
+	int32_t meas;        /* index into meas, or -1: not measured */
 } att_span;
 
 typedef struct att_head {          /* per (span, KV head) */
@@ -55,23 +58,17 @@ typedef struct att_comb {          /* merges the n_split partials part0 … of o
 	int32_t span, kvh, q_lo, q_n, g0, gn, part0, n_split;
 } att_comb;
 
-typedef struct att_probe {
-	int32_t span;
+typedef struct att_meas {          /* a measured span: its band edges */
 	int32_t edges_off, n_bands;
-	int32_t band_off;              /* floats into band: (n_heads, n_bands) */
-} att_probe;
-
-typedef struct att_band_item {
-	int32_t probe, qi, kvh, pad;
-} att_band_item;
+} att_meas;
 
 /* Where one call's tables lie and how many blocks of each kernel have work, read by every block: a recorded step's
  * launches (cuda_graph.cu) have grids sized by a bound of their key, and take the plan of each replay from here. */
 typedef struct att_plan {
 	const uint8_t *const *base;    /* where the tables' address lies: the step root, or `own` for an eager call */
 	const uint8_t *own;
-	int64_t spans, heads, pages, items, combs, probes, edges, band_items;   /* byte offsets from *base */
-	int32_t n_items, n_comb, n_band_items, pad;
+	int64_t spans, heads, pages, items, combs, meas, edges;   /* byte offsets from *base */
+	int32_t n_items, n_comb;
 } att_plan;
 
 typedef struct att_tabs {
@@ -80,39 +77,63 @@ typedef struct att_tabs {
 	const int32_t *pages;
 	const att_item *items;
 	const att_comb *combs;
-	const att_probe *probes;
+	const att_meas *meas;
 	const int32_t *edges;
-	const att_band_item *band_items;
 } att_tabs;
 
 typedef struct att_args {
 	float *out;
 	const float *q, *k, *v;
 	const void *pool;
-	float *part;                   /* (slots, rmax · (hd + 2)): max[rmax], sum[rmax], acc[rmax][hd] */
-	float *lse;                    /* (rows, n_heads): log Σ exp of each row's scores */
-	float *band;                   /* probe output on the device */
+	float *part;                   /* (slots, part_stride): max[rmax], sum[rmax], acc[rmax][hd], E[rmax],
+	                                * bands[rmax][nbm] */
+	float *meas;                   /* (rows, n_heads, nbm + 1) measured rows: band masses, then the entropy */
 	unsigned long long *work;
 	const att_plan *plan;
 	int32_t n_heads, n_kv, hd, group, rmax;
+	int32_t nbm;                   /* the most bands of a measured span of the call; 0: nothing measured */
 	float scale;
 } att_args;
 
 /* Shared memory of an attention block of r rows (floats): Q and the accumulators (r × hd each), one K or V tile
  * (BK rows padded to hd + 1, so that lanes reading different keys hit different banks), the tile's
- * probabilities (r × BK) and three per-row values (max, sum, the rescale of this tile). */
-static size_t att_smem(int32_t r, int32_t hd)
+ * probabilities (r × BK), three per-row values (max, sum, the rescale of this tile) and, when the call measures,
+ * E and nbm band sums per row. */
+static size_t att_smem(int32_t r, int32_t hd, int32_t nbm)
 {
-	return ((size_t)2 * r * hd + (size_t)BK * (hd + 1) + (size_t)r * BK + 3 * (size_t)r) * sizeof(float);
+	return ((size_t)2 * r * hd + (size_t)BK * (hd + 1) + (size_t)r * BK + 3 * (size_t)r +
+	        (nbm > 0 ? (size_t)r * (nbm + 1) : 0)) * sizeof(float);
+}
+
+/* Floats of one partial slot. */
+__host__ __device__ __forceinline__ size_t part_stride(int32_t rmax, int32_t hd, int32_t nbm)
+{
+	return (size_t)rmax * (hd + 2) + (nbm > 0 ? (size_t)rmax * (nbm + 1) : 0);
 }
 
 __device__ __forceinline__ att_tabs plan_tabs(const att_plan *p)
 {
 	const uint8_t *b = *p->base;
-	return att_tabs{ (const att_span *)(b + p->spans),      (const att_head *)(b + p->heads),
-	                 (const int32_t *)(b + p->pages),       (const att_item *)(b + p->items),
-	                 (const att_comb *)(b + p->combs),      (const att_probe *)(b + p->probes),
-	                 (const int32_t *)(b + p->edges),       (const att_band_item *)(b + p->band_items) };
+	return att_tabs{ (const att_span *)(b + p->spans), (const att_head *)(b + p->heads),
+	                 (const int32_t *)(b + p->pages),  (const att_item *)(b + p->items),
+	                 (const att_comb *)(b + p->combs), (const att_meas *)(b + p->meas),
+	                 (const int32_t *)(b + p->edges) };
+}
+
+__device__ __forceinline__ int32_t warp_min_i(int32_t v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+__device__ __forceinline__ int32_t warp_max_i(int32_t v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
 }
 
 /* Four elements d … d+3 of the key (which = 0) or value (1) of KV head kvh at position t. */
@@ -169,6 +190,12 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 	float *Mx = P + a.rmax * BK;           /* [R] running max */
 	float *Ls = Mx + a.rmax;               /* [R] running sum */
 	float *Cr = Ls + a.rmax;               /* [R] rescale of the accumulators for this tile */
+	float *Es = Cr + a.rmax;               /* [R] measured: E = Σ e^(s−m)·(s − m) */
+	float *Bm = Es + a.rmax;               /* [R][nbm] measured: Σ e^(s−m) per distance band */
+	const int32_t nbm = a.nbm;
+	const att_meas ms = s.meas >= 0 ? tb.meas[s.meas] : att_meas{ 0, 0 };
+	const int32_t nb = ms.n_bands;         /* 0: this span is not measured */
+	const int32_t *edges = tb.edges + ms.edges_off;
 
 	/* row r of the block: query row q_lo + r / gn of the span, query head kvh·group + g0 + r % gn */
 	for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
@@ -180,6 +207,11 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 	for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
 		Mx[r] = -INFINITY;
 		Ls[r] = 0.f;
+		if (nb > 0) {
+			Es[r] = 0.f;
+			for (int32_t b = 0; b < nb; b++)
+				Bm[r * nbm + b] = 0.f;
+		}
 	}
 	__syncthreads();
 
@@ -208,6 +240,27 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 			const float corr = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
 			const float psum = warp_sum(p);
 			P[r * BK + lane] = p;
+			if (nb > 0) {
+				/* E ← corr·(E + (m_old − m_new)·l_old) + Σ p·(s − m_new); each band ← corr·band + Σ of its p */
+				const float esum = warp_sum(valid ? p * (sc - m_new) : 0.f);
+				int32_t b = 0;
+				while (b < nb - 1 && pos - t >= edges[b])
+					b++;
+				const int32_t b_lo = warp_min_i(valid ? b : nb), b_hi = warp_max_i(valid ? b : -1);
+				for (int32_t bb = lane; bb < nb; bb += 32)
+					Bm[r * nbm + bb] *= corr;
+				__syncwarp();
+				for (int32_t bb = b_lo; bb <= b_hi; bb++) {
+					const float bs = warp_sum(valid && b == bb ? p : 0.f);
+					if (lane == 0)
+						Bm[r * nbm + bb] += bs;
+				}
+				if (lane == 0) {
+					const float l_old = Ls[r];
+					Es[r] = (l_old > 0.f ? corr * (Es[r] + (m_old - m_new) * l_old) : 0.f) + esum;
+				}
+				__syncwarp();   /* lane 0 reads Ls[r] above before it writes it below */
+			}
 			if (lane == 0) {
 				Mx[r] = m_new;
 				Ls[r] = Ls[r] * corr + psum;
@@ -240,15 +293,25 @@ __global__ void __launch_bounds__(ATT_NT) att_kernel(att_args a)
 			const float l = Ls[r];
 			a.out[((size_t)row * a.n_heads + h) * hd + d] = l > 0.f ? Acc[idx] / l : 0.f;
 		}
-		for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
+		for (int32_t r = threadIdx.x; r < R && nb > 0; r += blockDim.x) {
 			const int32_t row = s.row0 + it.q_lo + r / it.gn, h = it.kvh * a.group + it.g0 + r % it.gn;
-			a.lse[(size_t)row * a.n_heads + h] = Mx[r] + logf(Ls[r]);
+			const float l = Ls[r];
+			float *m = a.meas + ((size_t)row * a.n_heads + h) * (nbm + 1);
+			for (int32_t b = 0; b < nb; b++)
+				m[b] = l > 0.f ? Bm[r * nbm + b] / l : 0.f;
+			m[nbm] = l > 0.f ? logf(l) - Es[r] / l : 0.f;
 		}
 	} else {
-		float *pb = a.part + (size_t)it.part * a.rmax * (hd + 2);
+		float *pb = a.part + (size_t)it.part * part_stride(a.rmax, hd, nbm);
 		for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
 			pb[r] = Mx[r];
 			pb[a.rmax + r] = Ls[r];
+			if (nb > 0) {
+				float *pm = pb + (size_t)a.rmax * (hd + 2);
+				pm[r] = Es[r];
+				for (int32_t b = 0; b < nb; b++)
+					pm[a.rmax + r * nbm + b] = Bm[r * nbm + b];
+			}
 		}
 		for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x)
 			pb[2 * a.rmax + idx] = Acc[idx];
@@ -263,8 +326,9 @@ __global__ void __launch_bounds__(ATT_NT) att_combine_kernel(att_args a)
 	const att_tabs tb = plan_tabs(a.plan);
 	const att_comb cb = tb.combs[blockIdx.x];
 	const att_span s = tb.spans[cb.span];
-	const int32_t hd = a.hd, R = cb.q_n * cb.gn;
-	const size_t stride = (size_t)a.rmax * (hd + 2);
+	const int32_t hd = a.hd, R = cb.q_n * cb.gn, nbm = a.nbm;
+	const int32_t nb = s.meas >= 0 ? tb.meas[s.meas].n_bands : 0;
+	const size_t stride = part_stride(a.rmax, hd, nbm);
 	for (int32_t idx = threadIdx.x; idx < R * hd; idx += blockDim.x) {
 		const int32_t r = idx / hd, d = idx - r * hd;
 		const float *p0 = a.part + (size_t)cb.part0 * stride;
@@ -283,66 +347,26 @@ __global__ void __launch_bounds__(ATT_NT) att_combine_kernel(att_args a)
 		}
 		const int32_t row = s.row0 + cb.q_lo + r / cb.gn, h = cb.kvh * a.group + cb.g0 + r % cb.gn;
 		a.out[((size_t)row * a.n_heads + h) * hd + d] = L > 0.f ? A / L : 0.f;
-		if (d == 0)
-			a.lse[(size_t)row * a.n_heads + h] = M + logf(L);
-	}
-}
-
-/* A probe row (one query row, one KV head, its group of query heads): a warp per key of the window, each query
- * head's probability exp(s − lse) added into the band of distance pos − t. Keys up to head_dim 1024 sit in
- * registers (8 float4 per lane). */
-template <typename KT>
-__global__ void __launch_bounds__(ATT_NT) att_band_kernel(att_args a)
-{
-	extern __shared__ float sm[];
-	if ((int32_t)blockIdx.x >= a.plan->n_band_items)
-		return;
-	const att_tabs tb = plan_tabs(a.plan);
-	const att_band_item bi = tb.band_items[blockIdx.x];
-	const att_probe pr = tb.probes[bi.probe];
-	const att_span s = tb.spans[pr.span];
-	const att_head hh = tb.heads[pr.span * a.n_kv + bi.kvh];
-	const int32_t hd = a.hd, G = a.group, nb = pr.n_bands;
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-	float *qs = sm;              /* [G][hd] */
-	float *acc = qs + G * hd;    /* [G][nb] */
-	const int32_t row = s.row0 + bi.qi, pos = s.pos0 + bi.qi;
-	for (int32_t idx = threadIdx.x; idx < G * hd; idx += blockDim.x)
-		qs[idx] = a.q[((size_t)row * a.n_heads + (size_t)bi.kvh * G) * hd + idx] * a.scale;
-	for (int32_t idx = threadIdx.x; idx < G * nb; idx += blockDim.x)
-		acc[idx] = 0.f;
-	__syncthreads();
-	const int32_t first = max(0, pos - hh.window + 1);
-	for (int32_t t = first + warp; t <= pos; t += n_warps) {
-		float4 kr[8];
-#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const int32_t d = (u * 32 + lane) * 4;
-			kr[u] = d < hd ? kv_load4<KT>(a, tb.pages, s, hh, bi.kvh, t, d, 0) : make_float4(0.f, 0.f, 0.f, 0.f);
-		}
-		int32_t b = 0;
-		while (b < nb - 1 && pos - t >= tb.edges[pr.edges_off + b])
-			b++;
-		for (int32_t g = 0; g < G; g++) {
-			float sd = 0.f;
-#pragma unroll
-			for (int u = 0; u < 8; u++) {
-				const int32_t d = (u * 32 + lane) * 4;
-				if (d < hd) {
-					const float *qq = qs + g * hd + d;
-					sd += qq[0] * kr[u].x + qq[1] * kr[u].y + qq[2] * kr[u].z + qq[3] * kr[u].w;
-				}
+		if (d == 0 && nb > 0) {   /* E = Σ_s w_s·(E_s + (m_s − M)·l_s); bands Σ_s w_s·band_s */
+			float E = 0.f;
+			float *m = a.meas + ((size_t)row * a.n_heads + h) * (nbm + 1);
+			for (int32_t b = 0; b < nb; b++)
+				m[b] = 0.f;
+			for (int32_t sp = 0; sp < cb.n_split; sp++) {
+				const float *pb = p0 + sp * stride, *pm = pb + (size_t)a.rmax * (hd + 2);
+				const float ms = pb[r];
+				if (ms == -INFINITY)
+					continue;
+				const float w = expf(ms - M);
+				E += w * (pm[r] + (ms - M) * pb[a.rmax + r]);
+				for (int32_t b = 0; b < nb; b++)
+					m[b] += w * pm[a.rmax + r * nbm + b];
 			}
-			sd = warp_sum(sd);
-			if (lane == 0) {
-				const int32_t h = bi.kvh * G + g;
-				atomicAdd(&acc[g * nb + b], expf(sd - a.lse[(size_t)row * a.n_heads + h]));
-			}
+			for (int32_t b = 0; b < nb; b++)
+				m[b] = L > 0.f ? m[b] / L : 0.f;
+			m[nbm] = L > 0.f ? logf(L) - E / L : 0.f;
 		}
 	}
-	__syncthreads();
-	for (int32_t idx = threadIdx.x; idx < G * nb; idx += blockDim.x)
-		atomicAdd(&a.band[pr.band_off + ((size_t)bi.kvh * G + idx / nb) * nb + idx % nb], acc[idx]);
 }
 
 /* ---- kv_store: a warp per (new row, KV head) that the ring keeps ---- */
@@ -379,13 +403,7 @@ bool cuda_attention_setup(cuda_ctx *c)
 	return CUDA_CHECK(c, cudaFuncSetAttribute(att_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) &&
 	       CUDA_CHECK(c, cudaFuncSetAttribute(att_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) &&
 	       CUDA_CHECK(c, cudaFuncSetAttribute(att_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                                          smem)) &&
-	       CUDA_CHECK(c, cudaFuncSetAttribute(att_band_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                                          smem)) &&
-	       CUDA_CHECK(c, cudaFuncSetAttribute(att_band_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                                          smem)) &&
-	       CUDA_CHECK(c, cudaFuncSetAttribute(att_band_kernel<__nv_bfloat16>,
-	                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	                                          smem));
 }
 
 /* Calls f(span, kvh, q_lo, q_n, k_lo, k_hi, tiles) for every (span, KV head, tile of bq query rows): the keys that
@@ -410,23 +428,18 @@ static void for_each_tile(const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv
 
 /* Offsets of the tables of one call inside its one upload. */
 typedef struct att_layout {
-	size_t plan, spans, heads, pages, items, combs, probes, edges, band_items, total;
+	size_t plan, spans, heads, pages, items, combs, meas, edges, total;
 } att_layout;
 
-/* Grids of n_items, n_comb, n_band_items blocks (a recorded step: the key's bounds; the plan says how many work). */
+/* Grids of n_items and n_comb blocks (a recorded step: the key's bounds; the plan says how many work). */
 template <typename KT>
-static void att_launch(cuda_ctx *c, const att_args &a, int64_t n_items, int64_t n_comb, int64_t n_band_items,
-                       size_t smem, size_t band_smem)
+static void att_launch(cuda_ctx *c, const att_args &a, int64_t n_items, int64_t n_comb, size_t smem)
 {
 	LAUNCH((unsigned)n_items, ATT_NT, smem, c->stream, att_kernel<KT>)(a);
 	LAUNCH_CHECK(c, "att_kernel");
 	if (n_comb > 0) {
 		LAUNCH((unsigned)n_comb, ATT_NT, 0, c->stream, att_combine_kernel)(a);
 		LAUNCH_CHECK(c, "att_combine_kernel");
-	}
-	if (n_band_items > 0) {
-		LAUNCH((unsigned)n_band_items, ATT_NT, band_smem, c->stream, att_band_kernel<KT>)(a);
-		LAUNCH_CHECK(c, "att_band_kernel");
 	}
 }
 
@@ -443,11 +456,28 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 		return 0;
 	}
 	const int32_t G = n_heads / n_kv;
+	/* Measured spans (band mass or entropy): each gets its bands in the kernel's state (one band when only the
+	 * entropy is asked for); nbm is the most of them. */
+	int32_t nbm = 0;
+	int64_t n_meas = 0, n_edges = 0;
+	for (int32_t si = 0; si < n_seqs; si++) {
+		const aah_attn_seq *s = &seqs[si];
+		if (s->n_new <= 0 || (!s->band_mass && !s->entropy))
+			continue;
+		const int32_t nb = s->band_mass ? s->n_bands : 1;
+		if (nb < 1) {
+			cuda_fail(c, "attention: a band-mass measurement with %d bands", nb);
+			return 0;
+		}
+		nbm = std::max(nbm, nb);
+		n_meas++;
+		n_edges += nb;
+	}
 
 	/* Block shape: the whole group of query heads when it fits in shared memory, and for prompt chunks up to
 	 * BQ_MAX query rows so that each key tile serves about R_TARGET rows. */
 	int32_t gb = G;
-	while (gb > 1 && att_smem(gb, hd) > c->smem_optin)
+	while (gb > 1 && att_smem(gb, hd, nbm) > c->smem_optin)
 		gb = (gb + 1) / 2;
 	bool multi = false;
 	for (int32_t si = 0; si < n_seqs; si++)
@@ -455,20 +485,20 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	int32_t bq = 1;
 	if (multi) {
 		bq = std::max(1, std::min(BQ_MAX, R_TARGET / gb));
-		while (bq > 1 && att_smem(bq * gb, hd) > c->smem_optin)
+		while (bq > 1 && att_smem(bq * gb, hd, nbm) > c->smem_optin)
 			bq--;
 	}
 	const int32_t rmax = bq * gb, n_sub = (G + gb - 1) / gb;
-	const size_t smem = att_smem(rmax, hd);
+	const size_t smem = att_smem(rmax, hd, nbm);
 	if (smem > c->smem_optin) {
-		cuda_fail(c, "attention: head_dim %d needs %zu bytes of shared memory, the device has %zu", hd, smem,
-		          c->smem_optin);
+		cuda_fail(c, "attention: head_dim %d (with %d measured bands) needs %zu bytes of shared memory, the device has "
+		          "%zu", hd, nbm, smem, c->smem_optin);
 		return 0;
 	}
 
-	/* Pass 1: the work each sequence must do (returned), page lists, tiles, probes. */
-	int64_t n_pages = 0, n_base = 0, total_tiles = 0, n_probe = 0, n_band_items = 0, n_edges = 0, band_floats = 0;
-	int32_t max_row = 0, max_bands = 1;
+	/* Pass 1: the work each sequence must do (returned), page lists, tiles. */
+	int64_t n_pages = 0, n_base = 0, total_tiles = 0;
+	int32_t max_row = 0;
 	uint64_t total = 0;
 	for (int32_t si = 0; si < n_seqs; si++) {
 		const aah_attn_seq *s = &seqs[si];
@@ -485,13 +515,6 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 				const int64_t p = (int64_t)s->pos0 + i;
 				sw += (uint64_t)std::max<int64_t>(0, std::min(w, p + 1)) * (uint64_t)G;
 			}
-		}
-		if (s->band_mass) {
-			n_probe++;
-			n_band_items += (int64_t)s->n_new * n_kv;
-			n_edges += s->n_bands;
-			band_floats += (int64_t)n_heads * s->n_bands;
-			max_bands = std::max(max_bands, s->n_bands);
 		}
 		if (seq_work)
 			seq_work[si] += sw;
@@ -519,15 +542,15 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	});
 	/* A recorded step launches grids sized by bounds of its key (whatever the positions): every split makes at most
 	 * n_base + target items, since Σ ⌈tiles/chunk⌉ ≤ Σ tiles/chunk + tile groups and chunk ≥ total_tiles/target;
-	 * at most n_base of them are combined. Its probes (which wait for their band mass) run eagerly. */
+	 * at most n_base of them are combined. Measured calls (which wait for their results) run eagerly. */
 	const bool rec = step_active(c);
-	if (rec && n_probe > 0) {
+	if (rec && n_meas > 0) {
 		c->step_abort = true;
 		return total;
 	}
 	const int64_t items_grid = rec ? n_base + target : n_items, comb_grid = rec ? n_base : n_comb;
 	const int64_t part_slots = rec ? items_grid : n_part;
-	if (items_grid > INT32_MAX || n_band_items > INT32_MAX || n_items > items_grid || n_comb > comb_grid) {
+	if (items_grid > INT32_MAX || n_items > items_grid || n_comb > comb_grid) {
 		cuda_fail(c, "attention: %lld blocks (at most %lld) is more than one launch takes", (long long)n_items,
 		          (long long)items_grid);
 		return 0;
@@ -542,13 +565,12 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	L.pages = at; at = align_up(at + (size_t)n_pages * sizeof(int32_t), 16);
 	L.items = at; at = align_up(at + (size_t)n_items * sizeof(att_item), 16);
 	L.combs = at; at = align_up(at + (size_t)n_comb * sizeof(att_comb), 16);
-	L.probes = at; at = align_up(at + (size_t)n_probe * sizeof(att_probe), 16);
+	L.meas = at; at = align_up(at + (size_t)n_meas * sizeof(att_meas), 16);
 	L.edges = at; at = align_up(at + (size_t)n_edges * sizeof(int32_t), 16);
-	L.band_items = at; at = align_up(at + (size_t)n_band_items * sizeof(att_band_item), 16);
 	L.total = at;
-	const size_t part_bytes = align_up((size_t)part_slots * rmax * (hd + 2) * sizeof(float), 256);
-	const size_t lse_bytes = align_up((size_t)max_row * n_heads * sizeof(float), 256);
-	const size_t scratch_bytes = part_bytes + lse_bytes + (size_t)band_floats * sizeof(float);
+	const size_t part_bytes = align_up((size_t)part_slots * part_stride(rmax, hd, nbm) * sizeof(float), 256);
+	const size_t meas_floats = nbm > 0 ? (size_t)max_row * n_heads * (nbm + 1) : 0;
+	const size_t scratch_bytes = part_bytes + meas_floats * sizeof(float);
 	uint8_t *h = NULL, *scratch = NULL;
 	att_plan *plan = NULL;
 	const att_plan *plan_dev = NULL;
@@ -574,11 +596,10 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	int32_t *pages = (int32_t *)(h + L.pages);
 	att_item *items = (att_item *)(h + L.items);
 	att_comb *combs = (att_comb *)(h + L.combs);
-	att_probe *probes = (att_probe *)(h + L.probes);
+	att_meas *meas = (att_meas *)(h + L.meas);
 	int32_t *edges = (int32_t *)(h + L.edges);
-	att_band_item *band_items = (att_band_item *)(h + L.band_items);
 
-	int64_t pi = 0, ei = 0, bo = 0, probe_i = 0, band_i = 0;
+	int64_t pi = 0, ei = 0, mi = 0;
 	for (int32_t si = 0; si < n_seqs; si++) {
 		const aah_attn_seq *s = &seqs[si];
 		spans[si] = att_span{ s->row0, s->n_new, s->pos0, -1 };
@@ -598,16 +619,12 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 					pages[pi++] = ring[pg % s->n_slots[kh]];
 			}
 		}
-		if (s->band_mass && s->n_new > 0) {
-			spans[si].probe = (int32_t)probe_i;
-			probes[probe_i] = att_probe{ si, (int32_t)ei, s->n_bands, (int32_t)bo };
-			for (int32_t b = 0; b < s->n_bands; b++)
-				edges[ei++] = s->band_edges[b];
-			bo += (int64_t)n_heads * s->n_bands;
-			for (int32_t i = 0; i < s->n_new; i++)
-				for (int32_t kh = 0; kh < n_kv; kh++)
-					band_items[band_i++] = att_band_item{ (int32_t)probe_i, i, kh, 0 };
-			probe_i++;
+		if (s->n_new > 0 && (s->band_mass || s->entropy)) {   /* edges: n_bands − 1 of them (and one unused) */
+			const int32_t nb = s->band_mass ? s->n_bands : 1;
+			spans[si].meas = (int32_t)mi;
+			meas[mi++] = att_meas{ (int32_t)ei, nb };
+			for (int32_t b = 0; b < nb; b++)
+				edges[ei++] = b < nb - 1 ? s->band_edges[b] : 0;
 		}
 	}
 	int64_t ii = 0, part = 0, ci = 0;
@@ -635,13 +652,10 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	plan->pages = (int64_t)(tab_off + L.pages);
 	plan->items = (int64_t)(tab_off + L.items);
 	plan->combs = (int64_t)(tab_off + L.combs);
-	plan->probes = (int64_t)(tab_off + L.probes);
+	plan->meas = (int64_t)(tab_off + L.meas);
 	plan->edges = (int64_t)(tab_off + L.edges);
-	plan->band_items = (int64_t)(tab_off + L.band_items);
 	plan->n_items = (int32_t)n_items;
 	plan->n_comb = (int32_t)n_comb;
-	plan->n_band_items = (int32_t)n_band_items;
-	plan->pad = 0;
 	if (!rec) {
 		uint8_t *d = (uint8_t *)tab_reserve(c, L.total);
 		scratch = (uint8_t *)scratch_reserve(c, scratch_bytes);
@@ -664,8 +678,7 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	a.v = v;
 	a.pool = pool->data;
 	a.part = (float *)scratch;
-	a.lse = (float *)(scratch + part_bytes);
-	a.band = (float *)(scratch + part_bytes + lse_bytes);
+	a.meas = (float *)(scratch + part_bytes);
 	a.work = c->d_work;
 	a.plan = plan_dev;
 	a.n_heads = n_heads;
@@ -673,48 +686,44 @@ uint64_t cuda_attention_run(cuda_ctx *c, float *out, const float *q, const float
 	a.hd = hd;
 	a.group = G;
 	a.rmax = rmax;
+	a.nbm = nbm;
 	a.scale = scale;
-	const size_t band_smem = ((size_t)G * hd + (size_t)G * max_bands) * sizeof(float);
-	if (n_band_items > 0) {
-		if (band_smem > c->smem_optin) {
-			cuda_fail(c, "attention probe: %d query heads of head_dim %d do not fit in shared memory", G, hd);
-			return total;
-		}
-		if (!CUDA_CHECK(c, cudaMemsetAsync(a.band, 0, (size_t)band_floats * sizeof(float), c->stream)))
-			return total;
-	}
 	switch (pool->type) {
-	case AAH_DTYPE_F32: att_launch<float>(c, a, items_grid, comb_grid, n_band_items, smem, band_smem); break;
-	case AAH_DTYPE_F16: att_launch<__half>(c, a, items_grid, comb_grid, n_band_items, smem, band_smem); break;
-	case AAH_DTYPE_BF16: att_launch<__nv_bfloat16>(c, a, items_grid, comb_grid, n_band_items, smem, band_smem); break;
+	case AAH_DTYPE_F32: att_launch<float>(c, a, items_grid, comb_grid, smem); break;
+	case AAH_DTYPE_F16: att_launch<__half>(c, a, items_grid, comb_grid, smem); break;
+	case AAH_DTYPE_BF16: att_launch<__nv_bfloat16>(c, a, items_grid, comb_grid, smem); break;
 	default: cuda_fail(c, "attention: unknown KV element type %d", (int)pool->type); return total;
 	}
 
-	/* A probe's band mass goes back to the host now: the one wait in a probe step's attention. */
-	if (n_probe > 0) {
-		if ((size_t)band_floats > c->band_cap) {
-			cudaFreeHost(c->h_band);
-			c->h_band = NULL;
-			c->band_cap = 0;
-			if (!CUDA_CHECK(c, cudaHostAlloc((void **)&c->h_band, (size_t)band_floats * sizeof(float),
-			                                 cudaHostAllocDefault)))
+	/* The measured rows go back to the host now (the one wait of a measured call) and are summed there, row by row in
+	 * order, so that a measurement never depends on how the device scheduled its blocks. */
+	if (n_meas > 0) {
+		if (meas_floats > c->meas_cap) {
+			cudaFreeHost(c->h_meas);
+			c->h_meas = NULL;
+			c->meas_cap = 0;
+			if (!CUDA_CHECK(c, cudaHostAlloc((void **)&c->h_meas, meas_floats * sizeof(float), cudaHostAllocDefault)))
 				return total;
-			c->band_cap = (size_t)band_floats;
+			c->meas_cap = meas_floats;
 		}
-		if (!CUDA_CHECK(c, cudaMemcpyAsync(c->h_band, a.band, (size_t)band_floats * sizeof(float),
-		                                   cudaMemcpyDeviceToHost, c->stream)))
+		if (!CUDA_CHECK(c, cudaMemcpyAsync(c->h_meas, a.meas, meas_floats * sizeof(float), cudaMemcpyDeviceToHost,
+		                                   c->stream)))
 			return total;
 		ctx_sync(c);   /* may move the staging arena: the tables above are not read after it */
 		if (c->failed)
 			return total;
-		int64_t off = 0;   /* the probes' band_off, in the order they were listed */
 		for (int32_t si = 0; si < n_seqs; si++) {
 			const aah_attn_seq *s = &seqs[si];
-			if (!s->band_mass || s->n_new <= 0)
+			if (s->n_new <= 0 || (!s->band_mass && !s->entropy))
 				continue;
-			for (int64_t i = 0; i < (int64_t)n_heads * s->n_bands; i++)
-				s->band_mass[i] += c->h_band[off + i];
-			off += (int64_t)n_heads * s->n_bands;
+			for (int32_t i = 0; i < s->n_new; i++)
+				for (int32_t hq = 0; hq < n_heads; hq++) {
+					const float *m = c->h_meas + ((size_t)(s->row0 + i) * n_heads + hq) * (nbm + 1);
+					for (int32_t b = 0; s->band_mass && b < s->n_bands; b++)
+						s->band_mass[(int64_t)hq * s->n_bands + b] += m[b];
+					if (s->entropy)
+						s->entropy[hq] += m[nbm];
+				}
 		}
 	}
 	return total;

@@ -474,7 +474,7 @@ static void ctx_free(cuda_ctx *c)
 	cudaFree(c->d_work);
 	cudaFreeHost(c->h_stage);
 	cudaFreeHost(c->h_work);
-	cudaFreeHost(c->h_band);
+	cudaFreeHost(c->h_meas);
 	free(c->h_pos_last);
 	free(c->h_freq_last);
 	if (c->stream)

@@ -52,9 +52,9 @@ typedef struct cuda_ctx {
 	uint64_t *h_work;               /* pinned, one value */
 	uint64_t work_expected;
 
-	/* Probe output (band mass) comes back through this pinned buffer. */
-	float *h_band;
-	size_t band_cap;                /* floats */
+	/* Measured attention rows (band mass, entropy) come back through this pinned buffer. */
+	float *h_meas;
+	size_t meas_cap;                /* floats */
 
 	/* Recorded steps (cuda_graph.cu): between step_begin and step_end the ops put their tables in two arenas that
 	 * go up in two copies before the step's graph is launched. The fixed arena (h_fix → d_fix) holds what the
