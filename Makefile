@@ -70,6 +70,7 @@ $(TOKENIZER):
 # aah-convert import writes OUT whole or not at all and wants it absent: a stale import goes first.
 $(DEMO): $(wildcard runs/aah/checkpoint-*.pt) runs/aah/config.json runs/aah/tokenizer.model \
          runs/aah/tokenizer_config.json $(BUILD)/aah-convert
+	@mkdir -p $(CACHE)
 	rm -rf $(DEMO_RUN) $(DEMO_RUN).partial-*
 	$(BUILD)/aah-convert import runs/aah $(DEMO_RUN)
 $(BENCH_DEMO): $(TOKENIZER) $(BUILD)/aah-mkmodel
