@@ -67,7 +67,8 @@ export async function heldoutLoss(url, ids, { regimes, chunk, parallel = 4, key 
     };
     await Promise.all(Array.from({ length: Math.max(1, parallel) }, worker));
     const loss = total / count;
-    out.push({ regime, chunk, loss, ppl: Math.exp(loss), tokens: count, acr: acrSum / count });
+    const acr = Math.round((acrSum / count) * 1e4) / 1e4;   // four decimals, as aahd gives it
+    out.push({ regime, chunk, loss, ppl: Math.exp(loss), tokens: count, acr });
   }
   return out;
 }
