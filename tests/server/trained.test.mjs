@@ -120,6 +120,7 @@ describe('trained runs through aah-convert import and aahd', () => {
             if (!text.has(id)) text.set(id, (await post('/detokenize', { tokens: [id] })).json.content);
             return text.get(id);
           };
+          const served = new Map();   // "regime/window" → aahd's prompt log-probabilities
           for (const regime of regimes)
             for (let w = 0; w < WINDOWS.length; w++) {
               const o = ref.get(`${r}/${step}/${regime}/${w}`);
@@ -132,6 +133,7 @@ describe('trained runs through aah-convert import and aahd', () => {
               const lps = p.json.choices[0].logprobs.token_logprobs;
               assert.equal(lps.length, o.tokens.length);
               assert.equal(lps[0], null);
+              served.set(`${regime}/${w}`, lps);
               for (let i = 1; i < lps.length; i++) {
                 const d = Math.abs(lps[i] - o.token_logprobs[i]);
                 worst = Math.max(worst, d);
@@ -176,11 +178,14 @@ describe('trained runs through aah-convert import and aahd', () => {
               greedy[1] += GREEDY;
               if (k === GREEDY) assert.equal(g.json.choices[0].text, o.greedy_text);
             }
-          // where every window covers the prompt (20 tokens < 32), the AAH regime is full attention
+          // where every window covers the prompt (20 tokens < 32), the AAH regime is full attention, in the
+          // reference and in aahd bit for bit
           if (r === 'aah') {
             const a = ref.get(`aah/${step}/full_attention/0`).token_logprobs;
             const b = ref.get(`aah/${step}/shallow_freeze/0`).token_logprobs;
             assert.deepEqual(a, b);
+            assert.deepEqual(served.get('full_attention/0'), served.get('shallow_freeze/0'));
+            assert.notDeepEqual(served.get('full_attention/2'), served.get('shallow_freeze/2'));
             assert.notDeepEqual(ref.get(`aah/${step}/full_attention/2`).token_logprobs,
               ref.get(`aah/${step}/shallow_freeze/2`).token_logprobs);
           }
