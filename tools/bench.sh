@@ -1,6 +1,7 @@
 #!/bin/sh
 # tools/bench.sh — `make bench`: builds the benchmark models into the cache folder when missing and prints
-# every benchmark measured side by side in this run. Usage: bench.sh BUILD CACHE
+# every benchmark measured side by side in this run. Usage: bench.sh BUILD CACHE. CACHE/bench-demo (the Makefile
+# makes it) is aah-mkmodel's demo preset: random weights, 42 M parameters, the Qwen3 tokenizer.
 set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
@@ -19,11 +20,11 @@ if [ ! -s "$AAH/aah.json" ]; then
 fi
 
 echo "== engine: prefill and decode (BF16 weights, $THREADS threads)"
-"$BUILD/aah-bench" --threads "$THREADS" --prompt 512 --gen 64 "$CACHE/demo-model" "$Q06"
+"$BUILD/aah-bench" --threads "$THREADS" --prompt 512 --gen 64 "$CACHE/bench-demo" "$Q06"
 
 echo
 echo "== continuous batching: aggregate decode speed against concurrency, under one KV budget"
-"$BUILD/aah-bench" --batch --threads "$THREADS" "$CACHE/demo-model" "$AAH"
+"$BUILD/aah-bench" --batch --threads "$THREADS" "$CACHE/bench-demo" "$AAH"
 
 echo
 echo "== tokenizer throughput"

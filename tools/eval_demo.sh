@@ -1,5 +1,5 @@
 #!/bin/sh
-# tools/eval_demo.sh — `make eval-demo`: serves the model `make run` serves (MODEL, default CACHE/demo-model) with aahd
+# tools/eval_demo.sh — `make eval-demo`: serves the model `make run` serves (MODEL, default CACHE/demo-run) with aahd
 # on a free port, runs aah-eval over the benchmark subsets in DATA (default ../shared/benchmarks) in every regime the
 # model has, prints tables 9 and 10 (and writes all outputs under OUT), then stops the server.
 # With it, the perplexity of a held-out text (PPL_TEXT, default runs/text/test.txt, the trained runs' test split;
@@ -11,7 +11,7 @@ set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
 DATA=${3:-../shared/benchmarks}
-MODEL=${MODEL:-$CACHE/demo-model}
+MODEL=${MODEL:-$CACHE/demo-run}
 LIMIT=${LIMIT:-20}
 MAX_GEN=${MAX_GEN:-32}
 OUT=${OUT:-$BUILD/eval-demo}
