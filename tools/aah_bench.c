@@ -110,6 +110,23 @@ static double measure_read_bandwidth(int32_t threads)
 
 static double load_average(void);
 
+/* This process's resident memory now (VmRSS) and at its peak (VmHWM), in MiB; -1 when /proc says nothing. */
+static void resident_mib(double *now, double *peak)
+{
+	*now = *peak = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	while (f && fgets(line, sizeof line, f)) {
+		long kb;
+		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+			*now = kb / 1024.0;
+		else if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			*peak = kb / 1024.0;
+	}
+	if (f)
+		fclose(f);
+}
+
 /* ---- model speed ---- */
 
 /* On the CUDA backend: whether decode steps ran as CUDA graphs (AAH_CUDA_GRAPHS=0 turns them off), and how often,
@@ -240,6 +257,11 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	printf("  kv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = "
 	       "%.0f%% of measured %.2f GB/s\n",
 	       aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	double rss, rss_peak;
+	resident_mib(&rss, &rss_peak);
+	printf("  kv %-4s resident with the sequence open: %.0f MiB (weights %.0f MiB as stored, KV %.0f MiB; process "
+	       "peak so far %.0f MiB)\n", aah_dtype_name(kv), rss, (double)wbytes / (1 << 20),
+	       (double)engine_seq_kv_bytes(e, seq) / (1 << 20), rss_peak);
 	engine_seq_close(e, seq);
 	if (measure) {
 		double plain, measured;
@@ -289,6 +311,7 @@ typedef struct ctx_result {
 	double decode_tps[N_STAGES];        /* decode speed ending at each stage's context */
 	engine_seq_stats st;
 	double cap_ratio;
+	double rss_mib;                     /* resident at 4096 positions, the sequence open */
 } ctx_result;
 
 /* Prefill in stages, decoding `probe` tokens at the end of each (the last stage decodes gen): decode speed as the
@@ -335,6 +358,8 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 	}
 	out->prefill_tps = prefill_tokens / prefill_time;
 	engine_seq_stats_get(e, seq, &out->st);
+	double peak;
+	resident_mib(&out->rss_mib, &peak);
 	engine_seq_close(e, seq);
 	free(ids);
 	free(logits);
@@ -362,8 +387,9 @@ static int bench_context(const char *dir, int32_t threads, const char *regime, i
 			       c->vocab_size, engine_backend_desc(e), threads);
 			printf("prompt %d + %d generated = 4096; decode speed also measured ending at 512, 1024 and 2048 positions;"
 			       " load average %.2f\n", 4096 - gen, gen, load_average());
-			printf("%-16s %-4s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s\n", "regime", "kv", "ACR", "work",
-			       "KV bytes/seq", "KV ratio", "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096");
+			printf("%-16s %-4s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s %8s\n", "regime", "kv", "ACR", "work",
+			       "KV bytes/seq", "KV ratio", "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096",
+			       "RSS MiB");
 		}
 		for (int i = 0; i < 2; i++) {
 			ctx_result *r = &res[k][i];
@@ -373,11 +399,11 @@ static int bench_context(const char *dir, int32_t threads, const char *regime, i
 			}
 			r->cap_ratio = capacity_ratio(dir, names[i]);
 			const engine_seq_stats *st = &r->st;
-			printf("%-16s %-4s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f\n", names[i],
+			printf("%-16s %-4s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f %8.0f\n", names[i],
 			       aah_dtype_name(kv_types[k]), st->acr, (double)st->attn_products / (double)st->attn_products_full,
 			       (long long)st->kv_bytes_peak, (double)st->kv_bytes_peak / (double)res[k][0].st.kv_bytes_peak,
 			       r->cap_ratio, r->prefill_tps, r->decode_tps[0], r->decode_tps[1], r->decode_tps[2],
-			       r->decode_tps[3]);
+			       r->decode_tps[3], r->rss_mib);
 			fflush(stdout);
 		}
 		graph_use_add(e);
@@ -604,10 +630,11 @@ static int bench_batch(const char *demo, const char *aah, const char *regime, in
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: aah-bench [--backend B] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] [--measure] "
-	           "MODEL_DIR...\n"
-	           "       aah-bench --context [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
-	           "       aah-bench --batch [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] MODEL_DIR [AAH_DIR]\n"
+	fprintf(f, "usage: aah-bench [--backend B] [--kv-dtype LIST] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] "
+	           "[--measure] MODEL_DIR...\n"
+	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
+	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
+	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
 	           "tokens, default 512), decode tokens/s at batch 1 (default 64 tokens), the weight bytes read per\n"
 	           "decoded token and the bandwidth that implies, as a share of the measured one; --measure adds the prefill\n"
