@@ -214,6 +214,30 @@ START_TEST(test_to_f32)
 }
 END_TEST
 
+/* max: the largest of init and n values, exactly, wherever it lies (odd n, every position, -inf and negatives). */
+START_TEST(test_max)
+{
+	const cpu_kernels *k = table_or_skip(_i);
+	if (!k)
+		return;
+	rng_seed(380 + (uint64_t)_i);
+	float s[1001];
+	for (size_t ni = 0; ni < sizeof odd_n / sizeof odd_n[0]; ni++) {
+		const int64_t n = odd_n[ni];
+		for (int64_t at = 0; at < (n < 40 ? n : 40); at++) {
+			for (int64_t t = 0; t < n; t++)
+				s[t] = -50.0f + 10.0f * rng_f();
+			s[at] = -1.5f + 0.1f * rng_f();   /* the largest, at every position in turn */
+			float want = s[at];
+			CHECK(k->max(s, n, -INFINITY) == want, "%s max n=%lld at %lld: %.9g, want %.9g", k->isa, (long long)n,
+			      (long long)at, k->max(s, n, -INFINITY), want);
+			CHECK(k->max(s, n, 2.0f) == 2.0f, "%s max n=%lld: init 2 above all", k->isa, (long long)n);
+		}
+		CHECK(k->max(s, 0, -3.0f) == -3.0f, "%s max n=0", k->isa);
+	}
+}
+END_TEST
+
 /* from_f32: every table rounds as cpu_f32_to_f16 / cpu_f32_to_bf16 do, bit for bit, NaN included: random bits, values
  * near the f16 range, ties, subnormals, infinities and NaNs of both signs, odd counts at odd offsets with a guard. */
 START_TEST(test_from_f32)
@@ -924,6 +948,7 @@ static Suite *kernels_suite(void)
 	tcase_add_test(tc, test_table_select);
 	tcase_add_loop_test(tc, test_panel_mm, 0, 3);
 	tcase_add_loop_test(tc, test_exp_sum, 0, 3);
+	tcase_add_loop_test(tc, test_max, 0, 3);
 	tcase_add_loop_test(tc, test_to_f32, 0, 3);
 	tcase_add_loop_test(tc, test_from_f32, 0, 3);
 	suite_add_tcase(s, tc);

@@ -148,9 +148,7 @@ static void attn_unit_run(const attn_job *j, const attn_unit *u, float *scratch)
 				corr[r] = 1;
 				continue;
 			}
-			float mx = m[r];
-			for (int64_t t = a; t < e; t++)
-				mx = sr[t] > mx ? sr[t] : mx;
+			const float mx = k->max(sr + a, e - a, m[r]);
 			const float c = m[r] == -INFINITY ? 0.0f : expf(m[r] - mx);
 			double pe = 0;
 			const float sum = (float)k->exp_sum(sr + a, e - a, mx, measure ? &pe : NULL);

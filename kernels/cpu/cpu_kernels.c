@@ -139,6 +139,13 @@ static double exp_sum_generic(float *s, int64_t n, float mx, double *ps)
 	return sum;
 }
 
+static float max_generic(const float *s, int64_t n, float init)
+{
+	for (int64_t t = 0; t < n; t++)
+		init = s[t] > init ? s[t] : init;
+	return init;
+}
+
 static void qk_tile_generic(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, aah_dtype t,
                             int64_t ldk, int32_t nk, int32_t hd)
 {
@@ -174,6 +181,7 @@ const cpu_kernels cpu_kernels_generic = {
 	/* .to_f32 = */ to_f32_generic,
 	/* .from_f32 = */ from_f32_generic,
 	/* .exp_sum = */ exp_sum_generic,
+	/* .max = */ max_generic,
 	/* .qk_tile = */ qk_tile_generic,
 	/* .pv_tile = */ pv_tile_generic,
 };

@@ -60,6 +60,8 @@ typedef struct cpu_kernels {
 	 * expf); every element's result depends only on its own s and mx, and the sums only on the n values in order of
 	 * their blocks, never on where the row sits. */
 	double (*exp_sum)(float *s, int64_t n, float mx, double *ps);
+	/* max(init, s[0], …, s[n-1]) (n ≥ 0; no NaN in s). */
+	float (*max)(const float *s, int64_t n, float init);
 	/* Attention tiles: nq query rows of hd floats (row stride ldq) against nk keys or values of type t (row stride ldk,
 	 * ldv elements):
 	 *   qk_tile: S[i·lds + j] = Σ_d Q[i·ldq + d] · K[j·ldk + d]                              i < nq, j < nk

@@ -274,6 +274,21 @@ static double exp_sum_avx2(float *s, int64_t n, float mx, double *ps)
 	return (double)hsum8(acc);
 }
 
+static float max_avx2(const float *s, int64_t n, float init)
+{
+	__m256 m = _mm256_set1_ps(init);
+	int64_t t = 0;
+	for (; t + 8 <= n; t += 8)
+		m = _mm256_max_ps(m, _mm256_loadu_ps(s + t));
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	float r = _mm_cvtss_f32(h);
+	for (; t < n; t++)
+		r = s[t] > r ? s[t] : r;
+	return r;
+}
+
 /* NR query rows × NK keys: sums over d 8 dimensions at a time (the last chunk zero-padded), each into its own
  * accumulator from zero, reduced as hsum8 reduces (hsum8x4 for four keys): a score's bits depend only on its query row
  * and key. */
@@ -424,6 +439,7 @@ const cpu_kernels cpu_kernels_avx2 = {
 	/* .to_f32 = */ to_f32_avx2,
 	/* .from_f32 = */ from_f32_avx2,
 	/* .exp_sum = */ exp_sum_avx2,
+	/* .max = */ max_avx2,
 	/* .qk_tile = */ qk_tile_avx2,
 	/* .pv_tile = */ pv_tile_avx2,
 };

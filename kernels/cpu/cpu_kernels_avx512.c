@@ -252,6 +252,17 @@ static double exp_sum_avx512(float *s, int64_t n, float mx, double *ps)
 	return (double)_mm512_reduce_add_ps(acc);
 }
 
+static float max_avx512(const float *s, int64_t n, float init)
+{
+	__m512 m = _mm512_set1_ps(init);
+	int64_t t = 0;
+	for (; t + 16 <= n; t += 16)
+		m = _mm512_max_ps(m, _mm512_loadu_ps(s + t));
+	if (t < n)
+		m = _mm512_mask_max_ps(m, (__mmask16)((1u << (n - t)) - 1), m, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - t)) - 1), s + t));
+	return _mm512_reduce_max_ps(m);
+}
+
 /* NR query rows × NK keys of the score tile: NR·NK sums over d, 16 dimensions at a time (the last chunk masked), each
  * into its own accumulator from zero, then reduced exactly as _mm512_reduce_add_ps reduces (hsum16x4 for four keys):
  * a score's bits depend only on its query row and key. */
@@ -403,6 +414,7 @@ const cpu_kernels cpu_kernels_avx512 = {
 	/* .to_f32 = */ to_f32_avx512,
 	/* .from_f32 = */ from_f32_avx512,
 	/* .exp_sum = */ exp_sum_avx512,
+	/* .max = */ max_avx512,
 	/* .qk_tile = */ qk_tile_avx512,
 	/* .pv_tile = */ pv_tile_avx512,
 };
