@@ -43,6 +43,16 @@ fi
 grep -Eq '^demo +512  full_attention +f16 ' "$out" || say_fail "--batch: no row with kv f16"
 grep -q "kv f16  demo at 512" "$out" || say_fail "--batch: no summary for kv f16"
 
+# the attention op alone: one row per KV type asked for
+if ! timeout 120 "$BENCH" --attention --reps 1 --window 512 --kv-dtype bf16,f32 >"$out" 2>&1; then
+	say_fail "aah-bench --attention failed"; cat "$out"
+fi
+grep -q "^CPU attention op (.*window 512" "$out" || say_fail "--attention: no header"
+[ "$(grep -Ec '^  kv (bf16|f32 ) prompt chunk of 512 rows at 3072: .* ms .*decode row at 3071: .* ms' "$out")" -eq 2 ] ||
+	say_fail "--attention: expected a row for bf16 and f32"
+timeout 30 "$BENCH" --attention --window 0 >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--attention --window 0 should exit 2"
+
 # bad input: exit 2 and a message
 for bad in "--kv-dtype f8" "--kv-dtype f32,f32" "--kv-dtype ," "--kv-dtype f32,f16,bf16,f32"; do
 	# shellcheck disable=SC2086

@@ -628,11 +628,95 @@ static int bench_batch(const char *demo, const char *aah, const char *regime, in
 	return 0;
 }
 
+/* ---- the CPU attention op alone ---- */
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The CPU backend's attention on one thread, timed in this thread's CPU time (so that other processes' load costs
+ * less than in wall time), best of `reps`, for every --kv-dtype: a 512-row prompt chunk at positions 3072 … 3583
+ * and a decode row at 3071, both with window W, over a cache of 3072 positions written by kv_store; the Qwen3-0.6B
+ * attention shape (16 query heads, 8 KV heads, head_dim 128). AAH_CPU_ISA picks the kernel table. */
+static int bench_attention(int32_t window, int32_t reps)
+{
+	enum { NH = 16, NKV = 8, HD = 128, CTX = 4096, SLOTS = CTX / AAH_PAGE_LEN + 1, ROWS = 512, HIST = 3072 };
+	aah_backend_params bp = { .n_threads = 1 };
+	aah_backend *b = aah_backend_cpu_init(&bp);
+	int32_t *rings = malloc(sizeof(int32_t) * NKV * SLOTS), n_slots[NKV], win[NKV];
+	float *q = malloc(sizeof(float) * ROWS * NH * HD), *k = malloc(sizeof(float) * ROWS * NKV * HD);
+	float *v = malloc(sizeof(float) * ROWS * NKV * HD), *out = malloc(sizeof(float) * ROWS * NH * HD);
+	if (!b || !rings || !q || !k || !v || !out) {
+		fprintf(stderr, "aah-bench: out of memory\n");
+		return 1;
+	}
+	for (int32_t h = 0; h < NKV; h++) {
+		n_slots[h] = SLOTS;
+		win[h] = window;
+		for (int32_t r = 0; r < SLOTS; r++)
+			rings[h * SLOTS + r] = h * SLOTS + (r * 37) % SLOTS;   /* a ring's pages anywhere in the pool */
+	}
+	for (int64_t i = 0; i < (int64_t)ROWS * NH * HD; i++)
+		q[i] = (float)((i * 7919 % 1000) / 500.0 - 1);
+	for (int64_t i = 0; i < (int64_t)ROWS * NKV * HD; i++) {
+		k[i] = (float)((i * 104729 % 1000) / 500.0 - 1);
+		v[i] = (float)((i * 31 % 1000) / 500.0 - 1);
+	}
+	const double keys = (double)ROWS * (window < HIST + ROWS / 2 ? window : HIST + ROWS / 2);   /* about */
+	printf("CPU attention op (%s), one thread, thread CPU time, best of %d; %d/%d heads, head_dim %d, window %d; load "
+	       "average %.2f\n", aah_backend_cpu_isa(b), reps, NH, NKV, HD, window, load_average());
+	for (int32_t t = 0; t < n_kv_types; t++) {
+		const size_t bytes = (size_t)NKV * SLOTS * 2 * AAH_PAGE_LEN * HD * aah_dtype_size(kv_types[t]);
+		aah_kv_pool pool = { malloc(bytes), kv_types[t], NKV * SLOTS, HD };
+		if (!pool.data) {
+			fprintf(stderr, "aah-bench: out of memory\n");
+			return 1;
+		}
+		memset(pool.data, 0, bytes);
+		for (int32_t p0 = 0; p0 < HIST; p0 += ROWS) {   /* the history, as the engine writes it */
+			aah_attn_seq s = { .row0 = 0, .n_new = ROWS, .pos0 = p0, .ring_stride = SLOTS, .rings = rings,
+			                   .n_slots = n_slots, .windows = win };
+			b->iface.kv_store(b, &pool, k, v, &s, 1, NKV);
+		}
+		double best_p = 1e30, best_d = 1e30;
+		for (int32_t r = 0; r < reps; r++) {
+			aah_attn_seq s = { .row0 = 0, .n_new = ROWS, .pos0 = HIST, .ring_stride = SLOTS, .rings = rings,
+			                   .n_slots = n_slots, .windows = win };
+			double t0 = thread_cpu_s();
+			b->iface.attention(b, out, q, k, v, &pool, &s, 1, NH, NKV, 1.0f / sqrtf((float)HD), NULL);
+			const double dp = thread_cpu_s() - t0;
+			best_p = dp < best_p ? dp : best_p;
+			aah_attn_seq d = { .row0 = 0, .n_new = 1, .pos0 = HIST - 1, .ring_stride = SLOTS, .rings = rings,
+			                   .n_slots = n_slots, .windows = win };
+			t0 = thread_cpu_s();
+			for (int32_t i = 0; i < 20; i++)
+				b->iface.attention(b, out, q, k, v, &pool, &d, 1, NH, NKV, 1.0f / sqrtf((float)HD), NULL);
+			const double dd = (thread_cpu_s() - t0) / 20;
+			best_d = dd < best_d ? dd : best_d;
+		}
+		printf("  kv %-4s prompt chunk of %d rows at %d: %8.1f ms (%.1f GFLOP/s of products); decode row at %d: %.3f "
+		       "ms\n", aah_dtype_name(kv_types[t]), ROWS, HIST, best_p * 1e3, 4.0 * HD * NH * keys / best_p / 1e9,
+		       HIST - 1, best_d * 1e3);
+		free(pool.data);
+	}
+	b->iface.free(b);
+	free(rings);
+	free(q);
+	free(k);
+	free(v);
+	free(out);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: aah-bench [--backend B] [--kv-dtype LIST] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] "
 	           "[--measure] MODEL_DIR...\n"
 	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
+	           "       aah-bench --attention [--kv-dtype LIST] [--window W] [--reps N]\n"
 	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
 	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
@@ -647,6 +731,8 @@ static void usage(FILE *f)
 	           "at 512 positions with full\n"
 	           "attention; the second (optional, with aah.json) at 512 and 4096 with full attention and --regime\n"
 	           "(default: its default regime), with the sequences each admits and the ratios.\n"
+	           "--attention [--window W] [--reps N]: the CPU attention op alone (one thread, thread CPU time): a 512-row\n"
+	           "prompt chunk and a decode row at about 3k positions, window W (default 4096), for every --kv-dtype.\n"
 	           "--kv-dtype LIST (every mode): the KV element types to run side by side, e.g. f32,bf16 (default f32);\n"
 	           "every row says its type.\n"
 	           "--backend auto|cpu|cuda (every mode): the engine's backend (default auto: CUDA when a device is present);\n"
@@ -656,7 +742,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
-	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0;
+	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0;
+	int32_t window = 4096;
 	int64_t budget = (int64_t)1 << 30;
 	int32_t reps = 3;
 	const char *regime = NULL;
@@ -667,6 +754,7 @@ int main(int argc, char **argv)
 		{ "batch", no_argument, 0, 'b' }, { "kv-budget", required_argument, 0, 'k' },
 		{ "reps", required_argument, 0, 'R' }, { "backend", required_argument, 0, 'x' },
 		{ "measure", no_argument, 0, 'm' }, { "kv-dtype", required_argument, 0, 'K' },
+		{ "attention", no_argument, 0, 'a' }, { "window", required_argument, 0, 'w' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -683,6 +771,8 @@ int main(int argc, char **argv)
 		case 'r': regime = optarg; break;
 		case 'B': no_bw = 1; break;
 		case 'm': measure = 1; break;
+		case 'a': attention = 1; break;
+		case 'w': window = atoi(optarg); break;
 		case 'K':
 			if (parse_kv_types(optarg) != 0) {
 				fprintf(stderr, "aah-bench: --kv-dtype takes a list of f32, f16 and bf16, e.g. f32,bf16\n");
@@ -692,6 +782,13 @@ int main(int argc, char **argv)
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	if (attention) {
+		if (window < 1 || window > 4096 || reps < 1 || optind != argc) {
+			usage(stderr);
+			return 2;
+		}
+		return bench_attention(window, reps);
 	}
 	if (optind >= argc || threads < 1 || threads > 256 || n_prompt < 1 || n_gen < 1) {
 		usage(stderr);
