@@ -34,6 +34,14 @@ if ! timeout 120 "$BENCH" --no-bandwidth --threads 1 --prompt 20 --gen 2 "$MODEL
 	say_fail "aah-bench without --kv-dtype failed"; cat "$out"
 fi
 [ "$(grep -c '^  kv f32 ' "$out")" -eq 4 ] || say_fail "without --kv-dtype: expected 4 rows of kv f32"
+grep -q "CPU time" "$out" && say_fail "wall time by default, yet it speaks of CPU time"
+
+# --cpu-time says so
+if ! timeout 120 "$BENCH" --cpu-time --no-bandwidth --threads 1 --prompt 20 --gen 2 "$MODEL" >"$out" 2>&1; then
+	say_fail "aah-bench --cpu-time failed"; cat "$out"
+fi
+grep -q "^speeds in this process's CPU time (--cpu-time), 1 thread; load average" "$out" || say_fail "--cpu-time: no note"
+[ "$(grep -c '^  kv f32 ' "$out")" -eq 4 ] || say_fail "--cpu-time: expected 4 rows"
 
 # batching on the small model (no aah.json: the first row only), f16
 if ! timeout 180 "$BENCH" --batch --threads 1 --gen 3 --reps 1 --kv-budget 16777216 --kv-dtype f16 "$MODEL" \
