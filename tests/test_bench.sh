@@ -51,6 +51,23 @@ fi
 grep -Eq '^demo +512  full_attention +f16 ' "$out" || say_fail "--batch: no row with kv f16"
 grep -q "kv f16  demo at 512" "$out" || say_fail "--batch: no summary for kv f16"
 
+# AAH against full attention at 4096 positions on a tiny model with aah.json, two KV types: four rows, the ratios of
+# each type and across types, all naming the model's default regime
+aah=$(mktemp -d)
+trap 'rm -f "$out"; rm -rf "$aah"' EXIT
+"$BUILD/aah-mkmodel" --preset tiny --aah --aah-acr 0.3 --out "$aah" >/dev/null 2>&1 || say_fail "aah-mkmodel failed"
+if ! timeout 300 "$BENCH" --context --threads 1 --gen 16 --kv-dtype f32,f16 "$aah" >"$out" 2>&1; then
+	say_fail "aah-bench --context failed"; cat "$out"
+fi
+reg=$(sed -n 's/.*"default_regime": *"\([a-z_]*\)".*/\1/p' "$aah/aah.json")
+[ -n "$reg" ] || say_fail "no default regime in the tiny model's aah.json"
+for t in f32 f16; do
+	grep -Eq "^full_attention +$t " "$out" || say_fail "--context: no full_attention row for kv $t"
+	grep -Eq "^$reg +$t " "$out" || say_fail "--context: no $reg row for kv $t"
+	grep -q "^kv $(printf '%-4s' $t) $reg / full_attention: " "$out" || say_fail "--context: no ratio line for kv $t"
+done
+grep -q "^$reg kv f16 / kv f32: prefill" "$out" || say_fail "--context: no f16 / f32 line for $reg"
+
 # the attention op alone: one row per KV type asked for
 if ! timeout 120 "$BENCH" --attention --reps 1 --window 512 --kv-dtype bf16,f32 >"$out" 2>&1; then
 	say_fail "aah-bench --attention failed"; cat "$out"

@@ -374,7 +374,9 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 static int bench_context(const char *dir, int32_t threads, const char *regime, int32_t gen)
 {
 	ctx_result res[3][2];   /* (kv type, full attention | regime) */
-	const char *names[2] = { AAH_FULL_ATTENTION, regime };
+	char reg[128];          /* the regime's name, kept beyond the engine that names its default */
+	const char *names[2] = { AAH_FULL_ATTENTION, reg };
+	snprintf(reg, sizeof reg, "%s", regime ? regime : "");
 	for (int32_t k = 0; k < n_kv_types; k++) {
 		engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
 		                    .kv_dtype = kv_types[k], .ctx_len = 4096 };
@@ -386,7 +388,8 @@ static int bench_context(const char *dir, int32_t threads, const char *regime, i
 		}
 		if (k == 0) {
 			const model_config *c = engine_config(e);
-			names[1] = regime ? regime : engine_default_regime(e);
+			if (!regime)
+				snprintf(reg, sizeof reg, "%s", engine_default_regime(e));
 			printf("AAH at long context: %s (hidden %d, %d layers, %d/%d heads, head_dim %d, vocab %d); %s, %d "
 			       "threads\n", dir, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
 			       c->vocab_size, engine_backend_desc(e), threads);
