@@ -6,7 +6,7 @@ BUILD=${1:-build}
 CACHE=${2:-.cache}
 THREADS=${THREADS:-2}
 # The KV element types measured side by side: f32 (the exact reference) and the daemon's default.
-KV=${KV:-f32,bf16}
+KV=${KV:-f32,f16}
 
 Q06="$CACHE/bench-qwen3-0.6b"
 if [ ! -s "$Q06/model.safetensors" ]; then
