@@ -88,6 +88,8 @@ static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, char *err
 		snprintf(err, err_len, "%s: backend %s cannot hold tensor '%s'", e->mf.dir, e->be->iface.name, s->name);
 		return -1;
 	}
+	if (rows > 1)   /* a matrix: the backend holds its own copy (packed, or on the device), the mapped bytes go */
+		st_tensor_drop_pages(s);
 	return 0;
 }
 
@@ -118,6 +120,8 @@ static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts,
 		return -1;
 	}
 	free(host);
+	for (int i = 0; i < n; i++)
+		st_tensor_drop_pages(parts[i]);
 	return 0;
 }
 

@@ -119,9 +119,9 @@ int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out);
  * feeds it adds, for each layer and query head, each of its query rows' attention probability mass by key distance
  * d = p − t into bands — band b holds band_edges[b-1] ≤ d < band_edges[b], the last one also anything beyond — and
  * each row's attention entropy −Σ_t p_t ln p_t (nats). The attention is the sequence's own: open it under
- * full_attention to see every distance (a static regime's windows cut the bands they do not reach). Measuring costs a
- * few per cent of a prompt's attention (the backend carries the sums in its softmax); on a device each measured layer
- * waits for its results.
+ * full_attention to see every distance (a static regime's windows cut the bands they do not reach). The backend carries
+ * the sums in its softmax: on the CPU a measured 2048-token prefill ran at 0.95-0.97x the unmeasured one
+ * (aah-bench --measure); on a device each measured layer waits for its results.
  * The caller owns the struct and its arrays; the engine only adds into them, until the sequence closes or the
  * measurement is cleared. A forked sequence starts without one. */
 typedef struct engine_measure {

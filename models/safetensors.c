@@ -526,3 +526,13 @@ const st_tensor *st_find(const st_set *s, const char *name)
 	}
 	return NULL;
 }
+
+void st_tensor_drop_pages(const st_tensor *t)
+{
+	if (t->owned || t->nbytes == 0)
+		return;
+	const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, e = a + t->nbytes;
+	const uintptr_t lo = (a + page - 1) / page * page, hi = e / page * page;
+	if (hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: a refusal only keeps the pages */
+}

@@ -60,6 +60,12 @@ void st_close(st_set *s);
 /* NULL when absent. */
 const st_tensor *st_find(const st_set *s, const char *name);
 
+/* Tells the OS that t's bytes need not stay resident: the whole pages of the mapping inside them leave this process's
+ * memory, and are read from the file again if anything touches them later (the mapping is private and never written,
+ * so the data stays valid). For a weight a backend has copied (packed or moved to a device), whose mapped bytes would
+ * otherwise sit in memory beside the copy. A tensor the set holds as its own copy (misaligned in its file) stays. */
+void st_tensor_drop_pages(const st_tensor *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,7 +41,9 @@ static const config_row rows[] = {
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
 	{ "max_batch", INT(max_batch, 1, 256), "8", "sequences running at once (continuous batching)" },
 	{ "ctx_len", INT(ctx_len, 0, 1 << 20), "0", "context length per sequence; 0: min(the model's, 4096)" },
-	{ "kv_dtype", ENUM(kv_dtype, dtypes), "f32", "KV cache element type: f32, f16, bf16" },
+	{ "kv_dtype", ENUM(kv_dtype, dtypes), "f16",
+	  "KV cache element type: f16 (half the memory of f32, as fast; 10 mantissa bits, finite below 65504), bf16 "
+	  "(the same memory, f32's range, 7 bits), f32 (the exact reference)" },
 	{ "kv_budget_bytes", INT(kv_budget_bytes, 0, INT64_MAX), "0",
 	  "KV cache page pool in bytes; 0: room for max_batch full contexts" },
 	{ "prefill_chunk", INT(prefill_chunk, 3, 65536), "256",

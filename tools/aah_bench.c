@@ -15,14 +15,49 @@
 #include "models/aah_config.h"
 #include "models/model_config.h"
 
+/* --cpu-time: every speed in this process's CPU time instead of wall time. With --threads 1 that is the work done,
+ * whatever else the machine runs (time slices taken by other processes do not count); with more threads it would
+ * count the workers' spinning too. */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(bench_clock, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static const char *backend_name;   /* --backend: auto, cpu or cuda (engine_params.backend; NULL = cpu) */
+
+/* --kv-dtype: the KV element types every mode runs, side by side, in this order (default f32 alone). */
+static aah_dtype kv_types[3] = { AAH_DTYPE_F32 };
+static int32_t n_kv_types = 1;
+
+/* "f32,bf16" → kv_types; returns 0, or -1 on a name that is not a KV element type or a repeat. */
+static int parse_kv_types(const char *list)
+{
+	char buf[64];
+	snprintf(buf, sizeof buf, "%s", list);
+	n_kv_types = 0;
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		aah_dtype d;
+		if (!strcmp(t, "f32"))
+			d = AAH_DTYPE_F32;
+		else if (!strcmp(t, "f16"))
+			d = AAH_DTYPE_F16;
+		else if (!strcmp(t, "bf16"))
+			d = AAH_DTYPE_BF16;
+		else
+			return -1;
+		for (int32_t i = 0; i < n_kv_types; i++)
+			if (kv_types[i] == d)
+				return -1;
+		if (n_kv_types == 3)
+			return -1;
+		kv_types[n_kv_types++] = d;
+	}
+	return n_kv_types > 0 ? 0 : -1;
+}
 
 /* ---- streaming-read bandwidth: every thread sums its share of a buffer far larger than the caches ---- */
 
@@ -76,6 +111,25 @@ static double measure_read_bandwidth(int32_t threads)
 	threadpool_free(tp);
 	free(buf);
 	return best;
+}
+
+static double load_average(void);
+
+/* This process's resident memory now (VmRSS) and at its peak (VmHWM), in MiB; -1 when /proc says nothing. */
+static void resident_mib(double *now, double *peak)
+{
+	*now = *peak = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	while (f && fgets(line, sizeof line, f)) {
+		long kb;
+		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+			*now = kb / 1024.0;
+		else if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			*peak = kb / 1024.0;
+	}
+	if (f)
+		fclose(f);
 }
 
 /* ---- model speed ---- */
@@ -155,10 +209,11 @@ static int bench_measure(engine *e, const int32_t *ids, int32_t n_prompt, float 
 	return rc;
 }
 
-static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw, int measure)
+static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw, int measure,
+                       aah_dtype kv)
 {
 	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
-	                    .kv_dtype = AAH_DTYPE_F32, .ctx_len = n_prompt + n_gen + 16 };
+	                    .kv_dtype = kv, .ctx_len = n_prompt + n_gen + 16 };
 	engine *e;
 	char err[512];
 	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
@@ -197,21 +252,29 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	/* each decode step also reads the sequence's whole KV cache: on average its size halfway through */
 	double kvbytes = 0.5 * (double)(kv0 + engine_seq_kv_bytes(e, seq));
 	double implied = ((double)wbytes + kvbytes) * decode / 1e9;
-	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads\n", dir, c->hidden_size,
-	       c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads);
-	printf("  prefill  %4d tokens: %8.1f tokens/s (projections alone: %.3f TFLOP/s, 2 FLOP per weight per token)\n",
-	       n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
-	printf("  decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", n_gen, decode);
-	printf("  read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = %.0f%% "
-	       "of measured %.2f GB/s\n",
-	       (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads, kv %s\n", dir,
+	       c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads,
+	       aah_dtype_name(kv));
+	printf("  kv %-4s prefill  %4d tokens: %8.1f tokens/s (projections alone: %.3f TFLOP/s, 2 FLOP per weight per "
+	       "token)\n", aah_dtype_name(kv), n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
+	printf("  kv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", aah_dtype_name(kv), n_gen,
+	       decode);
+	printf("  kv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = "
+	       "%.0f%% of measured %.2f GB/s\n",
+	       aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	double rss, rss_peak;
+	resident_mib(&rss, &rss_peak);
+	printf("  kv %-4s resident with the sequence open: %.0f MiB (weights %.0f MiB as stored, KV %.0f MiB; process "
+	       "peak so far %.0f MiB)\n", aah_dtype_name(kv), rss, (double)wbytes / (1 << 20),
+	       (double)engine_seq_kv_bytes(e, seq) / (1 << 20), rss_peak);
 	engine_seq_close(e, seq);
 	if (measure) {
 		double plain, measured;
 		if (bench_measure(e, ids, n_prompt, logits, &plain, &measured) != 0)
 			return 1;
-		printf("  prefill  %4d tokens measured (band mass, entropy; full attention): %.1f tokens/s against %.1f "
-		       "unmeasured (%.3fx), best of 3 each, interleaved\n", n_prompt, measured, plain, measured / plain);
+		printf("  kv %-4s prefill  %4d tokens measured (band mass, entropy; full attention): %.1f tokens/s against %.1f "
+		       "unmeasured (%.3fx), best of 3 each, interleaved\n", aah_dtype_name(kv), n_prompt, measured, plain,
+		       measured / plain);
 	}
 	graph_use_add(e);
 	graph_use_print("  ");
@@ -253,6 +316,7 @@ typedef struct ctx_result {
 	double decode_tps[N_STAGES];        /* decode speed ending at each stage's context */
 	engine_seq_stats st;
 	double cap_ratio;
+	double rss_mib;                     /* resident at 4096 positions, the sequence open */
 } ctx_result;
 
 /* Prefill in stages, decoding `probe` tokens at the end of each (the last stage decodes gen): decode speed as the
@@ -299,6 +363,8 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 	}
 	out->prefill_tps = prefill_tokens / prefill_time;
 	engine_seq_stats_get(e, seq, &out->st);
+	double peak;
+	resident_mib(&out->rss_mib, &peak);
 	engine_seq_close(e, seq);
 	free(ids);
 	free(logits);
@@ -307,45 +373,71 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 
 static int bench_context(const char *dir, int32_t threads, const char *regime, int32_t gen)
 {
-	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
-	                    .kv_dtype = AAH_DTYPE_F32, .ctx_len = 4096 };
-	engine *e;
-	char err[512];
-	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
-		fprintf(stderr, "aah-bench: %s\n", err);
-		return 1;
-	}
-	const model_config *c = engine_config(e);
-	const char *names[2] = { AAH_FULL_ATTENTION, regime ? regime : engine_default_regime(e) };
-	ctx_result res[2];
-	printf("AAH at long context: %s (hidden %d, %d layers, %d/%d heads, head_dim %d, vocab %d); %s, %d threads\n",
-	       dir, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
-	       engine_backend_desc(e), threads);
-	printf("prompt %d + %d generated = 4096; decode speed also measured ending at 512, 1024 and 2048 positions\n",
-	       4096 - gen, gen);
-	printf("%-16s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s\n", "regime", "ACR", "work", "KV bytes/seq", "KV ratio",
-	       "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096");
-	for (int i = 0; i < 2; i++) {
-		if (bench_context_regime(e, names[i], gen, 32, &res[i]) != 0) {
-			engine_free(e);
+	ctx_result res[3][2];   /* (kv type, full attention | regime) */
+	char reg[128];          /* the regime's name, kept beyond the engine that names its default */
+	const char *names[2] = { AAH_FULL_ATTENTION, reg };
+	snprintf(reg, sizeof reg, "%s", regime ? regime : "");
+	for (int32_t k = 0; k < n_kv_types; k++) {
+		engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
+		                    .kv_dtype = kv_types[k], .ctx_len = 4096 };
+		engine *e;
+		char err[512];
+		if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-bench: %s\n", err);
 			return 1;
 		}
-		res[i].cap_ratio = capacity_ratio(dir, names[i]);
-		const engine_seq_stats *st = &res[i].st;
-		printf("%-16s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f\n", names[i], st->acr,
-		       (double)st->attn_products / (double)st->attn_products_full, (long long)st->kv_bytes_peak,
-		       (double)st->kv_bytes_peak / (double)res[0].st.kv_bytes_peak, res[i].cap_ratio, res[i].prefill_tps,
-		       res[i].decode_tps[0], res[i].decode_tps[1], res[i].decode_tps[2], res[i].decode_tps[3]);
+		if (k == 0) {
+			const model_config *c = engine_config(e);
+			if (!regime)
+				snprintf(reg, sizeof reg, "%s", engine_default_regime(e));
+			printf("AAH at long context: %s (hidden %d, %d layers, %d/%d heads, head_dim %d, vocab %d); %s, %d "
+			       "threads\n", dir, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+			       c->vocab_size, engine_backend_desc(e), threads);
+			printf("prompt %d + %d generated = 4096; decode speed also measured ending at 512, 1024 and 2048 positions;"
+			       " load average %.2f\n", 4096 - gen, gen, load_average());
+			printf("%-16s %-4s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s %8s\n", "regime", "kv", "ACR", "work",
+			       "KV bytes/seq", "KV ratio", "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096",
+			       "RSS MiB");
+		}
+		for (int i = 0; i < 2; i++) {
+			ctx_result *r = &res[k][i];
+			if (bench_context_regime(e, names[i], gen, 32, r) != 0) {
+				engine_free(e);
+				return 1;
+			}
+			r->cap_ratio = capacity_ratio(dir, names[i]);
+			const engine_seq_stats *st = &r->st;
+			printf("%-16s %-4s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f %8.0f\n", names[i],
+			       aah_dtype_name(kv_types[k]), st->acr, (double)st->attn_products / (double)st->attn_products_full,
+			       (long long)st->kv_bytes_peak, (double)st->kv_bytes_peak / (double)res[k][0].st.kv_bytes_peak,
+			       r->cap_ratio, r->prefill_tps, r->decode_tps[0], r->decode_tps[1], r->decode_tps[2],
+			       r->decode_tps[3], r->rss_mib);
+			fflush(stdout);
+		}
+		graph_use_add(e);
+		engine_free(e);
 	}
-	double kv_ratio = (double)res[1].st.kv_bytes_peak / (double)res[0].st.kv_bytes_peak;
-	printf("%s / full_attention: KV bytes %.4f (capacity-weighted window ratio %.4f, off by %.1f%%); decode speed",
-	       names[1], kv_ratio, res[1].cap_ratio, 100 * fabs(kv_ratio / res[1].cap_ratio - 1));
-	for (int s = 0; s < N_STAGES; s++)
-		printf(" %.2fx@%d", res[1].decode_tps[s] / res[0].decode_tps[s], stage_ctx[s]);
-	printf("; prefill %.2fx\n", res[1].prefill_tps / res[0].prefill_tps);
-	graph_use_add(e);
+	for (int32_t k = 0; k < n_kv_types; k++) {
+		const ctx_result *f = &res[k][0], *a = &res[k][1];
+		double kv_ratio = (double)a->st.kv_bytes_peak / (double)f->st.kv_bytes_peak;
+		printf("kv %-4s %s / full_attention: KV bytes %.4f (capacity-weighted window ratio %.4f, off by %.1f%%); "
+		       "decode speed", aah_dtype_name(kv_types[k]), names[1], kv_ratio, a->cap_ratio,
+		       100 * fabs(kv_ratio / a->cap_ratio - 1));
+		for (int s = 0; s < N_STAGES; s++)
+			printf(" %.2fx@%d", a->decode_tps[s] / f->decode_tps[s], stage_ctx[s]);
+		printf("; prefill %.2fx\n", a->prefill_tps / f->prefill_tps);
+	}
+	for (int32_t k = 1; k < n_kv_types; k++)
+		for (int i = 0; i < 2; i++) {
+			const ctx_result *r = &res[k][i], *b = &res[0][i];
+			printf("%s kv %s / kv %s: prefill %.2fx, decode", names[i], aah_dtype_name(kv_types[k]),
+			       aah_dtype_name(kv_types[0]), r->prefill_tps / b->prefill_tps);
+			for (int s = 0; s < N_STAGES; s++)
+				printf(" %.2fx@%d", r->decode_tps[s] / b->decode_tps[s], stage_ctx[s]);
+			printf("\n");
+		}
+	printf("load average %.2f\n", load_average());
 	graph_use_print("");
-	engine_free(e);
 	return 0;
 }
 
@@ -367,12 +459,12 @@ typedef struct batch_row {
  * projection) per step, greedy. Timed: the steps after the first; the best of `reps` runs. Admission is the scheduler's rule: a sequence
  * reserves its worst-case pages (engine_regime_kv_pages at ctx positions) out of budget bytes; the template's own
  * pages come on top of the budget. */
-static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const char *regime, int32_t gen,
-                           int32_t reps, int64_t budget, batch_row *out)
+static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const char *regime, aah_dtype kv,
+                           int32_t gen, int32_t reps, int64_t budget, batch_row *out)
 {
 	char err[512];
 	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .ctx_len = ctx,
-	                    .max_batch_tokens = 512, .kv_dtype = AAH_DTYPE_F32, .kv_budget_bytes = 4 << 20 };
+	                    .max_batch_tokens = 512, .kv_dtype = kv, .kv_budget_bytes = 4 << 20 };
 	engine *e;
 	/* a first engine only to learn the page sizes; the real one gets the budget plus the template's pages */
 	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
@@ -478,10 +570,10 @@ static double load_average(void)
 	return l;
 }
 
-static void batch_print(const char *label, int32_t ctx, const char *regime, const batch_row *r)
+static void batch_print(const char *label, int32_t ctx, const char *regime, aah_dtype kv, const batch_row *r)
 {
-	printf("%-10s %5d  %-15s %6.4f %9.1f %5d ", label, ctx, regime, r->acr, (double)r->seq_bytes / (1 << 20),
-	       r->fits);
+	printf("%-10s %5d  %-15s %-4s %6.4f %9.1f %5d ", label, ctx, regime, aah_dtype_name(kv), r->acr,
+	       (double)r->seq_bytes / (1 << 20), r->fits);
 	for (int32_t i = 0; i < N_CONC; i++) {
 		char cell[32];
 		if (r->ran[i] < 1)
@@ -496,54 +588,145 @@ static void batch_print(const char *label, int32_t ctx, const char *regime, cons
 	fflush(stdout);
 }
 
-/* demo at 512 (full attention); the AAH model at 512 and 4096, full attention against `regime`. */
+/* demo at 512 (full attention); the AAH model at 512 and 4096, full attention against `regime`; each for every
+ * --kv-dtype. */
 static int bench_batch(const char *demo, const char *aah, const char *regime, int32_t threads, int32_t gen,
                        int32_t reps, int64_t budget)
 {
 	printf("Continuous batching: aggregate decode tokens/s with c sequences decoding together (one forward per step),\n"
-	       "each at ctx positions (prefilled once, forked); KV budget %.0f MiB (f32), admission by worst-case pages; %d\n"
+	       "each at ctx positions (prefilled once, forked); KV budget %.0f MiB, admission by worst-case pages; %d\n"
 	       "threads; %d decode steps, the first untimed; best of %d rounds or more (short ones: up to 10 within 3 s),\n"
 	       "each round one run per concurrency. (n): only n sequences fit the budget. Load average\n"
 	       "%.2f\n",
 	       (double)budget / (1 << 20), threads, gen, reps, load_average());
-	printf("%-10s %5s  %-15s %6s %9s %5s  %13s %13s %13s %13s  %7s\n", "model", "ctx", "regime", "ACR", "MiB/seq",
-	       "fits", "c=1", "c=4", "c=16", "c=64", "16 vs 1");
-	batch_row rows[5];
-	if (bench_batch_row(demo, threads, 512, AAH_FULL_ATTENTION, gen, reps, budget, &rows[0]) != 0)
-		return 1;
-	batch_print("demo", 512, AAH_FULL_ATTENTION, &rows[0]);
-	if (!aah) {
-		graph_use_print("");
-		return 0;
-	}
-	const int32_t ctxs[2] = { 512, 4096 };
-	const char *regs[2] = { AAH_FULL_ATTENTION, regime };
-	for (int32_t k = 0; k < 4; k++) {
-		if (bench_batch_row(aah, threads, ctxs[k / 2], regs[k % 2], gen, reps, budget, &rows[1 + k]) != 0)
+	printf("%-10s %5s  %-15s %-4s %6s %9s %5s  %13s %13s %13s %13s  %7s\n", "model", "ctx", "regime", "kv", "ACR",
+	       "MiB/seq", "fits", "c=1", "c=4", "c=16", "c=64", "16 vs 1");
+	batch_row rows[3][5];
+	for (int32_t k = 0; k < n_kv_types; k++) {
+		const aah_dtype kv = kv_types[k];
+		if (bench_batch_row(demo, threads, 512, AAH_FULL_ATTENTION, kv, gen, reps, budget, &rows[k][0]) != 0)
 			return 1;
-		batch_print("0.6B-8L", ctxs[k / 2], regs[k % 2], &rows[1 + k]);
-	}
-	const batch_row *f = &rows[3], *a = &rows[4];
-	double best_f = 0, best_a = 0;
-	for (int32_t i = 0; i < N_CONC; i++) {
-		best_f = f->tps[i] > best_f ? f->tps[i] : best_f;
-		best_a = a->tps[i] > best_a ? a->tps[i] : best_a;
+		batch_print("demo", 512, AAH_FULL_ATTENTION, kv, &rows[k][0]);
+		const int32_t ctxs[2] = { 512, 4096 };
+		const char *regs[2] = { AAH_FULL_ATTENTION, regime };
+		for (int32_t r = 0; aah && r < 4; r++) {
+			if (bench_batch_row(aah, threads, ctxs[r / 2], regs[r % 2], kv, gen, reps, budget, &rows[k][1 + r]) != 0)
+				return 1;
+			batch_print("0.6B-8L", ctxs[r / 2], regs[r % 2], kv, &rows[k][1 + r]);
+		}
 	}
 	graph_use_print("");
-	printf("demo at 512: c=16 gives %.2fx the aggregate tokens/s of c=1 (target 4x)\n", rows[0].tps[2] / rows[0].tps[0]);
-	printf("at 4096 under %.0f MiB: %s admits %d sequences, full_attention %d (%.2fx; target 2.5x); best aggregate "
-	       "%.1f against %.1f tokens/s (%.2fx; target 1.5x); load average %.2f\n",
-	       (double)budget / (1 << 20), regime, a->fits, f->fits, f->fits > 0 ? (double)a->fits / f->fits : 0, best_a,
-	       best_f, best_f > 0 ? best_a / best_f : 0, load_average());
+	for (int32_t k = 0; k < n_kv_types; k++) {
+		printf("kv %-4s demo at 512: c=16 gives %.2fx the aggregate tokens/s of c=1 (target 4x)\n",
+		       aah_dtype_name(kv_types[k]), rows[k][0].tps[2] / rows[k][0].tps[0]);
+		if (!aah)
+			continue;
+		const batch_row *f = &rows[k][3], *a = &rows[k][4];
+		double best_f = 0, best_a = 0;
+		for (int32_t i = 0; i < N_CONC; i++) {
+			best_f = f->tps[i] > best_f ? f->tps[i] : best_f;
+			best_a = a->tps[i] > best_a ? a->tps[i] : best_a;
+		}
+		printf("kv %-4s at 4096 under %.0f MiB: %s admits %d sequences, full_attention %d (%.2fx; target 2.5x); best "
+		       "aggregate %.1f against %.1f tokens/s (%.2fx; target 1.5x)\n",
+		       aah_dtype_name(kv_types[k]), (double)budget / (1 << 20), regime, a->fits, f->fits,
+		       f->fits > 0 ? (double)a->fits / f->fits : 0, best_a, best_f, best_f > 0 ? best_a / best_f : 0);
+	}
+	printf("load average %.2f\n", load_average());
+	return 0;
+}
+
+/* ---- the CPU attention op alone ---- */
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The CPU backend's attention on one thread, timed in this thread's CPU time (so that other processes' load costs
+ * less than in wall time), best of `reps`, for every --kv-dtype: a 512-row prompt chunk at positions 3072 … 3583
+ * and a decode row at 3071, both with window W, over a cache of 3072 positions written by kv_store; the Qwen3-0.6B
+ * attention shape (16 query heads, 8 KV heads, head_dim 128). AAH_CPU_ISA picks the kernel table. */
+static int bench_attention(int32_t window, int32_t reps)
+{
+	enum { NH = 16, NKV = 8, HD = 128, CTX = 4096, SLOTS = CTX / AAH_PAGE_LEN + 1, ROWS = 512, HIST = 3072 };
+	aah_backend_params bp = { .n_threads = 1 };
+	aah_backend *b = aah_backend_cpu_init(&bp);
+	int32_t *rings = malloc(sizeof(int32_t) * NKV * SLOTS), n_slots[NKV], win[NKV];
+	float *q = malloc(sizeof(float) * ROWS * NH * HD), *k = malloc(sizeof(float) * ROWS * NKV * HD);
+	float *v = malloc(sizeof(float) * ROWS * NKV * HD), *out = malloc(sizeof(float) * ROWS * NH * HD);
+	if (!b || !rings || !q || !k || !v || !out) {
+		fprintf(stderr, "aah-bench: out of memory\n");
+		return 1;
+	}
+	for (int32_t h = 0; h < NKV; h++) {
+		n_slots[h] = SLOTS;
+		win[h] = window;
+		for (int32_t r = 0; r < SLOTS; r++)
+			rings[h * SLOTS + r] = h * SLOTS + (r * 37) % SLOTS;   /* a ring's pages anywhere in the pool */
+	}
+	for (int64_t i = 0; i < (int64_t)ROWS * NH * HD; i++)
+		q[i] = (float)((i * 7919 % 1000) / 500.0 - 1);
+	for (int64_t i = 0; i < (int64_t)ROWS * NKV * HD; i++) {
+		k[i] = (float)((i * 104729 % 1000) / 500.0 - 1);
+		v[i] = (float)((i * 31 % 1000) / 500.0 - 1);
+	}
+	const double keys = (double)ROWS * (window < HIST + ROWS / 2 ? window : HIST + ROWS / 2);   /* about */
+	printf("CPU attention op (%s), one thread, thread CPU time, best of %d; %d/%d heads, head_dim %d, window %d; load "
+	       "average %.2f\n", aah_backend_cpu_isa(b), reps, NH, NKV, HD, window, load_average());
+	for (int32_t t = 0; t < n_kv_types; t++) {
+		const size_t bytes = (size_t)NKV * SLOTS * 2 * AAH_PAGE_LEN * HD * aah_dtype_size(kv_types[t]);
+		aah_kv_pool pool = { malloc(bytes), kv_types[t], NKV * SLOTS, HD };
+		if (!pool.data) {
+			fprintf(stderr, "aah-bench: out of memory\n");
+			return 1;
+		}
+		memset(pool.data, 0, bytes);
+		for (int32_t p0 = 0; p0 < HIST; p0 += ROWS) {   /* the history, as the engine writes it */
+			aah_attn_seq s = { .row0 = 0, .n_new = ROWS, .pos0 = p0, .ring_stride = SLOTS, .rings = rings,
+			                   .n_slots = n_slots, .windows = win };
+			b->iface.kv_store(b, &pool, k, v, &s, 1, NKV);
+		}
+		double best_p = 1e30, best_d = 1e30;
+		for (int32_t r = 0; r < reps; r++) {
+			aah_attn_seq s = { .row0 = 0, .n_new = ROWS, .pos0 = HIST, .ring_stride = SLOTS, .rings = rings,
+			                   .n_slots = n_slots, .windows = win };
+			double t0 = thread_cpu_s();
+			b->iface.attention(b, out, q, k, v, &pool, &s, 1, NH, NKV, 1.0f / sqrtf((float)HD), NULL);
+			const double dp = thread_cpu_s() - t0;
+			best_p = dp < best_p ? dp : best_p;
+			aah_attn_seq d = { .row0 = 0, .n_new = 1, .pos0 = HIST - 1, .ring_stride = SLOTS, .rings = rings,
+			                   .n_slots = n_slots, .windows = win };
+			t0 = thread_cpu_s();
+			for (int32_t i = 0; i < 20; i++)
+				b->iface.attention(b, out, q, k, v, &pool, &d, 1, NH, NKV, 1.0f / sqrtf((float)HD), NULL);
+			const double dd = (thread_cpu_s() - t0) / 20;
+			best_d = dd < best_d ? dd : best_d;
+		}
+		printf("  kv %-4s prompt chunk of %d rows at %d: %8.1f ms (%.1f GFLOP/s of products); decode row at %d: %.3f "
+		       "ms\n", aah_dtype_name(kv_types[t]), ROWS, HIST, best_p * 1e3, 4.0 * HD * NH * keys / best_p / 1e9,
+		       HIST - 1, best_d * 1e3);
+		free(pool.data);
+	}
+	b->iface.free(b);
+	free(rings);
+	free(q);
+	free(k);
+	free(v);
+	free(out);
 	return 0;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: aah-bench [--backend B] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] [--measure] "
-	           "MODEL_DIR...\n"
-	           "       aah-bench --context [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
-	           "       aah-bench --batch [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] MODEL_DIR [AAH_DIR]\n"
+	fprintf(f, "usage: aah-bench [--backend B] [--kv-dtype LIST] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] "
+	           "[--measure] MODEL_DIR...\n"
+	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
+	           "       aah-bench --attention [--kv-dtype LIST] [--window W] [--reps N]\n"
+	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
+	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
 	           "tokens, default 512), decode tokens/s at batch 1 (default 64 tokens), the weight bytes read per\n"
 	           "decoded token and the bandwidth that implies, as a share of the measured one; --measure adds the prefill\n"
@@ -556,6 +739,12 @@ static void usage(FILE *f)
 	           "at 512 positions with full\n"
 	           "attention; the second (optional, with aah.json) at 512 and 4096 with full attention and --regime\n"
 	           "(default: its default regime), with the sequences each admits and the ratios.\n"
+	           "--attention [--window W] [--reps N]: the CPU attention op alone (one thread, thread CPU time): a 512-row\n"
+	           "prompt chunk and a decode row at about 3k positions, window W (default 4096), for every --kv-dtype.\n"
+	           "--cpu-time (every mode): speeds in this process's CPU time, not wall time: with --threads 1 the work\n"
+	           "done, whatever else the machine runs.\n"
+	           "--kv-dtype LIST (every mode): the KV element types to run side by side, e.g. f32,bf16 (default f32);\n"
+	           "every row says its type.\n"
 	           "--backend auto|cpu|cuda (every mode): the engine's backend (default auto: CUDA when a device is present);\n"
 	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n");
 }
@@ -563,7 +752,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
-	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0;
+	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0;
+	int32_t window = 4096;
 	int64_t budget = (int64_t)1 << 30;
 	int32_t reps = 3;
 	const char *regime = NULL;
@@ -573,7 +763,10 @@ int main(int argc, char **argv)
 		{ "gen", required_argument, 0, 'g' }, { "no-bandwidth", no_argument, 0, 'B' },
 		{ "batch", no_argument, 0, 'b' }, { "kv-budget", required_argument, 0, 'k' },
 		{ "reps", required_argument, 0, 'R' }, { "backend", required_argument, 0, 'x' },
-		{ "measure", no_argument, 0, 'm' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "measure", no_argument, 0, 'm' }, { "kv-dtype", required_argument, 0, 'K' },
+		{ "attention", no_argument, 0, 'a' }, { "window", required_argument, 0, 'w' },
+		{ "cpu-time", no_argument, 0, 'C' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -589,9 +782,28 @@ int main(int argc, char **argv)
 		case 'r': regime = optarg; break;
 		case 'B': no_bw = 1; break;
 		case 'm': measure = 1; break;
+		case 'a': attention = 1; break;
+		case 'C': bench_clock = CLOCK_PROCESS_CPUTIME_ID; break;
+		case 'w': window = atoi(optarg); break;
+		case 'K':
+			if (parse_kv_types(optarg) != 0) {
+				fprintf(stderr, "aah-bench: --kv-dtype takes a list of f32, f16 and bf16, e.g. f32,bf16\n");
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	if (bench_clock != CLOCK_MONOTONIC)
+		printf("speeds in this process's CPU time (--cpu-time), %d thread%s; load average %.2f\n", threads,
+		       threads == 1 ? "" : "s (the workers' spinning counts too)", load_average());
+	if (attention) {
+		if (window < 1 || window > 4096 || reps < 1 || optind != argc) {
+			usage(stderr);
+			return 2;
+		}
+		return bench_attention(window, reps);
 	}
 	if (optind >= argc || threads < 1 || threads > 256 || n_prompt < 1 || n_gen < 1) {
 		usage(stderr);
@@ -637,6 +849,7 @@ int main(int argc, char **argv)
 	}
 	int rc = 0;
 	for (int i = optind; i < argc; i++)
-		rc |= bench_model(argv[i], threads, n_prompt, n_gen, bw, measure);
+		for (int32_t k = 0; k < n_kv_types; k++)
+			rc |= bench_model(argv[i], threads, n_prompt, n_gen, bw, measure, kv_types[k]);
 	return rc;
 }

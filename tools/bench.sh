@@ -6,6 +6,8 @@ set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
 THREADS=${THREADS:-2}
+# The KV element types measured side by side: f32 (the exact reference) and the daemon's default.
+KV=${KV:-f32,f16}
 
 Q06="$CACHE/bench-qwen3-0.6b"
 if [ ! -s "$Q06/model.safetensors" ]; then
@@ -19,12 +21,16 @@ if [ ! -s "$AAH/aah.json" ]; then
 		--out "$AAH"
 fi
 
-echo "== engine: prefill and decode (BF16 weights, $THREADS threads)"
-"$BUILD/aah-bench" --threads "$THREADS" --prompt 512 --gen 64 "$CACHE/bench-demo" "$Q06"
+echo "== engine: prefill and decode (BF16 weights, $THREADS threads, KV $KV)"
+"$BUILD/aah-bench" --threads "$THREADS" --kv-dtype "$KV" --prompt 512 --gen 64 "$CACHE/bench-demo" "$Q06"
+
+echo
+echo "== AAH against full attention at 4096 positions (KV $KV)"
+"$BUILD/aah-bench" --context --threads "$THREADS" --kv-dtype "$KV" "$AAH"
 
 echo
 echo "== continuous batching: aggregate decode speed against concurrency, under one KV budget"
-"$BUILD/aah-bench" --batch --threads "$THREADS" "$CACHE/bench-demo" "$AAH"
+"$BUILD/aah-bench" --batch --threads "$THREADS" --kv-dtype "$KV" "$CACHE/bench-demo" "$AAH"
 
 echo
 echo "== tokenizer throughput"

@@ -10,36 +10,18 @@
 
 #include "kernels/argmax.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ctx.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/threadpool.h"
 
-#define MAX_THREADS 256
-#define MAX_GROUP 64   /* query heads per KV head */
-
-/* Per-worker scratch, grown (never shrunk) when a call needs more; steady-state steps allocate nothing. */
-typedef struct cpu_scratch {
-	float *buf;
-	size_t cap;   /* floats */
-} cpu_scratch;
-
 #define CPU_LAYOUT_PANELS 1   /* aah_tensor.layout of a packed matrix */
-
-typedef struct cpu_ctx {
-	threadpool *tp;
-	const cpu_kernels *k;
-	int32_t n_threads;
-	cpu_scratch scratch[MAX_THREADS];
-	float *xt;         /* matmul's activations, transposed a group of rows at a time (grown, never shrunk) */
-	size_t xt_cap;     /* floats */
-} cpu_ctx;
 
 static cpu_ctx *ctx_of(aah_backend *b)
 {
 	return (cpu_ctx *)b->context;
 }
 
-/* Makes every worker's scratch at least n floats. Returns false when out of memory. */
-static bool scratch_reserve(cpu_ctx *c, size_t n)
+bool cpu_scratch_reserve(cpu_ctx *c, size_t n)
 {
 	for (int32_t i = 0; i < c->n_threads; i++) {
 		cpu_scratch *s = &c->scratch[i];
@@ -55,8 +37,20 @@ static bool scratch_reserve(cpu_ctx *c, size_t n)
 	return true;
 }
 
-/* [lo, hi) of n items for worker i of nt, in multiples of `align`. */
-static void split_range(int64_t n, int64_t align, int32_t i, int32_t nt, int64_t *lo, int64_t *hi)
+bool cpu_buf_reserve(cpu_buf *b, size_t bytes)
+{
+	if (b->cap >= bytes)
+		return true;
+	void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (!p)
+		return false;
+	free(b->p);
+	b->p = p;
+	b->cap = bytes;
+	return true;
+}
+
+void cpu_split_range(int64_t n, int64_t align, int32_t i, int32_t nt, int64_t *lo, int64_t *hi)
 {
 	int64_t blocks = (n + align - 1) / align;
 	int64_t b0 = blocks * i / nt, b1 = blocks * (i + 1) / nt;
@@ -92,7 +86,7 @@ static void pack_worker(void *p, int32_t ti, int32_t nt)
 {
 	pack_job *j = p;
 	int64_t lo, hi;
-	split_range((j->rows + CPU_PANEL - 1) / CPU_PANEL, 1, ti, nt, &lo, &hi);
+	cpu_split_range((j->rows + CPU_PANEL - 1) / CPU_PANEL, 1, ti, nt, &lo, &hi);
 	cpu_pack_panels(j->dst, j->src, j->type, j->rows, j->cols, lo, hi);
 }
 
@@ -169,7 +163,7 @@ static void rmsnorm_worker(void *p, int32_t ti, int32_t nt)
 	float *wf = j->c->scratch[ti].buf;   /* the weight as f32 */
 	j->k->to_f32(wf, j->w->data, j->w->type, d);
 	int64_t lo, hi;
-	split_range(j->n_rows, 1, ti, nt, &lo, &hi);
+	cpu_split_range(j->n_rows, 1, ti, nt, &lo, &hi);
 	for (int64_t r = lo; r < hi; r++) {
 		const float *x = j->x + r * d;
 		float *o = j->out + r * d;
@@ -186,7 +180,7 @@ static void cpu_rmsnorm(aah_backend *b, float *out, const float *x, const aah_te
 {
 	cpu_ctx *c = ctx_of(b);
 	rmsnorm_job j = { out, x, w, n_rows, eps, c->k, c };
-	if (!scratch_reserve(c, (size_t)w->cols))
+	if (!cpu_scratch_reserve(c, (size_t)w->cols))
 		abort();   /* a few KB: out of memory here is not recoverable */
 	if ((int64_t)n_rows * w->cols < 32768)
 		rmsnorm_worker(&j, 0, 1);
@@ -267,7 +261,7 @@ static void logits_worker(void *p, int32_t ti, int32_t nt)
 {
 	logits_job *j = p;
 	int64_t lo, hi;
-	split_range(j->n_rows, 1, ti, nt, &lo, &hi);
+	cpu_split_range(j->n_rows, 1, ti, nt, &lo, &hi);
 	for (int64_t r = lo; r < hi; r++) {
 		const float *l = j->logits + r * j->ld;
 		const int32_t n = j->n_cols, k = j->n_top;
@@ -324,7 +318,7 @@ static void argmax_worker(void *p, int32_t ti, int32_t nt)
 {
 	argmax_job *j = p;
 	int64_t lo, hi;
-	split_range(j->n_rows, 1, ti, nt, &lo, &hi);
+	cpu_split_range(j->n_rows, 1, ti, nt, &lo, &hi);
 	for (int64_t r = lo; r < hi; r++)
 		j->ids[r] = aah_argmax(j->rows[r], j->n_cols);
 }
@@ -359,7 +353,7 @@ static void matmul_worker(void *p, int32_t ti, int32_t nt)
 	const int64_t M = j->w->rows, K = j->w->cols, panels = (M + CPU_PANEL - 1) / CPU_PANEL;
 	const int32_t NR = j->k->panel_rows;
 	int64_t lo, hi;
-	split_range(panels, 1, ti, nt, &lo, &hi);
+	cpu_split_range(panels, 1, ti, nt, &lo, &hi);
 	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
 		const int64_t te = j->n - tb < j->token_block ? j->n : tb + j->token_block;
 		for (int64_t pb = lo; pb < hi; pb += j->panel_block) {
@@ -406,284 +400,6 @@ static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, co
 		threadpool_run(c->tp, matmul_worker, &j);
 }
 
-/* ---- attention ---- */
-
-typedef struct attn_job {
-	float *out;
-	const float *q, *k, *v;
-	const aah_kv_pool *pool;
-	const aah_attn_seq *seqs;
-	int32_t n_seqs;
-	int32_t n_heads, n_kv, head_dim;
-	float scale;
-	int64_t total_units;    /* Σ n_new · n_kv */
-	int64_t max_keys;       /* the most keys one query reads: the score rows' stride */
-	cpu_ctx *c;
-	uint64_t *seq_work;     /* (n_seqs) or NULL */
-	uint64_t work[MAX_THREADS];
-} attn_job;
-
-static void atomic_add_double(double *dst, double v)
-{
-	uint64_t old = __atomic_load_n((uint64_t *)dst, __ATOMIC_RELAXED), upd;
-	do {
-		double f;
-		memcpy(&f, &old, sizeof f);
-		f += v;
-		memcpy(&upd, &f, sizeof upd);
-	} while (!__atomic_compare_exchange_n((uint64_t *)dst, &old, upd, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-}
-
-static void atomic_add_float(float *dst, float v)
-{
-	uint32_t old = __atomic_load_n((uint32_t *)dst, __ATOMIC_RELAXED), upd;
-	do {
-		float f;
-		memcpy(&f, &old, sizeof f);
-		f += v;
-		memcpy(&upd, &f, sizeof upd);
-	} while (!__atomic_compare_exchange_n((uint32_t *)dst, &old, upd, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-}
-
-/* A probe: adds query head h's probabilities (scores[t - first] · inv for keys first … pos) into distance bands,
- * one atomic add per band the keys reach (another worker may add into the same head's bands). */
-static void add_band_mass(const aah_attn_seq *s, int32_t h, int64_t pos, int64_t first, const float *scores, float inv)
-{
-	float *dst = s->band_mass + (int64_t)h * s->n_bands;
-	int32_t b = 0;
-	float acc = 0;
-	for (int64_t t = pos; t >= first; t--) {   /* distance 0 upwards, so the band only moves forward */
-		int64_t d = pos - t;
-		if (b < s->n_bands - 1 && d >= s->band_edges[b]) {
-			atomic_add_float(&dst[b], acc);
-			acc = 0;
-			while (b < s->n_bands - 1 && d >= s->band_edges[b])
-				b++;
-		}
-		acc += scores[t - first] * inv;
-	}
-	atomic_add_float(&dst[b], acc);
-}
-
-/* The longest run of keys (which = 0) or values (which = 1) of KV head kvh starting at position t and ending by
- * `last` that lies contiguously in memory: up to a page edge in the cache, or up to `last` among the new rows.
- * Sets *rows and *stride (floats); with a non-f32 pool the run (at most a page) is converted into tmp
- * (AAH_PAGE_LEN · hd floats). */
-static int64_t kv_run(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t t, int64_t last, int which,
-                      float *tmp, const float **rows, int64_t *stride)
-{
-	const int32_t hd = j->head_dim;
-	if (t >= s->pos0) {
-		const float *m = which ? j->v : j->k;
-		const float *src = m + (int64_t)(s->row0 + t - s->pos0) * j->n_kv * hd + (int64_t)kvh * hd;
-		*stride = (int64_t)j->n_kv * hd;
-		if (j->pool->type == AAH_DTYPE_F32) {
-			*rows = src;
-			return last - t + 1;
-		}
-		/* A new row is read as the pool will hold it (rounded to f16/bf16), so a query sees the same keys whether
-		 * they came from this call or from the pages: the result does not depend on how a prompt was chunked. */
-		int64_t n = last - t + 1 < AAH_PAGE_LEN ? last - t + 1 : AAH_PAGE_LEN;
-		for (int64_t r = 0; r < n; r++)
-			for (int32_t d = 0; d < hd; d++) {
-				float x = src[r * *stride + d];
-				tmp[r * hd + d] = j->pool->type == AAH_DTYPE_BF16 ? cpu_bf16_to_f32(cpu_f32_to_bf16(x))
-				                                                  : cpu_f16_to_f32(cpu_f32_to_f16(x));
-			}
-		*rows = tmp;
-		*stride = hd;
-		return n;
-	}
-	int64_t end = (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN - 1;   /* the page's last position */
-	if (end > s->pos0 - 1)
-		end = s->pos0 - 1;
-	if (end > last)
-		end = last;
-	int64_t n = end - t + 1;
-	int32_t page = s->rings[(int64_t)kvh * s->ring_stride + (t / AAH_PAGE_LEN) % s->n_slots[kvh]];
-	size_t off = (((size_t)page * 2 + (size_t)which) * AAH_PAGE_LEN + (size_t)(t % AAH_PAGE_LEN)) * (size_t)hd;
-	*stride = hd;
-	if (j->pool->type == AAH_DTYPE_F32) {
-		*rows = (const float *)j->pool->data + off;
-	} else {
-		j->c->k->to_f32(tmp, (const char *)j->pool->data + off * aah_dtype_size(j->pool->type), j->pool->type,
-		                n * hd);
-		*rows = tmp;
-	}
-	return n;
-}
-
-/* One unit = one query row and one KV head, with every query head that reads it: each key and value row is
- * loaded once for the whole group (GQA), which divides the KV traffic by the group size; the blocks of
- * keys run through the table's qk / pv kernels with the queries and outputs in registers. */
-/* Asks for the cached page holding position t of a KV head (its K or V half) ahead of its use: the ring's pages lie
- * anywhere in the pool, so no hardware prefetcher finds the next one, and decode attention at a few thousand
- * positions waited on memory at every page. */
-static void kv_prefetch(const attn_job *j, const aah_attn_seq *s, int32_t kvh, int64_t t, int64_t last, int which)
-{
-	if (t > last || t >= s->pos0)
-		return;
-	int32_t page = s->rings[(int64_t)kvh * s->ring_stride + (t / AAH_PAGE_LEN) % s->n_slots[kvh]];
-	const size_t es = aah_dtype_size(j->pool->type), bytes = (size_t)AAH_PAGE_LEN * (size_t)j->head_dim * es;
-	const char *base = (const char *)j->pool->data + ((size_t)page * 2 + (size_t)which) * bytes;
-	for (size_t o = 0; o < bytes; o += 64)
-		__builtin_prefetch(base + o, 0, 2);   /* into L2: into L1, 32 lines at once stalled on its fill buffers */
-}
-
-static void attn_worker(void *p, int32_t ti, int32_t nt)
-{
-	attn_job *j = p;
-	const cpu_kernels *k = j->c->k;
-	const int32_t hd = j->head_dim, group = j->n_heads / j->n_kv;
-	const int64_t q_stride = (int64_t)j->n_heads * hd;
-	float *tmp = j->c->scratch[ti].buf;               /* AAH_PAGE_LEN · hd floats: a converted page run */
-	float *qs = tmp + (int64_t)AAH_PAGE_LEN * hd;      /* group · hd: the scaled queries */
-	float *scores = qs + (int64_t)group * hd;          /* (group, keys) */
-	const int64_t ld = j->max_keys;
-	float *raw = scores + (int64_t)group * ld;         /* (keys) one head's scores before the softmax: its entropy */
-	int64_t lo, hi;
-	split_range(j->total_units, 1, ti, nt, &lo, &hi);
-	uint64_t work = 0;
-	int64_t unit = 0;
-	for (int32_t si = 0; si < j->n_seqs && unit < hi; si++) {
-		const aah_attn_seq *s = &j->seqs[si];
-		int64_t units = (int64_t)s->n_new * j->n_kv;
-		if (unit + units <= lo) {
-			unit += units;
-			continue;
-		}
-		int64_t u0 = lo > unit ? lo - unit : 0, u1 = hi - unit < units ? hi - unit : units;
-		uint64_t seq_work = 0;
-		for (int64_t u = u0; u < u1; u++) {
-			int32_t i = (int32_t)(u / j->n_kv), kvh = (int32_t)(u % j->n_kv);
-			int64_t pos = (int64_t)s->pos0 + i;
-			int64_t w = s->windows[kvh];
-			int64_t first = pos - w + 1 > 0 ? pos - w + 1 : 0;
-			int64_t nk = pos - first + 1;
-			const float *qv = j->q + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
-			for (int64_t d = 0; d < (int64_t)group * hd; d++)
-				qs[d] = qv[d] * j->scale;
-			const float *rows;
-			int64_t stride, n;
-			kv_prefetch(j, s, kvh, first, pos, 0);
-			for (int64_t t = first; t <= pos; t += n) {
-				/* the page after this one (its first position: the next run starts on a page boundary) */
-				kv_prefetch(j, s, kvh, (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN, pos, 0);
-				n = kv_run(j, s, kvh, t, pos, 0, tmp, &rows, &stride);
-				k->qk(scores + (t - first), ld, qs, group, rows, stride, (int32_t)n, hd);
-			}
-			for (int32_t g = 0; g < group; g++) {
-				float *sg = scores + g * ld, mx = -INFINITY;
-				for (int64_t t = 0; t < nk; t++)
-					mx = sg[t] > mx ? sg[t] : mx;
-				if (s->entropy)
-					memcpy(raw, sg, (size_t)nk * sizeof *raw);
-				double sum = k->exp_sum(sg, nk, mx);
-				float inv = (float)(1.0 / sum);
-				for (int64_t t = 0; t < nk; t++)
-					sg[t] *= inv;
-				if (s->band_mass)
-					add_band_mass(s, kvh * group + g, pos, first, sg, 1.0f);
-				if (s->entropy) {   /* H = −Σ p ln p = ln S − Σ_t p_t (s_t − m), p_t = e^(s_t − m) / S */
-					double ps = 0;
-					for (int64_t t = 0; t < nk; t++)
-						ps += (double)sg[t] * ((double)raw[t] - mx);
-					atomic_add_double(&s->entropy[kvh * group + g], log(sum) - ps);
-				}
-			}
-			float *o = j->out + (int64_t)(s->row0 + i) * q_stride + (int64_t)kvh * group * hd;
-			memset(o, 0, (size_t)group * (size_t)hd * sizeof(float));
-			kv_prefetch(j, s, kvh, first, pos, 1);
-			for (int64_t t = first; t <= pos; t += n) {
-				kv_prefetch(j, s, kvh, (t / AAH_PAGE_LEN + 1) * AAH_PAGE_LEN, pos, 1);
-				n = kv_run(j, s, kvh, t, pos, 1, tmp, &rows, &stride);
-				k->pv(o, scores + (t - first), ld, group, rows, stride, (int32_t)n, hd);
-			}
-			seq_work += (uint64_t)nk * (uint64_t)group;
-		}
-		work += seq_work;
-		if (j->seq_work)   /* a worker meets each sequence once; another may share it */
-			__atomic_fetch_add(&j->seq_work[si], seq_work, __ATOMIC_RELAXED);
-		unit += units;
-	}
-	j->work[ti] = work;
-}
-
-static uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const float *k, const float *v,
-                              const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_heads,
-                              int32_t n_kv, float scale, uint64_t *seq_work)
-{
-	cpu_ctx *c = ctx_of(b);
-	attn_job j = { .out = out, .q = q, .k = k, .v = v, .pool = pool, .seqs = seqs, .n_seqs = n_seqs,
-	               .n_heads = n_heads, .n_kv = n_kv, .head_dim = pool->head_dim, .scale = scale, .c = c,
-	               .seq_work = seq_work };
-	int64_t max_keys = 1;
-	for (int32_t i = 0; i < n_seqs; i++) {
-		j.total_units += (int64_t)seqs[i].n_new * n_kv;
-		int64_t last = (int64_t)seqs[i].pos0 + seqs[i].n_new;
-		if (last > max_keys)
-			max_keys = last;   /* a window never exceeds the positions so far */
-	}
-	j.max_keys = max_keys;
-	size_t group = (size_t)(n_heads / n_kv), hd = (size_t)pool->head_dim;
-	if (group > MAX_GROUP || !scratch_reserve(c, (AAH_PAGE_LEN + group) * hd + (group + 1) * (size_t)max_keys))
-		abort();   /* the engine refuses models with larger groups; scratch is a few MB at most */
-	if (j.total_units < 4 * c->n_threads)
-		attn_worker(&j, 0, 1);
-	else
-		threadpool_run(c->tp, attn_worker, &j);
-	uint64_t total = 0;
-	for (int32_t i = 0; i < c->n_threads; i++)
-		total += j.work[i];
-	return total;
-}
-
-static void store_row(const aah_kv_pool *pool, int32_t page, int which, int64_t row, const float *src,
-                      int32_t hd)
-{
-	size_t off = (((size_t)page * 2 + (size_t)which) * AAH_PAGE_LEN + (size_t)row) * (size_t)hd;
-	switch (pool->type) {
-	case AAH_DTYPE_F32:
-		memcpy((float *)pool->data + off, src, (size_t)hd * sizeof(float));
-		break;
-	case AAH_DTYPE_BF16:
-		for (int32_t i = 0; i < hd; i++)
-			((uint16_t *)pool->data)[off + i] = cpu_f32_to_bf16(src[i]);
-		break;
-	case AAH_DTYPE_F16:
-		for (int32_t i = 0; i < hd; i++)
-			((uint16_t *)pool->data)[off + i] = cpu_f32_to_f16(src[i]);
-		break;
-	}
-}
-
-static void cpu_kv_store(aah_backend *b, const aah_kv_pool *pool, const float *k, const float *v,
-                         const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv)
-{
-	const int32_t hd = pool->head_dim;
-	const int64_t stride = (int64_t)n_kv * hd;
-	for (int32_t si = 0; si < n_seqs; si++) {
-		const aah_attn_seq *s = &seqs[si];
-		if (s->n_new <= 0)
-			continue;
-		int64_t last = (int64_t)s->pos0 + s->n_new - 1;
-		for (int32_t h = 0; h < n_kv; h++) {
-			int64_t slots = s->n_slots[h];
-			int64_t keep_from = (last / AAH_PAGE_LEN - slots + 1) * AAH_PAGE_LEN;   /* oldest page the ring keeps */
-			for (int32_t i = 0; i < s->n_new; i++) {
-				int64_t pos = (int64_t)s->pos0 + i;
-				if (pos < keep_from)
-					continue;
-				int32_t page = s->rings[(int64_t)h * s->ring_stride + (pos / AAH_PAGE_LEN) % slots];
-				const float *kr = k + (int64_t)(s->row0 + i) * stride + (int64_t)h * hd;
-				const float *vr = v + (int64_t)(s->row0 + i) * stride + (int64_t)h * hd;
-				store_row(pool, page, 0, pos % AAH_PAGE_LEN, kr, hd);
-				store_row(pool, page, 1, pos % AAH_PAGE_LEN, vr, hd);
-			}
-		}
-	}
-}
-
 static void cpu_free(aah_backend *b)
 {
 	if (!b)
@@ -694,6 +410,10 @@ static void cpu_free(aah_backend *b)
 		for (int32_t i = 0; i < MAX_THREADS; i++)
 			free(c->scratch[i].buf);
 		free(c->xt);
+		free(c->att_k.p);
+		free(c->att_v.p);
+		free(c->att_units.p);
+		free(c->att_meas.p);
 		free(c);
 	}
 	free(b);

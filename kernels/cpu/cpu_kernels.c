@@ -110,44 +110,68 @@ static void to_f32_generic(float *dst, const void *src, aah_dtype t, int64_t cou
 		dst[i] = load_elem(src, t, i);
 }
 
-static float dot_generic(const float *a, const float *b, int64_t n)
+static void from_f32_generic(void *dst, aah_dtype t, const float *src, int64_t count)
 {
-	float s = 0;
-	for (int64_t i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
+	switch (t) {
+	case AAH_DTYPE_F32: memcpy(dst, src, (size_t)count * sizeof(float)); return;
+	case AAH_DTYPE_F16:
+		for (int64_t i = 0; i < count; i++)
+			((uint16_t *)dst)[i] = cpu_f32_to_f16(src[i]);
+		return;
+	case AAH_DTYPE_BF16:
+		for (int64_t i = 0; i < count; i++)
+			((uint16_t *)dst)[i] = cpu_f32_to_bf16(src[i]);
+		return;
+	}
 }
 
-static double exp_sum_generic(float *s, int64_t n, float mx)
+static double exp_sum_generic(float *s, int64_t n, float mx, double *ps)
 {
-	double sum = 0;
+	float sum = 0, pe = 0;
 	for (int64_t t = 0; t < n; t++) {
-		s[t] = expf(s[t] - mx);
+		const float x = s[t] - mx;
+		s[t] = expf(x);
 		sum += s[t];
+		pe += s[t] * x;
 	}
+	if (ps)
+		*ps = pe;
 	return sum;
 }
 
-static void axpy_generic(float *y, float a, const float *x, int64_t n)
+static float max_generic(const float *s, int64_t n, float init)
 {
-	for (int64_t i = 0; i < n; i++)
-		y[i] += a * x[i];
+	for (int64_t t = 0; t < n; t++)
+		init = s[t] > init ? s[t] : init;
+	return init;
 }
 
-static void qk_generic(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks,
-                       int32_t n, int32_t hd)
+static void qk_tile_generic(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, aah_dtype t,
+                            int64_t ldk, int32_t nk, int32_t hd)
 {
-	for (int32_t g = 0; g < group; g++)
-		for (int32_t t = 0; t < n; t++)
-			scores[g * ld + t] = dot_generic(q + (int64_t)g * hd, keys + t * ks, hd);
+	for (int32_t i = 0; i < nq; i++)
+		for (int32_t j = 0; j < nk; j++) {
+			float acc = 0;
+			for (int32_t d = 0; d < hd; d++)
+				acc += Q[i * ldq + d] * load_elem(K, t, j * ldk + d);
+			S[i * lds + j] = acc;
+		}
 }
 
-static void pv_generic(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs,
-                       int32_t n, int32_t hd)
+static void pv_tile_generic(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, int32_t nq,
+                            const void *V, aah_dtype t, int64_t ldv, int32_t nk, int32_t hd)
 {
-	for (int32_t t = 0; t < n; t++)
-		for (int32_t g = 0; g < group; g++)
-			axpy_generic(out + (int64_t)g * hd, p[g * ld + t], values + t * vs, hd);
+	for (int32_t i = 0; i < nq; i++) {
+		float *o = O + i * ldo;
+		if (c)
+			for (int32_t d = 0; d < hd; d++)
+				o[d] *= c[i];
+		for (int32_t j = 0; j < nk; j++) {
+			const float p = P[i * ldp + j];
+			for (int32_t d = 0; d < hd; d++)
+				o[d] += p * load_elem(V, t, j * ldv + d);
+		}
+	}
 }
 
 const cpu_kernels cpu_kernels_generic = {
@@ -155,11 +179,11 @@ const cpu_kernels cpu_kernels_generic = {
 	/* .panel_rows = */ 64,
 	/* .panel_mm = */ panel_mm_generic,
 	/* .to_f32 = */ to_f32_generic,
-	/* .dot = */ dot_generic,
+	/* .from_f32 = */ from_f32_generic,
 	/* .exp_sum = */ exp_sum_generic,
-	/* .axpy = */ axpy_generic,
-	/* .qk = */ qk_generic,
-	/* .pv = */ pv_generic,
+	/* .max = */ max_generic,
+	/* .qk_tile = */ qk_tile_generic,
+	/* .pv_tile = */ pv_tile_generic,
 };
 
 static int cpu_supports(const char *isa)

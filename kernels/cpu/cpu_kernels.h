@@ -52,19 +52,28 @@ typedef struct cpu_kernels {
 	                 int64_t M, int64_t p0, int64_t p1);
 	/* dst[i] = (float)src[i], count elements. */
 	void (*to_f32)(float *dst, const void *src, aah_dtype t, int64_t count);
-	float (*dot)(const float *a, const float *b, int64_t n);
-	/* s[t] = exp(s[t] − mx) for t < n (s[t] ≤ mx); returns Σ_t s[t]. The softmax of attention: the SIMD tables use a
-	 * polynomial exp (within 2 ulp of expf), the same for every score whatever the batch. */
-	double (*exp_sum)(float *s, int64_t n, float mx);
-	/* y[i] += a · x[i] */
-	void (*axpy)(float *y, float a, const float *x, int64_t n);
-	/* Attention, a block of keys against the query heads that share them:
-	 * qk: scores[g·ld + t] = Σ_d q[g·hd + d] · keys[t·ks + d]              for g < group, t < n
-	 * pv: out[g·hd + d] += Σ_t p[g·ld + t] · values[t·vs + d]             for g < group, d < hd */
-	void (*qk)(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks, int32_t n,
-	           int32_t hd);
-	void (*pv)(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs, int32_t n,
-	           int32_t hd);
+	/* dst[i] = src[i] as type t holds it, count elements: f16 and bf16 rounded to nearest even exactly as
+	 * cpu_f32_to_f16 and cpu_f32_to_bf16 round (NaN included), f32 copied. How the KV cache stores a key. */
+	void (*from_f32)(void *dst, aah_dtype t, const float *src, int64_t count);
+	/* s[t] = exp(s[t] − mx) for t < n (s[t] ≤ mx); returns Σ_t s[t] (a float sum). With ps non-NULL also
+	 * *ps = Σ_t exp(s_t − mx)·(s_t − mx) (the entropy's term). The SIMD tables use a polynomial exp (within 2 ulp of
+	 * expf); every element's result depends only on its own s and mx, and the sums only on the n values in order of
+	 * their blocks, never on where the row sits. */
+	double (*exp_sum)(float *s, int64_t n, float mx, double *ps);
+	/* max(init, s[0], …, s[n-1]) (n ≥ 0; no NaN in s). */
+	float (*max)(const float *s, int64_t n, float init);
+	/* Attention tiles: nq query rows of hd floats (row stride ldq) against nk keys or values of type t (row stride ldk,
+	 * ldv elements):
+	 *   qk_tile: S[i·lds + j] = Σ_d Q[i·ldq + d] · K[j·ldk + d]                              i < nq, j < nk
+	 *   pv_tile: O[i·ldo + d] = O[i·ldo + d] · c[i] + Σ_j P[i·ldp + j] · V[j·ldv + d]        i < nq, d < hd
+	 * A score is one sum over d in a fixed order and a fixed reduction, an output one multiply by c[i] then one
+	 * multiply-add per j in order: neither depends on nq, nk or where its row or key lies in the tile, so that a query's
+	 * attention is the same bits whatever rows and keys share its tiles (batch and chunking invariance). The keys and
+	 * values are read in their own type and widened in registers. */
+	void (*qk_tile)(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, aah_dtype t,
+	                int64_t ldk, int32_t nk, int32_t hd);
+	void (*pv_tile)(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, int32_t nq, const void *V,
+	                aah_dtype t, int64_t ldv, int32_t nk, int32_t hd);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_generic;

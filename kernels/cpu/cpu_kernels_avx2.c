@@ -3,6 +3,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
@@ -155,20 +156,73 @@ static void to_f32_avx2(float *dst, const void *src, aah_dtype t, int64_t count)
 		dst[i] = load1(src, t, i);
 }
 
-static float dot_avx2(const float *a, const float *b, int64_t n)
+/* The sums of a, b, c and d's 8 lanes in lanes 0 … 3, each exactly as hsum8 sums it: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)
+ * (float addition commutes, so the pairing alone fixes the result). */
+INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
 {
-	__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-		s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+	const __m128 ta = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	const __m128 tb = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+	const __m128 tc = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+	const __m128 td = _mm_add_ps(_mm256_castps256_ps128(d), _mm256_extractf128_ps(d, 1));
+	/* [x0 + x2, x1 + x3] for x = a, b and c, d, then the two halves of each added */
+	const __m128 ab = _mm_add_ps(_mm_shuffle_ps(ta, tb, 0x44), _mm_shuffle_ps(ta, tb, 0xee));
+	const __m128 cd = _mm_add_ps(_mm_shuffle_ps(tc, td, 0x44), _mm_shuffle_ps(tc, td, 0xee));
+	return _mm_hadd_ps(ab, cd);
+}
+
+/* Up to 8 stored elements at w + i (n of them, 0 < n ≤ 8) → 8 floats, zeros beyond n. */
+INLINE __m256 load8_part(const void *w, aah_dtype t, int64_t i, int32_t n)
+{
+	float tmp[8] = { 0 };
+	for (int32_t k = 0; k < n; k++)
+		tmp[k] = load1(w, t, i + k);
+	return _mm256_loadu_ps(tmp);
+}
+
+/* f16: F16C's round-to-nearest-even (cpu_f32_to_f16's for every non-NaN input), a NaN made sign | 0x7e00 as
+ * cpu_f32_to_f16 makes it; bf16: cpu_f32_to_bf16's integer rounding; 8 lanes at a time. */
+INLINE __m128i f16_of8(__m256 x)
+{
+	__m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	if (_mm256_movemask_ps(nan)) {
+		const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 16), _mm256_set1_epi32(0x8000));
+		const __m256i q = _mm256_or_si256(sign, _mm256_set1_epi32(0x7e00));
+		const __m256i nm = _mm256_castps_si256(nan);
+		const __m128i q16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+		const __m128i m16 = _mm_packs_epi32(_mm256_castsi256_si128(nm), _mm256_extracti128_si256(nm, 1));
+		h = _mm_blendv_epi8(h, q16, m16);
 	}
-	for (; i + 8 <= n; i += 8)
-		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-	float s = hsum8(_mm256_add_ps(s0, s1));
-	for (; i < n; i++)
-		s += a[i] * b[i];
-	return s;
+	return h;
+}
+
+INLINE __m128i bf16_of8(__m256 x)
+{
+	const __m256i u = _mm256_castps_si256(x);
+	__m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+	                                                 _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+	r = _mm256_srli_epi32(r, 16);
+	/* NaN: |u| > 0x7f800000, as signed integers (both sides are below 2^31) */
+	const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+	                                       _mm256_set1_epi32(0x7f800000));
+	r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+static void from_f32_avx2(void *dst, aah_dtype t, const float *src, int64_t count)
+{
+	if (t == AAH_DTYPE_F32) {
+		memcpy(dst, src, (size_t)count * sizeof(float));
+		return;
+	}
+	uint16_t *d = dst;
+	int64_t i = 0;
+	for (; i + 8 <= count; i += 8) {
+		const __m256 x = _mm256_loadu_ps(src + i);
+		_mm_storeu_si128((__m128i *)(d + i), t == AAH_DTYPE_F16 ? f16_of8(x) : bf16_of8(x));
+	}
+	for (; i < count; i++)
+		d[i] = t == AAH_DTYPE_F16 ? cpu_f32_to_f16(src[i]) : cpu_f32_to_bf16(src[i]);
 }
 
 /* exp(x) for x ≤ 0 as in the AVX-512 table; 2^n built in the exponent bits (n ≥ -126 after the clamp). */
@@ -190,52 +244,192 @@ INLINE __m256 exp_le0(__m256 x)
 	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-static double exp_sum_avx2(float *s, int64_t n, float mx)
+static double exp_sum_avx2(float *s, int64_t n, float mx, double *ps)
 {
 	const __m256 m = _mm256_set1_ps(mx);
-	__m256 acc = _mm256_setzero_ps();
+	__m256 acc = _mm256_setzero_ps(), pacc = _mm256_setzero_ps();
 	int64_t t = 0;
 	for (; t + 8 <= n; t += 8) {
-		__m256 e = exp_le0(_mm256_sub_ps(_mm256_loadu_ps(s + t), m));
+		const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + t), m), e = exp_le0(x);
 		_mm256_storeu_ps(s + t, e);
 		acc = _mm256_add_ps(acc, e);
+		if (ps)
+			pacc = _mm256_fmadd_ps(e, x, pacc);
 	}
-	if (t < n) {
-		float tail[8] = { 0 };
-		memcpy(tail, s + t, (size_t)(n - t) * sizeof(float));
-		__m256 e = exp_le0(_mm256_sub_ps(_mm256_loadu_ps(tail), m));
+	if (t < n) {   /* the tail through a buffer, padded with mx: its lanes then give exp(0) = 1, masked away */
+		float tail[8];
+		for (int i = 0; i < 8; i++)
+			tail[i] = t + i < n ? s[t + i] : mx;
+		const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - t)),
+		                                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+		const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(tail), m), e = _mm256_and_ps(exp_le0(x), keep);
 		_mm256_storeu_ps(tail, e);
 		memcpy(s + t, tail, (size_t)(n - t) * sizeof(float));
-		for (int64_t i = t; i < n; i++)
-			acc = _mm256_add_ps(acc, _mm256_setr_ps(s[i], 0, 0, 0, 0, 0, 0, 0));
+		acc = _mm256_add_ps(acc, e);
+		if (ps)
+			pacc = _mm256_fmadd_ps(e, x, pacc);
 	}
+	if (ps)
+		*ps = (double)hsum8(pacc);
 	return (double)hsum8(acc);
 }
 
-static void axpy_avx2(float *y, float a, const float *x, int64_t n)
+static float max_avx2(const float *s, int64_t n, float init)
 {
-	__m256 av = _mm256_set1_ps(a);
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-	for (; i < n; i++)
-		y[i] += a * x[i];
+	__m256 m = _mm256_set1_ps(init);
+	int64_t t = 0;
+	for (; t + 8 <= n; t += 8)
+		m = _mm256_max_ps(m, _mm256_loadu_ps(s + t));
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	float r = _mm_cvtss_f32(h);
+	for (; t < n; t++)
+		r = s[t] > r ? s[t] : r;
+	return r;
 }
 
-static void qk_avx2(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks,
-                    int32_t n, int32_t hd)
+/* NR query rows × NK keys: sums over d 8 dimensions at a time (the last chunk zero-padded), each into its own
+ * accumulator from zero, reduced as hsum8 reduces (hsum8x4 for four keys): a score's bits depend only on its query row
+ * and key. */
+INLINE void qk_block(float *S, int64_t lds, const float *Q, int64_t ldq, const int NR, const void *K, const aah_dtype T,
+                     int64_t ldk, const int NK, int32_t hd)
 {
-	for (int32_t t = 0; t < n; t++)
-		for (int32_t g = 0; g < group; g++)
-			scores[g * ld + t] = dot_avx2(q + (int64_t)g * hd, keys + t * ks, hd);
+	__m256 acc[2][4];
+	UNROLL for (int i = 0; i < NR; i++)
+		UNROLL for (int u = 0; u < NK; u++)
+			acc[i][u] = _mm256_setzero_ps();
+	int32_t d = 0;
+	for (; d + 8 <= hd; d += 8) {
+		__m256 kv[4];
+		UNROLL for (int u = 0; u < NK; u++)
+			kv[u] = load8(K, T, u * ldk + d);
+		UNROLL for (int i = 0; i < NR; i++) {
+			const __m256 qv = _mm256_loadu_ps(Q + i * ldq + d);
+			UNROLL for (int u = 0; u < NK; u++)
+				acc[i][u] = _mm256_fmadd_ps(qv, kv[u], acc[i][u]);
+		}
+	}
+	if (d < hd) {
+		__m256 kv[4];
+		UNROLL for (int u = 0; u < NK; u++)
+			kv[u] = load8_part(K, T, u * ldk + d, hd - d);
+		UNROLL for (int i = 0; i < NR; i++) {
+			const __m256 qv = load8_part(Q, AAH_DTYPE_F32, i * ldq + d, hd - d);
+			UNROLL for (int u = 0; u < NK; u++)
+				acc[i][u] = _mm256_fmadd_ps(qv, kv[u], acc[i][u]);
+		}
+	}
+	UNROLL for (int i = 0; i < NR; i++) {
+		if (NK == 4)
+			_mm_storeu_ps(S + i * lds, hsum8x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+		else
+			UNROLL for (int u = 0; u < NK; u++)
+				S[i * lds + u] = hsum8(acc[i][u]);
+	}
 }
 
-static void pv_avx2(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs, int32_t n,
-                    int32_t hd)
+INLINE void qk_rows(float *S, int64_t lds, const float *Q, int64_t ldq, const int NR, const void *K, const aah_dtype T,
+                    int64_t ldk, int32_t nk, int32_t hd)
 {
-	for (int32_t t = 0; t < n; t++)
-		for (int32_t g = 0; g < group; g++)
-			axpy_avx2(out + (int64_t)g * hd, p[g * ld + t], values + t * vs, hd);
+	const size_t es = T == AAH_DTYPE_F32 ? 4 : 2;
+	int32_t j = 0;
+	for (; j + 4 <= nk; j += 4)
+		qk_block(S + j, lds, Q, ldq, NR, (const char *)K + (size_t)(j * ldk) * es, T, ldk, 4, hd);
+	for (; j < nk; j++)
+		qk_block(S + j, lds, Q, ldq, NR, (const char *)K + (size_t)(j * ldk) * es, T, ldk, 1, hd);
+}
+
+INLINE void qk_typed(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, const aah_dtype T,
+                     int64_t ldk, int32_t nk, int32_t hd)
+{
+	int32_t i = 0;
+	for (; i + 2 <= nq; i += 2)
+		qk_rows(S + i * lds, lds, Q + i * ldq, ldq, 2, K, T, ldk, nk, hd);
+	if (i < nq)
+		qk_rows(S + i * lds, lds, Q + i * ldq, ldq, 1, K, T, ldk, nk, hd);
+}
+
+static void qk_tile_avx2(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, aah_dtype t,
+                         int64_t ldk, int32_t nk, int32_t hd)
+{
+	if (t == AAH_DTYPE_BF16)
+		qk_typed(S, lds, Q, ldq, nq, K, AAH_DTYPE_BF16, ldk, nk, hd);
+	else if (t == AAH_DTYPE_F16)
+		qk_typed(S, lds, Q, ldq, nq, K, AAH_DTYPE_F16, ldk, nk, hd);
+	else
+		qk_typed(S, lds, Q, ldq, nq, K, AAH_DTYPE_F32, ldk, nk, hd);
+}
+
+/* NR output rows × NC vectors of 8 dimensions from d0 in registers while the value rows stream past. */
+INLINE void pv_block(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, const int NR, const void *V,
+                     const aah_dtype T, int64_t ldv, int32_t nk, const int NC, int32_t d0)
+{
+	__m256 acc[2][4];
+	UNROLL for (int i = 0; i < NR; i++) {
+		const __m256 ci = _mm256_set1_ps(c ? c[i] : 1.0f);
+		UNROLL for (int v = 0; v < NC; v++) {
+			acc[i][v] = _mm256_loadu_ps(O + i * ldo + d0 + v * 8);
+			if (c)
+				acc[i][v] = _mm256_mul_ps(acc[i][v], ci);
+		}
+	}
+	for (int32_t j = 0; j < nk; j++) {
+		__m256 vv[4];
+		UNROLL for (int v = 0; v < NC; v++)
+			vv[v] = load8(V, T, j * ldv + d0 + v * 8);
+		UNROLL for (int i = 0; i < NR; i++) {
+			const __m256 p = _mm256_broadcast_ss(P + i * ldp + j);
+			UNROLL for (int v = 0; v < NC; v++)
+				acc[i][v] = _mm256_fmadd_ps(p, vv[v], acc[i][v]);
+		}
+	}
+	UNROLL for (int i = 0; i < NR; i++)
+		UNROLL for (int v = 0; v < NC; v++)
+			_mm256_storeu_ps(O + i * ldo + d0 + v * 8, acc[i][v]);
+}
+
+#define PV_NC(NR_, T_) \
+	switch (nc) { \
+	case 1: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 1, d0); break; \
+	case 2: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 2, d0); break; \
+	case 3: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 3, d0); break; \
+	default: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 4, d0); break; \
+	}
+
+INLINE void pv_typed(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, int32_t nq, const void *V,
+                     const aah_dtype T, int64_t ldv, int32_t nk, int32_t hd)
+{
+	const int32_t nv = hd / 8;   /* whole vectors; the last hd % 8 dimensions one by one below */
+	for (int32_t i = 0; i < nq; i += 2, O += 2 * ldo, P += 2 * ldp, c = c ? c + 2 : NULL) {
+		for (int32_t v0 = 0; v0 < nv; v0 += 4) {
+			const int32_t nc = nv - v0 < 4 ? nv - v0 : 4, d0 = v0 * 8;
+			if (nq - i >= 2)
+				PV_NC(2, T)
+			else
+				PV_NC(1, T)
+		}
+		for (int32_t r = 0; r < 2 && i + r < nq; r++)
+			for (int32_t d = nv * 8; d < hd; d++) {   /* the same arithmetic: a multiply by c, then fused multiply-adds */
+				float o = O[r * ldo + d];
+				if (c)
+					o *= c[r];
+				for (int32_t j = 0; j < nk; j++)
+					o = fmaf(P[r * ldp + j], load1(V, T, j * ldv + d), o);
+				O[r * ldo + d] = o;
+			}
+	}
+}
+
+static void pv_tile_avx2(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, int32_t nq,
+                         const void *V, aah_dtype t, int64_t ldv, int32_t nk, int32_t hd)
+{
+	if (t == AAH_DTYPE_BF16)
+		pv_typed(O, ldo, c, P, ldp, nq, V, AAH_DTYPE_BF16, ldv, nk, hd);
+	else if (t == AAH_DTYPE_F16)
+		pv_typed(O, ldo, c, P, ldp, nq, V, AAH_DTYPE_F16, ldv, nk, hd);
+	else
+		pv_typed(O, ldo, c, P, ldp, nq, V, AAH_DTYPE_F32, ldv, nk, hd);
 }
 
 const cpu_kernels cpu_kernels_avx2 = {
@@ -243,9 +437,9 @@ const cpu_kernels cpu_kernels_avx2 = {
 	/* .panel_rows = */ 4,
 	/* .panel_mm = */ panel_mm_avx2,
 	/* .to_f32 = */ to_f32_avx2,
-	/* .dot = */ dot_avx2,
+	/* .from_f32 = */ from_f32_avx2,
 	/* .exp_sum = */ exp_sum_avx2,
-	/* .axpy = */ axpy_avx2,
-	/* .qk = */ qk_avx2,
-	/* .pv = */ pv_avx2,
+	/* .max = */ max_avx2,
+	/* .qk_tile = */ qk_tile_avx2,
+	/* .pv_tile = */ pv_tile_avx2,
 };

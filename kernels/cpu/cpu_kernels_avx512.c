@@ -162,21 +162,49 @@ static void to_f32_avx512(float *dst, const void *src, aah_dtype t, int64_t coun
 	}
 }
 
-static float dot_avx512(const float *a, const float *b, int64_t n)
+/* f16: the hardware's round-to-nearest-even (which is cpu_f32_to_f16's for every non-NaN input), a NaN made
+ * sign | 0x7e00 as cpu_f32_to_f16 makes it; bf16: cpu_f32_to_bf16's integer rounding, 16 lanes at a time. */
+INLINE __m256i f16_of16(__m512 x)
 {
-	__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+	__m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+	if (nan) {
+		__m512i sign = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 16), _mm512_set1_epi32(0x8000));
+		__m256i q = _mm512_cvtepi32_epi16(_mm512_or_si512(sign, _mm512_set1_epi32(0x7e00)));
+		h = _mm256_mask_blend_epi16(nan, h, q);
+	}
+	return h;
+}
+
+INLINE __m256i bf16_of16(__m512 x)
+{
+	const __m512i u = _mm512_castps_si512(x);
+	__m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+	                                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+	r = _mm512_srli_epi32(r, 16);
+	const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+	                                              _mm512_set1_epi32(0x7f800000));
+	r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+	return _mm512_cvtepi32_epi16(r);
+}
+
+static void from_f32_avx512(void *dst, aah_dtype t, const float *src, int64_t count)
+{
+	if (t == AAH_DTYPE_F32) {
+		memcpy(dst, src, (size_t)count * sizeof(float));
+		return;
+	}
+	uint16_t *d = dst;
 	int64_t i = 0;
-	for (; i + 32 <= n; i += 32) {
-		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+	for (; i + 16 <= count; i += 16) {
+		const __m512 x = _mm512_loadu_ps(src + i);
+		_mm256_storeu_si256((__m256i *)(d + i), t == AAH_DTYPE_F16 ? f16_of16(x) : bf16_of16(x));
 	}
-	for (; i + 16 <= n; i += 16)
-		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-	if (i < n) {
-		__mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-		s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+	if (i < count) {
+		const __mmask16 m = (__mmask16)((1u << (count - i)) - 1);
+		const __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+		_mm256_mask_storeu_epi16(d + i, m, t == AAH_DTYPE_F16 ? f16_of16(x) : bf16_of16(x));
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
 /* exp(x) for x ≤ 0: x = n·ln 2 + r, |r| ≤ ln 2 / 2, exp(r) by Cephes' degree-7 polynomial, times 2^n (scalef).
@@ -198,154 +226,185 @@ INLINE __m512 exp_le0(__m512 x)
 	return _mm512_scalef_ps(y, n);
 }
 
-static double exp_sum_avx512(float *s, int64_t n, float mx)
+static double exp_sum_avx512(float *s, int64_t n, float mx, double *ps)
 {
 	const __m512 m = _mm512_set1_ps(mx);
-	__m512 acc = _mm512_setzero_ps();
+	__m512 acc = _mm512_setzero_ps(), pacc = _mm512_setzero_ps();
 	int64_t t = 0;
 	for (; t + 16 <= n; t += 16) {
-		__m512 e = exp_le0(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));
+		const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + t), m), e = exp_le0(x);
 		_mm512_storeu_ps(s + t, e);
 		acc = _mm512_add_ps(acc, e);
+		if (ps)
+			pacc = _mm512_fmadd_ps(e, x, pacc);
 	}
 	if (t < n) {
 		__mmask16 k = (__mmask16)((1u << (n - t)) - 1);
-		__m512 e = _mm512_maskz_mov_ps(k, exp_le0(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), m)));
+		const __m512 x = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, s + t), m);
+		const __m512 e = _mm512_maskz_mov_ps(k, exp_le0(x));
 		_mm512_mask_storeu_ps(s + t, k, e);
 		acc = _mm512_add_ps(acc, e);
+		if (ps)
+			pacc = _mm512_fmadd_ps(e, x, pacc);
 	}
+	if (ps)
+		*ps = (double)_mm512_reduce_add_ps(pacc);
 	return (double)_mm512_reduce_add_ps(acc);
 }
 
-static void axpy_avx512(float *y, float a, const float *x, int64_t n)
+static float max_avx512(const float *s, int64_t n, float init)
 {
-	__m512 av = _mm512_set1_ps(a);
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		_mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-	if (i < n) {
-		__mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-		_mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i),
-		                                                _mm512_maskz_loadu_ps(m, y + i)));
-	}
+	__m512 m = _mm512_set1_ps(init);
+	int64_t t = 0;
+	for (; t + 16 <= n; t += 16)
+		m = _mm512_max_ps(m, _mm512_loadu_ps(s + t));
+	if (t < n)
+		m = _mm512_mask_max_ps(m, (__mmask16)((1u << (n - t)) - 1), m, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - t)) - 1), s + t));
+	return _mm512_reduce_max_ps(m);
 }
 
-/* Keys against two query heads held in registers (NV = head_dim / 16 vectors each): one key row load feeds both.
- * Four keys at a time, so that their eight sums reduce together (hsum16x4); a key's score is the same in a block of
- * four or alone, so how the keys are split into runs never matters. */
-INLINE void qk2(float *scores, int64_t ld, const float *q, const int NV, const float *keys, int64_t ks, int32_t n,
-                int32_t hd)
+/* NR query rows × NK keys of the score tile: NR·NK sums over d, 16 dimensions at a time (the last chunk masked), each
+ * into its own accumulator from zero, then reduced exactly as _mm512_reduce_add_ps reduces (hsum16x4 for four keys):
+ * a score's bits depend only on its query row and key. */
+INLINE void qk_block(float *S, int64_t lds, const float *Q, int64_t ldq, const int NR, const void *K, const aah_dtype T,
+                     int64_t ldk, const int NK, int32_t hd)
 {
-	__m512 qa[8], qb[8];   /* NV ≤ 8 */
-	UNROLL for (int c = 0; c < NV; c++) {
-		qa[c] = _mm512_loadu_ps(q + c * 16);
-		qb[c] = _mm512_loadu_ps(q + hd + c * 16);
-	}
-	int32_t t = 0;
-	for (; t + 4 <= n; t += 4) {
-		__m512 a[4], b[4];
-		UNROLL for (int u = 0; u < 4; u++)
-			a[u] = b[u] = _mm512_setzero_ps();
-		UNROLL for (int c = 0; c < NV; c++)
-			UNROLL for (int u = 0; u < 4; u++) {
-				__m512 kv = _mm512_loadu_ps(keys + (t + u) * ks + c * 16);
-				a[u] = _mm512_fmadd_ps(qa[c], kv, a[u]);
-				b[u] = _mm512_fmadd_ps(qb[c], kv, b[u]);
-			}
-		_mm_storeu_ps(scores + t, hsum16x4(a[0], a[1], a[2], a[3]));
-		_mm_storeu_ps(scores + ld + t, hsum16x4(b[0], b[1], b[2], b[3]));
-	}
-	for (; t < n; t++) {
-		const float *k = keys + t * ks;
-		__m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-		UNROLL for (int c = 0; c < NV; c++) {
-			__m512 kv = _mm512_loadu_ps(k + c * 16);
-			a = _mm512_fmadd_ps(qa[c], kv, a);
-			b = _mm512_fmadd_ps(qb[c], kv, b);
+	__m512 acc[4][4];
+	UNROLL for (int i = 0; i < NR; i++)
+		UNROLL for (int u = 0; u < NK; u++)
+			acc[i][u] = _mm512_setzero_ps();
+	int32_t d = 0;
+	for (; d + 16 <= hd; d += 16) {
+		__m512 kv[4];
+		UNROLL for (int u = 0; u < NK; u++)
+			kv[u] = load16(K, T, u * ldk + d);
+		UNROLL for (int i = 0; i < NR; i++) {
+			const __m512 qv = _mm512_loadu_ps(Q + i * ldq + d);
+			UNROLL for (int u = 0; u < NK; u++)
+				acc[i][u] = _mm512_fmadd_ps(qv, kv[u], acc[i][u]);
 		}
-		scores[t] = _mm512_reduce_add_ps(a);
-		scores[ld + t] = _mm512_reduce_add_ps(b);
 	}
-}
-
-static void qk_avx512(float *scores, int64_t ld, const float *q, int32_t group, const float *keys, int64_t ks,
-                      int32_t n, int32_t hd)
-{
-	int32_t g = 0;
-	for (; g + 2 <= group; g += 2) {
-		float *sg = scores + g * ld;
-		const float *qg = q + (int64_t)g * hd;
-		if (hd == 128)
-			qk2(sg, ld, qg, 8, keys, ks, n, hd);
-		else if (hd == 64)
-			qk2(sg, ld, qg, 4, keys, ks, n, hd);
-		else if (hd == 32)
-			qk2(sg, ld, qg, 2, keys, ks, n, hd);
+	if (d < hd) {
+		const __mmask16 m = (__mmask16)((1u << (hd - d)) - 1);
+		__m512 kv[4];
+		UNROLL for (int u = 0; u < NK; u++)
+			kv[u] = load16_tail(K, T, u * ldk + d, m);
+		UNROLL for (int i = 0; i < NR; i++) {
+			const __m512 qv = _mm512_maskz_loadu_ps(m, Q + i * ldq + d);
+			UNROLL for (int u = 0; u < NK; u++)
+				acc[i][u] = _mm512_fmadd_ps(qv, kv[u], acc[i][u]);
+		}
+	}
+	UNROLL for (int i = 0; i < NR; i++) {
+		if (NK == 4)
+			_mm_storeu_ps(S + i * lds, hsum16x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
 		else
-			break;
+			UNROLL for (int u = 0; u < NK; u++)
+				S[i * lds + u] = _mm512_reduce_add_ps(acc[i][u]);
 	}
-	for (; g < group; g++)
-		for (int32_t t = 0; t < n; t++)
-			scores[g * ld + t] = dot_avx512(q + (int64_t)g * hd, keys + t * ks, hd);
 }
 
-/* NG heads' output rows, NC · 16 dimensions of them, in registers while the value rows stream past. */
-INLINE void pv_block(float *out, const float *p, int64_t ld, const int NG, const int NC, const float *values,
-                     int64_t vs, int32_t n, int32_t hd)
+INLINE void qk_rows(float *S, int64_t lds, const float *Q, int64_t ldq, const int NR, const void *K, const aah_dtype T,
+                    int64_t ldk, int32_t nk, int32_t hd)
 {
-	__m512 acc[4][4];   /* NG, NC ≤ 4 */
-	UNROLL for (int g = 0; g < NG; g++)
-		UNROLL for (int c = 0; c < NC; c++)
-			acc[g][c] = _mm512_loadu_ps(out + (int64_t)g * hd + c * 16);
-	for (int32_t t = 0; t < n; t++) {
-		const float *v = values + t * vs;
+	int32_t j = 0;
+	for (; j + 4 <= nk; j += 4)
+		qk_block(S + j, lds, Q, ldq, NR, (const char *)K + (size_t)(j * ldk) * (T == AAH_DTYPE_F32 ? 4 : 2), T, ldk, 4,
+		         hd);
+	for (; j < nk; j++)
+		qk_block(S + j, lds, Q, ldq, NR, (const char *)K + (size_t)(j * ldk) * (T == AAH_DTYPE_F32 ? 4 : 2), T, ldk, 1,
+		         hd);
+}
+
+INLINE void qk_typed(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, const aah_dtype T,
+                     int64_t ldk, int32_t nk, int32_t hd)
+{
+	int32_t i = 0;
+	for (; i + 4 <= nq; i += 4)
+		qk_rows(S + i * lds, lds, Q + i * ldq, ldq, 4, K, T, ldk, nk, hd);
+	switch (nq - i) {
+	case 3: qk_rows(S + i * lds, lds, Q + i * ldq, ldq, 3, K, T, ldk, nk, hd); break;
+	case 2: qk_rows(S + i * lds, lds, Q + i * ldq, ldq, 2, K, T, ldk, nk, hd); break;
+	case 1: qk_rows(S + i * lds, lds, Q + i * ldq, ldq, 1, K, T, ldk, nk, hd); break;
+	default: break;
+	}
+}
+
+static void qk_tile_avx512(float *S, int64_t lds, const float *Q, int64_t ldq, int32_t nq, const void *K, aah_dtype t,
+                           int64_t ldk, int32_t nk, int32_t hd)
+{
+	if (t == AAH_DTYPE_BF16)
+		qk_typed(S, lds, Q, ldq, nq, K, AAH_DTYPE_BF16, ldk, nk, hd);
+	else if (t == AAH_DTYPE_F16)
+		qk_typed(S, lds, Q, ldq, nq, K, AAH_DTYPE_F16, ldk, nk, hd);
+	else
+		qk_typed(S, lds, Q, ldq, nq, K, AAH_DTYPE_F32, ldk, nk, hd);
+}
+
+/* NR output rows × NC vectors of 16 dimensions (from d0; the last one masked by `last`) in registers while the value
+ * rows stream past: each loaded and widened once for the NR rows. */
+INLINE void pv_block(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, const int NR, const void *V,
+                     const aah_dtype T, int64_t ldv, int32_t nk, const int NC, __mmask16 last, int32_t d0)
+{
+	__m512 acc[4][4];
+	UNROLL for (int i = 0; i < NR; i++) {
+		const __m512 ci = _mm512_set1_ps(c ? c[i] : 1.0f);
+		UNROLL for (int v = 0; v < NC; v++) {
+			const __mmask16 m = v == NC - 1 ? last : (__mmask16)0xffff;
+			acc[i][v] = _mm512_maskz_loadu_ps(m, O + i * ldo + d0 + v * 16);
+			if (c)
+				acc[i][v] = _mm512_mul_ps(acc[i][v], ci);
+		}
+	}
+	for (int32_t j = 0; j < nk; j++) {
 		__m512 vv[4];
-		UNROLL for (int c = 0; c < NC; c++)
-			vv[c] = _mm512_loadu_ps(v + c * 16);
-		UNROLL for (int g = 0; g < NG; g++) {
-			__m512 sc = _mm512_set1_ps(p[g * ld + t]);
-			UNROLL for (int c = 0; c < NC; c++)
-				acc[g][c] = _mm512_fmadd_ps(sc, vv[c], acc[g][c]);
+		UNROLL for (int v = 0; v < NC; v++)
+			vv[v] = v == NC - 1 ? load16_tail(V, T, j * ldv + d0 + v * 16, last) : load16(V, T, j * ldv + d0 + v * 16);
+		UNROLL for (int i = 0; i < NR; i++) {
+			const __m512 p = _mm512_set1_ps(P[i * ldp + j]);
+			UNROLL for (int v = 0; v < NC; v++)
+				acc[i][v] = _mm512_fmadd_ps(p, vv[v], acc[i][v]);
 		}
 	}
-	UNROLL for (int g = 0; g < NG; g++)
-		UNROLL for (int c = 0; c < NC; c++)
-			_mm512_storeu_ps(out + (int64_t)g * hd + c * 16, acc[g][c]);
+	UNROLL for (int i = 0; i < NR; i++)
+		UNROLL for (int v = 0; v < NC; v++)
+			_mm512_mask_storeu_ps(O + i * ldo + d0 + v * 16, v == NC - 1 ? last : (__mmask16)0xffff, acc[i][v]);
 }
 
-static void pv_avx512(float *out, const float *p, int64_t ld, int32_t group, const float *values, int64_t vs,
-                      int32_t n, int32_t hd)
+#define PV_NC(NR_, T_) \
+	switch (nc) { \
+	case 1: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 1, last, d0); break; \
+	case 2: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 2, last, d0); break; \
+	case 3: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 3, last, d0); break; \
+	default: pv_block(O, ldo, c, P, ldp, NR_, V, T_, ldv, nk, 4, last, d0); break; \
+	}
+
+INLINE void pv_typed(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, int32_t nq, const void *V,
+                     const aah_dtype T, int64_t ldv, int32_t nk, int32_t hd)
 {
-	if (hd == 32) {   /* the same sums as the axpy below (one FMA per value element, keys in order), in registers */
-		for (int32_t g0 = 0; g0 < group; g0 += 4) {
-			float *o = out + (int64_t)g0 * hd;
-			const float *pg = p + g0 * ld;
-			switch (group - g0 < 4 ? group - g0 : 4) {
-			case 1: pv_block(o, pg, ld, 1, 2, values, vs, n, hd); break;
-			case 2: pv_block(o, pg, ld, 2, 2, values, vs, n, hd); break;
-			case 3: pv_block(o, pg, ld, 3, 2, values, vs, n, hd); break;
-			default: pv_block(o, pg, ld, 4, 2, values, vs, n, hd); break;
+	const int32_t nv = (hd + 15) / 16;
+	for (int32_t i = 0; i < nq; i += 4, O += 4 * ldo, P += 4 * ldp, c = c ? c + 4 : NULL)
+		for (int32_t v0 = 0; v0 < nv; v0 += 4) {
+			const int32_t nc = nv - v0 < 4 ? nv - v0 : 4, d0 = v0 * 16, rest = hd - (d0 + (nc - 1) * 16);
+			const __mmask16 last = rest >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rest) - 1);
+			switch (nq - i < 4 ? nq - i : 4) {
+			case 1: PV_NC(1, T) break;
+			case 2: PV_NC(2, T) break;
+			case 3: PV_NC(3, T) break;
+			default: PV_NC(4, T) break;
 			}
 		}
-		return;
-	}
-	if (hd % 64 != 0) {
-		for (int32_t t = 0; t < n; t++)
-			for (int32_t g = 0; g < group; g++)
-				axpy_avx512(out + (int64_t)g * hd, p[g * ld + t], values + t * vs, hd);
-		return;
-	}
-	for (int32_t d0 = 0; d0 < hd; d0 += 64)
-		for (int32_t g0 = 0; g0 < group; g0 += 4) {
-			float *o = out + (int64_t)g0 * hd + d0;
-			const float *pg = p + g0 * ld, *v = values + d0;
-			switch (group - g0 < 4 ? group - g0 : 4) {
-			case 1: pv_block(o, pg, ld, 1, 4, v, vs, n, hd); break;
-			case 2: pv_block(o, pg, ld, 2, 4, v, vs, n, hd); break;
-			case 3: pv_block(o, pg, ld, 3, 4, v, vs, n, hd); break;
-			default: pv_block(o, pg, ld, 4, 4, v, vs, n, hd); break;
-			}
-		}
+}
+
+static void pv_tile_avx512(float *O, int64_t ldo, const float *c, const float *P, int64_t ldp, int32_t nq,
+                           const void *V, aah_dtype t, int64_t ldv, int32_t nk, int32_t hd)
+{
+	if (t == AAH_DTYPE_BF16)
+		pv_typed(O, ldo, c, P, ldp, nq, V, AAH_DTYPE_BF16, ldv, nk, hd);
+	else if (t == AAH_DTYPE_F16)
+		pv_typed(O, ldo, c, P, ldp, nq, V, AAH_DTYPE_F16, ldv, nk, hd);
+	else
+		pv_typed(O, ldo, c, P, ldp, nq, V, AAH_DTYPE_F32, ldv, nk, hd);
 }
 
 const cpu_kernels cpu_kernels_avx512 = {
@@ -353,9 +412,9 @@ const cpu_kernels cpu_kernels_avx512 = {
 	/* .panel_rows = */ 16,
 	/* .panel_mm = */ panel_mm_avx512,
 	/* .to_f32 = */ to_f32_avx512,
-	/* .dot = */ dot_avx512,
+	/* .from_f32 = */ from_f32_avx512,
 	/* .exp_sum = */ exp_sum_avx512,
-	/* .axpy = */ axpy_avx512,
-	/* .qk = */ qk_avx512,
-	/* .pv = */ pv_avx512,
+	/* .max = */ max_avx512,
+	/* .qk_tile = */ qk_tile_avx512,
+	/* .pv_tile = */ pv_tile_avx512,
 };

@@ -210,12 +210,12 @@ describe('pages under load (windows of 64: a long sequence holds a constant numb
   let pageBytes;
   before(async () => {
     dir = makeModel(['--aah-layer-windows', '64,64']);
-    // tiny: 2 layers × 2 KV heads; a page is 16 positions × head_dim 16 × K and V × 4 bytes
-    pageBytes = 16 * 16 * 2 * 4;
-    // 660 KiB = 330 pages: 16 shallow_freeze sequences (20 pages each), or 2 full-attention ones of 500 positions
+    // tiny: 2 layers × 2 KV heads; a page is 16 positions × head_dim 16 × K and V × 2 bytes (f16, the default kv_dtype)
+    pageBytes = 16 * 16 * 2 * 2;
+    // 330 KiB = 330 pages: 16 shallow_freeze sequences (20 pages each), or 2 full-attention ones of 500 positions
     // (4 heads × 32 pages)
     srv = await startServer(['--ctx-len', String(CTX), '--max-batch', '16', '--queue-length', '32',
-      '--kv-budget-bytes', String(660 * 1024)], { AAHD_TEST_STEP_DELAY_US: '5000' }, dir);
+      '--kv-budget-bytes', String(330 * 1024)], { AAHD_TEST_STEP_DELAY_US: '5000' }, dir);
   });
   after(async () => {
     const r = await srv.stop();
@@ -256,6 +256,6 @@ describe('pages under load (windows of 64: a long sequence holds a constant numb
     assert.ok(full.most <= 2, `full attention: ${full.most} at once within the budget`);
     assert.ok(aah.most >= 6, `shallow_freeze: ${aah.most} at once`);
     const m = await metrics(srv.port);
-    assert.ok(m.get('aahd_kv_cache_bytes_capacity') <= 660 * 1024);
+    assert.ok(m.get('aahd_kv_cache_bytes_capacity') <= 330 * 1024);
   });
 });

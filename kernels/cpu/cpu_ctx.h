@@ -1,0 +1,55 @@
+/* kernels/cpu/cpu_ctx.h — the CPU backend's context, shared by its files (cpu_backend.c: memory, weights, element-wise
+ * ops, products; cpu_attention.c: attention and the KV store). Internal to kernels/cpu/. */
+#ifndef AAH_CPU_CTX_H
+#define AAH_CPU_CTX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/threadpool.h"
+
+#define MAX_THREADS 256
+#define MAX_GROUP 64   /* query heads per KV head */
+
+/* Per-worker scratch, grown (never shrunk) when a call needs more; steady-state steps allocate nothing. */
+typedef struct cpu_scratch {
+	float *buf;
+	size_t cap;   /* floats */
+} cpu_scratch;
+
+/* A call-wide buffer of the same kind (grown, never shrunk). */
+typedef struct cpu_buf {
+	void *p;
+	size_t cap;   /* bytes */
+} cpu_buf;
+
+typedef struct cpu_ctx {
+	threadpool *tp;
+	const cpu_kernels *k;
+	int32_t n_threads;
+	cpu_scratch scratch[MAX_THREADS];
+	float *xt;          /* matmul's activations, transposed a group of rows at a time (grown, never shrunk) */
+	size_t xt_cap;      /* floats */
+	/* attention (cpu_attention.c): the call's new keys and values rounded to the pool's type, its work units, and
+	 * its measured rows */
+	cpu_buf att_k, att_v, att_units, att_meas;
+} cpu_ctx;
+
+/* Makes every worker's scratch at least n floats. Returns false when out of memory. */
+bool cpu_scratch_reserve(cpu_ctx *c, size_t n);
+/* Makes b at least `bytes` (64-byte aligned; the contents are not kept). Returns false when out of memory. */
+bool cpu_buf_reserve(cpu_buf *b, size_t bytes);
+/* [lo, hi) of n items for worker i of nt, in multiples of `align`. */
+void cpu_split_range(int64_t n, int64_t align, int32_t i, int32_t nt, int64_t *lo, int64_t *hi);
+
+/* backend.h's attention and kv_store (cpu_attention.c). */
+uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const float *k, const float *v,
+                       const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_heads,
+                       int32_t n_kv, float scale, uint64_t *seq_work);
+void cpu_kv_store(aah_backend *b, const aah_kv_pool *pool, const float *k, const float *v, const aah_attn_seq *seqs,
+                  int32_t n_seqs, int32_t n_kv);
+
+#endif

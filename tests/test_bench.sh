@@ -1,0 +1,91 @@
+#!/bin/sh
+# tests/test_bench.sh — aah-bench through its command line on a small test model: every mode runs each --kv-dtype
+# asked for and says it in every row, --measure adds its row, bad options exit 2 with a message. It checks what the
+# tool prints, never how fast anything ran.
+set -u
+BUILD=${AAH_BUILD:-build}
+DATA=${AAH_TESTDATA:-tests/data}
+BENCH="$BUILD/aah-bench"
+MODEL="$DATA/qwen3-small-a"
+fail=0
+say_fail() {
+	echo "test_bench: FAILURE: $*"
+	fail=1
+}
+[ -x "$BENCH" ] || { echo "test_bench: FAILURE: $BENCH is not built"; exit 1; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# the first mode, two KV types: each prefill, decode, read and resident row names its type
+if ! timeout 120 "$BENCH" --no-bandwidth --threads 1 --prompt 40 --gen 4 --kv-dtype f32,bf16 --measure "$MODEL" >"$out" 2>&1; then
+	say_fail "aah-bench --kv-dtype f32,bf16 failed"; cat "$out"
+fi
+for t in f32 bf16; do
+	for what in "prefill    40 tokens:" "decode      4 tokens:" "read per decoded token" "resident with the sequence open" \
+	            "prefill    40 tokens measured"; do
+		grep -q "kv $(printf '%-4s' $t) $what" "$out" || say_fail "no '$what' row for kv $t"
+	done
+done
+[ "$(grep -c '^  kv ' "$out")" -eq 10 ] || say_fail "expected 10 rows, each with its kv type"
+grep -q "kv f16" "$out" && say_fail "kv f16 ran without being asked for"
+
+# the default is f32 alone
+if ! timeout 120 "$BENCH" --no-bandwidth --threads 1 --prompt 20 --gen 2 "$MODEL" >"$out" 2>&1; then
+	say_fail "aah-bench without --kv-dtype failed"; cat "$out"
+fi
+[ "$(grep -c '^  kv f32 ' "$out")" -eq 4 ] || say_fail "without --kv-dtype: expected 4 rows of kv f32"
+grep -q "CPU time" "$out" && say_fail "wall time by default, yet it speaks of CPU time"
+
+# --cpu-time says so
+if ! timeout 120 "$BENCH" --cpu-time --no-bandwidth --threads 1 --prompt 20 --gen 2 "$MODEL" >"$out" 2>&1; then
+	say_fail "aah-bench --cpu-time failed"; cat "$out"
+fi
+grep -q "^speeds in this process's CPU time (--cpu-time), 1 thread; load average" "$out" || say_fail "--cpu-time: no note"
+[ "$(grep -c '^  kv f32 ' "$out")" -eq 4 ] || say_fail "--cpu-time: expected 4 rows"
+
+# batching on the small model (no aah.json: the first row only), f16
+if ! timeout 180 "$BENCH" --batch --threads 1 --gen 3 --reps 1 --kv-budget 16777216 --kv-dtype f16 "$MODEL" \
+	>"$out" 2>&1; then
+	say_fail "aah-bench --batch failed"; cat "$out"
+fi
+grep -Eq '^demo +512  full_attention +f16 ' "$out" || say_fail "--batch: no row with kv f16"
+grep -q "kv f16  demo at 512" "$out" || say_fail "--batch: no summary for kv f16"
+
+# AAH against full attention at 4096 positions on a tiny model with aah.json, two KV types: four rows, the ratios of
+# each type and across types, all naming the model's default regime
+aah=$(mktemp -d)
+trap 'rm -f "$out"; rm -rf "$aah"' EXIT
+"$BUILD/aah-mkmodel" --preset tiny --aah --aah-acr 0.3 --out "$aah" >/dev/null 2>&1 || say_fail "aah-mkmodel failed"
+if ! timeout 300 "$BENCH" --context --threads 1 --gen 16 --kv-dtype f32,f16 "$aah" >"$out" 2>&1; then
+	say_fail "aah-bench --context failed"; cat "$out"
+fi
+reg=$(sed -n 's/.*"default_regime": *"\([a-z_]*\)".*/\1/p' "$aah/aah.json")
+[ -n "$reg" ] || say_fail "no default regime in the tiny model's aah.json"
+for t in f32 f16; do
+	grep -Eq "^full_attention +$t " "$out" || say_fail "--context: no full_attention row for kv $t"
+	grep -Eq "^$reg +$t " "$out" || say_fail "--context: no $reg row for kv $t"
+	grep -q "^kv $(printf '%-4s' $t) $reg / full_attention: " "$out" || say_fail "--context: no ratio line for kv $t"
+done
+grep -q "^$reg kv f16 / kv f32: prefill" "$out" || say_fail "--context: no f16 / f32 line for $reg"
+
+# the attention op alone: one row per KV type asked for
+if ! timeout 120 "$BENCH" --attention --reps 1 --window 512 --kv-dtype bf16,f32 >"$out" 2>&1; then
+	say_fail "aah-bench --attention failed"; cat "$out"
+fi
+grep -q "^CPU attention op (.*window 512" "$out" || say_fail "--attention: no header"
+[ "$(grep -Ec '^  kv (bf16|f32 ) prompt chunk of 512 rows at 3072: .* ms .*decode row at 3071: .* ms' "$out")" -eq 2 ] ||
+	say_fail "--attention: expected a row for bf16 and f32"
+timeout 30 "$BENCH" --attention --window 0 >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--attention --window 0 should exit 2"
+
+# bad input: exit 2 and a message
+for bad in "--kv-dtype f8" "--kv-dtype f32,f32" "--kv-dtype ," "--kv-dtype f32,f16,bf16,f32"; do
+	# shellcheck disable=SC2086
+	timeout 30 "$BENCH" $bad "$MODEL" >"$out" 2>&1
+	rc=$?
+	[ "$rc" -eq 2 ] || say_fail "aah-bench $bad: exit $rc, want 2"
+	grep -q "kv-dtype" "$out" || say_fail "aah-bench $bad: no message about --kv-dtype"
+done
+
+[ "$fail" -eq 0 ] && echo "test_bench: all passed"
+exit "$fail"
