@@ -108,7 +108,8 @@ describe('trained runs through aah-convert import and aahd', () => {
   for (const r of RUNS)
     for (const step of STEPS)
       test(`${r} checkpoint-${step}: aahd's log-probabilities, greedy tokens and aah object`, async () => {
-        const srv = await startServer(['--checkpoint-step', String(step)], {}, path.join(tmp, r));
+        // f32 KV: the exact path, held to the float64 reference (the daemon's default f16 KV rounds every key and value)
+        const srv = await startServer(['--checkpoint-step', String(step), '--kv-dtype', 'f32'], {}, path.join(tmp, r));
         try {
           const post = (p, body) => request(srv.port, 'POST', p, body);
           const m = await request(srv.port, 'GET', '/v1/models');
@@ -196,7 +197,7 @@ describe('trained runs through aah-convert import and aahd', () => {
       });
 
   test('tools/heldout_loss.mjs gives aah_train.py eval\'s loss', async () => {
-    const srv = await startServer([], {}, path.join(tmp, 'aah'));
+    const srv = await startServer(['--kv-dtype', 'f32'], {}, path.join(tmp, 'aah'));
     try {
       const { stdout } = await run('node', ['tools/heldout_loss.mjs', srv.base, textFile, '--chunk', '255',
         '--parallel', '3']);
