@@ -117,8 +117,9 @@ enum MHD_Result http_reply_json(http_request *req, unsigned status, json_t *json
 {
 	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
 	json_decref(json);
-	if (!text)
-		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
+	if (!text)   /* json_pack refuses a NULL member, e.g. json_real of a NaN, as well as a failed allocation */
+		return http_reply_error(req, 500, "server_error", NULL, NULL,
+		                        "the response could not be built (out of memory, or a value JSON cannot hold)");
 	enum MHD_Result rc = http_reply(req, status, "application/json", text, strlen(text));
 	free(text);
 	return rc;

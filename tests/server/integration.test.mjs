@@ -234,6 +234,55 @@ describe('aahd', () => {
     assert.ok(sum > 0 && sum <= 1 + 1e-6, `sum of top-20 probabilities ${sum}`);
   });
 
+  test('ids of the model\'s padded vocabulary (the tokenizer has 2051, the model 2056 rows): valid, no text', async () => {
+    const info = await get(srv, '/tokenizer_info');
+    const known = info.json.vocab_size;
+    assert.ok(known < 2056, `the test model pads its vocabulary (${known} tokens, 2056 rows)`);
+    const pad = [known, 2055];
+    const words = (await post(srv, '/tokenize', { content: 'The robot' })).json.tokens.slice(0, 2);
+    const prompt = [words[0], pad[0], words[1], pad[1], pad[0]];
+    const plainText = (await post(srv, '/detokenize', { tokens: words })).json.content;
+    // /detokenize: the padding ids have no text
+    const d = await post(srv, '/detokenize', { tokens: prompt });
+    assert.equal(d.status, 200, d.text);
+    assert.equal(d.json.content, plainText);
+    assertError(await post(srv, '/detokenize', { tokens: [1, 2056] }), 400, 'tokens');
+    // generation from a prompt that holds them, with and without echo, logprobs, stream
+    const g = await complete(srv, { prompt, max_tokens: 2, temperature: 0 });
+    assert.equal(g.status, 200, g.text);
+    assert.equal(g.json.usage.prompt_tokens, prompt.length);
+    for (const stream of [false, true]) {
+      const body = { prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 2, stream };
+      const r = await complete(srv, body);
+      assert.equal(r.status, 200, r.text);
+      const c = stream ? joinStream(sseEvents(r.text))[0] : r.json.choices[0];
+      const lp = c.logprobs;
+      assert.ok(c.text.startsWith(plainText), `echo: ${JSON.stringify(c.text)}`);
+      assert.equal(lp.tokens.length, prompt.length + 1);
+      assert.deepEqual(lp.tokens.slice(0, prompt.length).map((t, i) => (pad.includes(prompt[i]) ? t : 'word')),
+        ['word', '', 'word', '', ''], 'a padding id renders as empty text');
+      assert.equal(lp.token_logprobs[0], null);
+      for (let i = 1; i <= prompt.length; i++) {
+        assert.equal(typeof lp.token_logprobs[i], 'number', `position ${i}`);
+        assert.ok(lp.token_logprobs[i] <= 0);
+        assert.ok(Math.max(...Object.values(lp.top_logprobs[i])) >= lp.token_logprobs[i]);
+      }
+      for (const i of [1, 3, 4])   // the padding id's own log-probability, also under its (empty) text in the top list
+        assert.ok(lp.top_logprobs[i][''] >= lp.token_logprobs[i], `top_logprobs[${i}]: ${JSON.stringify(lp.top_logprobs[i])}`);
+      // text_offset: a padding id starts where the next token starts
+      assert.equal(lp.text_offset[1], lp.text_offset[2]);
+      assert.equal(lp.text_offset[3], lp.text_offset[4]);
+      assert.equal(lp.text_offset[4], [...plainText].length);
+      // as input, a padding id is processed as the decode path does: the next token's log-probability agrees
+      const dec = await complete(srv, { prompt: prompt.slice(0, 2), max_tokens: 1, temperature: 0, logprobs: 1 });
+      const next = (await post(srv, '/tokenize', { content: dec.json.choices[0].text })).json.tokens;
+      if (next.length === 1) {
+        const e = await complete(srv, { prompt: [...prompt.slice(0, 2), next[0]], max_tokens: 0, echo: true, logprobs: 1 });
+        assert.ok(Math.abs(e.json.choices[0].logprobs.token_logprobs[2] - dec.json.choices[0].logprobs.token_logprobs[0]) < 1e-4);
+      }
+    }
+  });
+
   test('stop strings: cut before the stop, never returned, never split (also streamed)', async () => {
     const base = { prompt: 'The weather today', max_tokens: 60, temperature: 0 };
     const full = (await complete(srv, base)).json.choices[0].text;
