@@ -234,31 +234,34 @@ static bool authorized(http_request *req)
 	return key_equal(h, strlen(h), key, strlen(key));
 }
 
-/* The first call for a request: route, method, key, declared length. Answers at once when any is wrong. */
+/* The first call for a request: key, route, method. Answers at once when any is wrong. The key comes first, so that
+ * a client without it learns nothing of the routes (404 and 405 only to those with the key); an open path (/health)
+ * needs none. */
 static enum MHD_Result request_begin(http_request *req, const route **out)
 {
 	const route *match = NULL;
-	bool path_known = false;
+	bool path_known = false, open = false;
 	char allow[64] = "";
 	for (int i = 0; i < N_ROUTES; i++)
 		if (!strcmp(routes[i].path, req->path)) {
 			path_known = true;
+			open |= routes[i].open;
 			snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s", *allow ? ", " : "",
 			         routes[i].method);
 			if (!strcmp(routes[i].method, req->method))
 				match = &routes[i];
 		}
 	*out = match;
+	if (!open && !authorized(req))
+		return http_reply_error_header(req, 401, "invalid_request_error", NULL, "invalid_api_key",
+		                               MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+		                          "Bearer", "a valid API key is required: 'Authorization: Bearer KEY'");
 	if (!path_known)
 		return http_reply_error(req, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s",
 		                        req->method, req->path);
 	if (!match)
 		return http_reply_error_header(req, 405, "invalid_request_error", NULL, "method_not_allowed", MHD_HTTP_HEADER_ALLOW,
 		                          allow, "%s does not take %s (allowed: %s)", req->path, req->method, allow);
-	if (!match->open && !authorized(req))
-		return http_reply_error_header(req, 401, "invalid_request_error", NULL, "invalid_api_key",
-		                               MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-		                          "Bearer", "a valid API key is required: 'Authorization: Bearer KEY'");
 	const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
 		char *end;

@@ -369,6 +369,14 @@ describe('aahd', () => {
     assertError(m405, 405);
     assert.equal(m405.headers.allow, 'POST');
     assertError(await get(srv, '/v2/nothing'), 404);
+    // without the key nothing tells the routes apart: an unknown path and a wrong method are 401 too; /health is open
+    for (const [method, path] of [['GET', '/v2/nothing'], ['GET', '/v1/completions'], ['DELETE', '/metrics']]) {
+      const r = await request(p, method, path, undefined, {});
+      assertError(r, 401);
+      assert.equal(r.json.error.code, 'invalid_api_key', `${method} ${path}`);
+      assert.equal(r.headers.allow, undefined);
+    }
+    assertError(await request(p, 'POST', '/health', '', {}), 405);
     // a 10 MB body, declared: 413 before it is read
     const big = await rawExchange(p, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
       'Content-Type: application/json\r\nContent-Length: 10485760\r\n\r\n');
