@@ -101,6 +101,8 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/
 
 # Server modules that a Check suite or a fuzz target links beside libaah.a.
 $(BUILD)/tests/check_choice_text: $(BUILD)/obj/server/choice_text.o
+$(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
+$(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
 
 fuzz: $(BUILD)/libaah.a
@@ -110,7 +112,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
+	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c server/http_framing.c $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    -o $(BUILD)/fuzz/$$n $(LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
