@@ -39,6 +39,7 @@
 #define LINGER_TIME_S 30.0               /* a lingering close lasts at most this long (nginx's lingering_time) */
 #define LINGER_IDLE_S 5.0                /* … and ends when the client sends nothing for this long (lingering_timeout) */
 #define LINGER_BYTES ((uint64_t)64 << 20)/* … or has sent this much */
+#define IDLE_RECLAIM_S 1.0               /* a connection idle this long between requests may give its slot up */
 #define BURST_QUIET_S 1.0                /* a burst over the limit ends after this long without one */
 #define BURST_REPEAT_S 60.0              /* a lasting burst is logged again this often */
 
@@ -123,7 +124,7 @@ struct http_front {
 	/* the current burst over the limit, for one log line */
 	bool burst;
 	double burst_t0, burst_last, burst_logged, burst_longest;
-	uint64_t b_waited, b_503, b_429, b_probes;
+	uint64_t b_waited, b_503, b_429, b_probes, b_idle_closed;
 };
 
 static double now_s(void)
@@ -276,7 +277,7 @@ static void burst_note(http_front *f, double now)
 		f->burst = true;
 		f->burst_t0 = f->burst_logged = now;
 		f->burst_longest = 0;
-		f->b_waited = f->b_503 = f->b_429 = f->b_probes = 0;
+		f->b_waited = f->b_503 = f->b_429 = f->b_probes = f->b_idle_closed = 0;
 	}
 	f->burst_last = now;
 }
@@ -284,11 +285,13 @@ static void burst_note(http_front *f, double now)
 static void burst_log(http_front *f, double now, bool ended)
 {
 	log_msg(LOG_WARN, NULL,
-	        "connections: the limit of %d %s %.1fs: %llu waited for a slot and got it (longest %.2fs), %llu answered "
-	        "503 after request_timeout, %llu answered 429 (per_ip_connections %d), %llu probes served beyond it",
+	        "connections: the limit of %d %s %.1fs: %llu waited for a slot and got it (longest %.2fs; %llu idle "
+	        "connections closed for them), %llu answered 503 after request_timeout, %llu answered 429 "
+	        "(per_ip_connections %d), %llu probes served beyond it",
 	        f->p.max_connections, ended ? "was reached for" : "has been reached for", now - f->burst_t0,
-	        (unsigned long long)f->b_waited, f->burst_longest, (unsigned long long)f->b_503,
-	        (unsigned long long)f->b_429, f->p.per_ip_connections, (unsigned long long)f->b_probes);
+	        (unsigned long long)f->b_waited, f->burst_longest, (unsigned long long)f->b_idle_closed,
+	        (unsigned long long)f->b_503, (unsigned long long)f->b_429, f->p.per_ip_connections,
+	        (unsigned long long)f->b_probes);
 }
 
 static void burst_tick(http_front *f, double now)
@@ -882,8 +885,34 @@ static void accept_all(http_front *f, double now)
 	}
 }
 
+/* The connection idle longest between requests — it has had one, nothing of the next has come for a second, and
+ * nothing is left to write — or NULL. (A connection that has not sent its first request yet is about to.) */
+static conn *idle_victim(http_front *f, double now)
+{
+	conn *best = NULL;
+	for (conn *c = f->all; c; c = c->next)
+		if (c->state == CONN_ACTIVE && !c->probe && c->ifd >= 0 && c->phase == REQ_IDLE && !c->fr.started &&
+		    c->seen > 0 && now - c->t_progress >= IDLE_RECLAIM_S &&
+		    c->in_len == 0 && c->out_off == c->out_len && c->fwd_len == 0 && c->owed == 0 && !c->answer_pending &&
+		    (!best || c->t_progress < best->t_progress)) {
+			int q = 0;   /* not one whose next request is already here, unread */
+			if (ioctl(c->cfd, FIONREAD, &q) == 0 && q == 0)
+				best = c;
+		}
+	return best;
+}
+
 static void admit_held(http_front *f, double now)
 {
+	/* a waiting connection takes the slot of one idle between requests, as nginx reuses idle keep-alive
+	 * connections: the limit is on connections at work (a client's pool reconnects a closed idle one) */
+	while (f->hold_head && f->n_active >= f->p.max_connections && !f->quiesced) {
+		conn *v = idle_victim(f, now);
+		if (!v)
+			break;
+		conn_free(f, v);
+		f->b_idle_closed++;
+	}
 	while (f->hold_head && f->n_active < f->p.max_connections && !f->quiesced) {
 		conn *c = f->hold_head;
 		conn_admit(f, c, false, now);

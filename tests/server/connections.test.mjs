@@ -74,10 +74,12 @@ describe('connections over the limit', () => {
 
   test('a connection over max_connections waits for a slot, probes have their own, one log line for the burst',
     async () => {
-      // two idle connections take both slots
+      // two connections in the middle of a request's head take both slots (an idle one would give its slot up)
       const a = raw(srv.port);
       const b = raw(srv.port);
       await Promise.all([a.connected, b.connected]);
+      a.s.write('GET /v1/mod');
+      b.s.write('GET /v1/mod');
       await until(async () => (await request(srv.port, 'GET', '/health')).status === 200, 5000, 'a probe slot');
       // a third sends its request: it waits (no answer, no reset) …
       const c = raw(srv.port);
@@ -109,6 +111,23 @@ describe('connections over the limit', () => {
       assert.doesNotMatch(srv.log(), /reached connection limit/i);
     });
 
+  test('a connection idle between requests gives its slot to one that waits, with a plain close', async () => {
+    const keep = [raw(srv.port), raw(srv.port)];
+    for (const k of keep) {
+      await k.connected;
+      k.s.write(get('/v1/models'));
+      await until(() => responses(k.text()).length === 1, 10000, 'the first answer');
+    }
+    // both slots are held by connections idle between requests: a newcomer is served at once, the oldest idle closed
+    const r = await request(srv.port, 'GET', '/v1/models');
+    assert.equal(r.status, 200);
+    await keep[0].done;
+    assert.equal(keep[0].error, null, 'closed, not reset');
+    assert.equal(responses(keep[0].text()).length, 1, 'nothing more was sent to it');
+    assert.equal(keep[1].closed, false, 'the younger idle one stays');
+    keep[1].s.destroy();
+  });
+
   test('clients that reconnect for every request at the limit are all served, none reset', async () => {
     // 6 clients, 2 slots, 8 requests each on a new connection: a finished connection's slot passes to the next
     const client = async (k) => {
@@ -130,7 +149,7 @@ describe('waiting and trickling clients have deadlines', () => {
   let srv;
   before(async () => {
     srv = await startServer(['--max-connections', '2', '--probe-connections', '1', '--connection-timeout', '60',
-      '--request-timeout', '1']);
+      '--request-timeout', '1'], { AAHD_TEST_STEP_DELAY_US: '5000' });
   });
   after(async () => {
     const r = await srv.stop();
@@ -138,10 +157,12 @@ describe('waiting and trickling clients have deadlines', () => {
   });
 
   test('a connection that waits past request_timeout gets 503 with Retry-After and the error object', async () => {
+    // a and b hold both slots with requests of 500 tokens (2.5 s at least at 5 ms a step); four more come after
     const a = raw(srv.port);
     const b = raw(srv.port);
     await Promise.all([a.connected, b.connected]);
-    // a and b hold both slots and send nothing (connection_timeout is long); four more send whole requests
+    for (const c of [a, b]) c.s.write(post('{"prompt": "busy", "max_tokens": 500}'));
+    await until(async () => (await metrics(srv.port)).get('aahd_requests_running') === 2, 10000, 'both running');
     const waiting = [0, 1, 2, 3].map(() => raw(srv.port));
     for (const w of waiting) {
       await w.connected;
