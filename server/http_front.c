@@ -7,7 +7,7 @@
  *            a deadline) once the earlier answers are through.
  *   CLOSING  the last answer is written, then the write side shut and the client's bytes read and dropped until it
  *            closes, or LINGER_* pass: a lingering close, so that a client still sending a body reads the answer
- *            instead of a reset. A closing connection holds no slot.
+ *            instead of a reset (a client cut for trickling lingers a second only). It holds no slot.
  * A request's phases inside ACTIVE: IDLE (none yet; connection_timeout), HEAD and BODY (request_timeout from its
  * first byte), WAIT (all passed on; libmicrohttpd's to answer). */
 #include "server/http_front.h"
@@ -39,6 +39,7 @@
 #define LINGER_TIME_S 30.0               /* a lingering close lasts at most this long (nginx's lingering_time) */
 #define LINGER_IDLE_S 5.0                /* … and ends when the client sends nothing for this long (lingering_timeout) */
 #define LINGER_BYTES ((uint64_t)64 << 20)/* … or has sent this much */
+#define LINGER_SHORT_S 1.0               /* … or this long for a client cut for being slow (which would linger on) */
 #define IDLE_RECLAIM_S 1.0               /* a connection idle this long between requests may give its slot up */
 #define BURST_QUIET_S 1.0                /* a burst over the limit ends after this long without one */
 #define BURST_REPEAT_S 60.0              /* a lasting burst is logged again this often */
@@ -89,6 +90,7 @@ typedef struct conn {
 	bool close_after;                 /* close once the current request is answered */
 	bool probe_sent;                  /* the 102 that tells a half-closed client from a gone one */
 	bool shut_wr;
+	bool short_linger;                /* a client cut for slowness: its lingering close lasts LINGER_SHORT_S */
 	bool answer_pending;              /* the front answers this request once the earlier answers are through */
 	int32_t ans_status, ans_retry;
 	const char *ans_type, *ans_code;
@@ -467,9 +469,7 @@ static void conn_admit(http_front *f, conn *c, bool probe, double now)
 	c->link = l;
 	c->in_epoll = false;
 	c->ev_i = 0;
-	if (c->phase != REQ_IDLE)
-		c->t_phase = now;   /* the wait was the server's: the request's clock starts now */
-	c->t_progress = now;
+	c->t_progress = now;   /* (a request's clock runs from its first byte, also while it waited) */
 	if (f->p.admit(f->p.ctx, sv[1], (const struct sockaddr *)&c->addr, c->addr_len) != 0) {
 		http_front_link *taken = http_front_link_take(f, sv[1]);
 		link_unref(taken);
@@ -682,7 +682,8 @@ static double conn_due(const http_front *f, const conn *c)
 		if (out_pending)
 			d = fmin(d, c->t_progress + idle);
 		if (c->shut_wr)
-			d = fmin(d, fmin(c->t_linger + LINGER_TIME_S, c->t_read + LINGER_IDLE_S));
+			d = fmin(d, fmin(c->t_linger + (c->short_linger ? LINGER_SHORT_S : LINGER_TIME_S),
+			                 c->t_read + LINGER_IDLE_S));
 		break;
 	}
 	return d;
@@ -765,6 +766,7 @@ static bool conn_step(http_front *f, conn *c, double now)
 		if (c->state == CONN_HOLD) {
 			f->b_503++;
 			hold_remove(f, c);   /* (still HOLD, out of the queue) */
+			c->short_linger = !c->head_held;   /* not even its head in: it trickles */
 			conn_refuse(f, c, 503, "server_error", "server_busy", 1,
 			            "every connection slot stayed busy: retry later (max_connections)");
 		} else if (c->state == CONN_ACTIVE && (c->phase == REQ_HEAD || c->phase == REQ_BODY) &&
@@ -772,6 +774,7 @@ static bool conn_step(http_front *f, conn *c, double now)
 			char msg[128];
 			snprintf(msg, sizeof msg, "the request's head and body did not arrive within request_timeout (%gs)",
 			         f->p.request_timeout_s);
+			c->short_linger = true;
 			conn_refuse(f, c, 408, "invalid_request_error", "request_timeout", 0, msg);
 		} else {
 			conn_free(f, c);   /* idle, a client not reading its answer, or a lingering close that has lasted */
