@@ -163,7 +163,7 @@ static bool head_finish(http_framing *f, char *out, size_t *at)
 {
 	size_t pos = 0, w = *at;
 	bool first = true, has_length = false;
-	int32_t te = 0;
+	int32_t te = 0, fields = 0;
 	bool te_chunked = false;
 	char te_value[64] = "";
 	while (pos < f->head_len) {
@@ -183,6 +183,10 @@ static bool head_finish(http_framing *f, char *out, size_t *at)
 		}
 		if (s[0] == ' ' || s[0] == '\t') {
 			fail(f, 400, "obsolete line folding in the headers");
+			return false;
+		}
+		if (++fields > HTTP_FRAMING_FIELDS_MAX) {
+			fail(f, 431, "more than %d header fields", HTTP_FRAMING_FIELDS_MAX);
 			return false;
 		}
 		const char *colon = memchr(s, ':', n);

@@ -9,8 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A head (request line and headers) longer than this is refused (414 for the request line, else 431). */
+/* A head (request line and headers) longer than this is refused (414 for the request line, else 431), and so is one
+ * of more header fields than HTTP_FRAMING_FIELDS_MAX (431): libmicrohttpd keeps a head and its index in 64 KiB. */
 #define HTTP_FRAMING_HEAD_MAX 16384
+#define HTTP_FRAMING_FIELDS_MAX 100
 /* The room in out that a call needs while a head may complete: its canonical form is written at once and is at most
  * twice the head as received. */
 #define HTTP_FRAMING_OUT_MIN (2 * HTTP_FRAMING_HEAD_MAX + 64)

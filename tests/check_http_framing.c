@@ -192,6 +192,17 @@ START_TEST(test_malformed_heads)
 	memset(big + strlen(big), 'b', HTTP_FRAMING_HEAD_MAX);
 	big[HTTP_FRAMING_HEAD_MAX + 100] = 0;
 	refuse(big, 431);
+	/* too many fields, however short */
+	size_t n = (size_t)snprintf(big, 64, "GET / HTTP/1.1\r\n");
+	for (int i = 0; i <= HTTP_FRAMING_FIELDS_MAX; i++)
+		n += (size_t)snprintf(big + n, sizeof big - n, "a%d: b\r\n", i);
+	snprintf(big + n, sizeof big - n, "\r\n");
+	refuse(big, 431);
+	n = (size_t)snprintf(big, 64, "GET / HTTP/1.1\r\n");
+	for (int i = 0; i < HTTP_FRAMING_FIELDS_MAX; i++)
+		n += (size_t)snprintf(big + n, sizeof big - n, "a%d: b\r\n", i);
+	snprintf(big + n, sizeof big - n, "\r\n");
+	expect(big, "HE", NULL);   /* as many as allowed */
 }
 END_TEST
 

@@ -235,6 +235,33 @@ describe('idle connections', () => {
   });
 });
 
+describe('per_ip_connections', () => {
+  test('a client address over it is answered 429 with Retry-After and the error object', async () => {
+    const srv = await startServer(['--per-ip-connections', '1']);
+    try {
+      const a = raw(srv.port);
+      await a.connected;
+      a.s.write('GET /v1/mod');   // holds one connection, mid-request
+      await until(async () => {
+        const b = raw(srv.port);
+        await b.connected;
+        b.s.write(get('/v1/models'));
+        await b.done;
+        const rs = responses(b.text());
+        if (!rs.length || rs[0].status !== 429) return false;   // (until a is counted)
+        assertErrorObject(rs[0], 429, 'too_many_connections');
+        assert.equal(rs[0].headers['retry-after'], '1');
+        assert.equal(b.error, null);
+        return true;
+      }, 10000, 'a 429 for the second connection');
+      a.s.destroy();
+      await until(async () => (await request(srv.port, 'GET', '/v1/models')).status === 200, 10000, 'served again');
+    } finally {
+      await srv.stop();
+    }
+  });
+});
+
 describe('framing', () => {
   let srv;
   before(async () => {
