@@ -62,7 +62,8 @@ enum MHD_Result http_reply_response(http_request *req, unsigned status, struct M
 /* Parses the body as a JSON object: 400 answered (and NULL returned) for invalid UTF-8, bad JSON, or another type. */
 json_t *http_body_json(http_request *req, enum MHD_Result *answered);
 
-/* True when the client has closed its side of the connection (a poll, no read): a handler waiting for the
+/* True when the client is gone: the front closed this connection's socketpair after a reset or a failed write
+ * (a client that only half-closed is still there; see http_front.h). A poll, no read: a handler waiting for the
  * engine calls it now and then, because a blocked connection thread does not notice a disconnect by itself. */
 bool http_client_gone(http_request *req);
 

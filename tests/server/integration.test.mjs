@@ -592,7 +592,8 @@ describe('shutdown', () => {
       s.on('connect', () => { s.destroy(); resolve('accepted'); });
       s.on('error', (e) => resolve(e.code));
     });
-    let duringDrain = null;
+    let ended = false;
+    let refusedWhileRunning = null;
     const events = await new Promise((resolve, reject) => {
       const req = http.request({ host: '127.0.0.1', port: srv.port, method: 'POST', path: '/v1/completions', agent: false,
         headers: { 'Content-Type': 'application/json' } }, (res) => {
@@ -603,16 +604,21 @@ describe('shutdown', () => {
           if (!signalled) {
             signalled = true;
             srv.proc.kill('SIGTERM');
-            // while the stream still runs (150 tokens at 5 ms a step), a new connection is refused
-            setTimeout(async () => { duringDrain = await tryConnect(); }, 150);
+            // while the stream still runs (400 tokens at 5 ms a step at least), new connections come to be refused
+            until(async () => (await tryConnect()) === 'ECONNREFUSED', 10000, 'a refused connection')
+              .then(() => { refusedWhileRunning = !ended; }, reject);
           }
         });
-        res.on('end', () => resolve(sseEvents(buf)));
+        res.on('end', () => {
+          ended = true;
+          resolve(sseEvents(buf));
+        });
       });
       req.on('error', reject);
-      req.end(JSON.stringify({ prompt: 'finish me', max_tokens: 150, stream: true }));
+      req.end(JSON.stringify({ prompt: 'finish me', max_tokens: 400, stream: true }));
     });
-    assert.equal(duringDrain, 'ECONNREFUSED', 'the listening socket is closed while draining');
+    await until(() => refusedWhileRunning !== null, 10000, 'the refusal');
+    assert.equal(refusedWhileRunning, true, 'the listening socket is closed while draining');
     const j = joinStream(events)[0];
     assert.equal(j.finish_reason, 'length', 'the running request was finished, not cut');
     assert.equal(events.at(-1), '[DONE]');
