@@ -480,13 +480,28 @@ static void publish(sched_request *r, const sched_slot *sl)
 
 static void followers_handoff(sched *s, int32_t leader);
 
+/* aahd_kv_cache_bytes_used has one owner, this thread, and one rule: it is set (never adjusted) from the page pool
+ * itself, pages taken × page bytes, after anything that took or returned pages. So it is never negative, never above
+ * kv_bytes_capacity (the pool's pages × page bytes), and exact at every point a reader can see it. Called with
+ * metrics_mu held. */
+static void kv_gauge_set(sched *s)
+{
+	s->m.kv_bytes_used = engine_kv_pages_used(s->e) * s->page_bytes;
+}
+
+static void kv_gauge_update(sched *s)
+{
+	pthread_mutex_lock(&s->metrics_mu);
+	kv_gauge_set(s);
+	pthread_mutex_unlock(&s->metrics_mu);
+}
+
 /* Ends r (running in sl when sl is not NULL): stats, close the sequence, publish, last notify, drop the engine's
  * reference. The slot becomes DONE; the step compacts it away. */
 static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish why, const char *msg)
 {
 	double t = now_s();
 	sched_result res = r->result;
-	int64_t freed = 0;
 	res.finish = why;
 	res.duration_s = t - r->t_submit;
 	if (sl) {
@@ -494,7 +509,6 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 			followers_handoff(s, (int32_t)(sl - s->slots));
 		res.n_tokens = sl->n_tokens;
 		res.has_stats = engine_seq_stats_get(s->e, sl->seq, &res.stats) == 0;
-		freed = engine_seq_kv_bytes(s->e, sl->seq);
 		engine_seq_close(s->e, sl->seq);
 		s->reserved_pages -= r->pages_max;
 		sl->state = SCHED_SLOT_DONE;
@@ -508,7 +522,7 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 		snprintf(res.err, sizeof res.err, "%s", msg);
 
 	pthread_mutex_lock(&s->metrics_mu);
-	s->m.kv_bytes_used -= freed;   /* before the end is published, so that a reader who saw it sees the pages gone */
+	kv_gauge_set(s);   /* before the end is published, so that a reader who saw it sees the pages gone */
 	histogram_observe(&s->m.duration, res.duration_s);
 	if (r->regime < SCHED_MAX_REGIMES)
 		histogram_observe(&s->m.regimes[r->regime].duration, res.duration_s);
@@ -831,15 +845,6 @@ static void order_compact(sched *s)
 	s->n_order = kept;
 }
 
-static void kv_gauge_update(sched *s)
-{
-	int64_t used = 0;
-	for (int32_t i = 0; i < s->n_order; i++)
-		used += engine_seq_kv_bytes(s->e, s->slots[s->order[i]].seq);
-	pthread_mutex_lock(&s->metrics_mu);
-	s->m.kv_bytes_used = used;
-	pthread_mutex_unlock(&s->metrics_mu);
-}
 
 /* Device sampling: one logits_top over the step's kept rows (row i is item i's) — each row's temperature, as many
  * candidates as the hungriest sampler wants (its followers' included) or its logprobs need, over the columns of the

@@ -142,3 +142,32 @@ size_t choice_text_token_end(const choice_text *c, int32_t i)
 {
 	return i + 1 < c->n_tokens && c->tok_off[i + 1] < c->len ? c->tok_off[i + 1] : c->len;
 }
+
+int choice_text_decode(const tokenizer *tok, const int32_t *ids, int64_t n, char **out, size_t *len)
+{
+	*out = NULL;
+	*len = 0;
+	const int32_t known = tokenizer_vocab_size(tok);
+	int32_t *kept = malloc((size_t)(n > 0 ? n : 1) * sizeof *kept);
+	if (!kept)
+		return -1;
+	int64_t k = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (ids[i] < 0) {
+			free(kept);
+			return -2;
+		}
+		if (ids[i] < known)   /* a padding id joins its neighbours' text, as if absent */
+			kept[k++] = ids[i];
+	}
+	int64_t bytes = tokenizer_decode(tok, kept, k, false, NULL, 0);
+	char *text = bytes >= 0 ? malloc((size_t)bytes + 1) : NULL;
+	if (text)
+		tokenizer_decode(tok, kept, k, false, text, bytes + 1);
+	free(kept);
+	if (!text)
+		return -1;
+	*out = text;
+	*len = (size_t)bytes;
+	return 0;
+}

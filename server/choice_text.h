@@ -40,4 +40,10 @@ int choice_text_finish(choice_text *c);
 /* End offset of token i's text (the next token's start, or len). */
 size_t choice_text_token_end(const choice_text *c, int32_t i);
 
+/* The text of n ids as responses show it (an echoed prompt, /detokenize): tokenizer_decode of the ids, where an id of
+ * the model's padded vocabulary that the tokenizer lacks (Qwen3: 151669 … 151935) has no text, as in choice_text_push.
+ * The caller checks ids against the model's vocabulary. *out is malloc'd and NUL-terminated (caller frees), *len its
+ * bytes. Returns 0; -1 when out of memory; -2 when an id is negative (nothing allocated). */
+int choice_text_decode(const tokenizer *tok, const int32_t *ids, int64_t n, char **out, size_t *len);
+
 #endif

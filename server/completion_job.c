@@ -113,7 +113,7 @@ bool cmpl_job_poll(cmpl_job *j)
 		while (c->n_consumed < v.n_tokens && !c->text.stopped) {
 			if (choice_text_push(&c->text, tokens[c->n_consumed]) != 0) {
 				j->failed = true;
-				snprintf(j->err, sizeof j->err, "out of memory");
+				snprintf(j->err, sizeof j->err, "out of memory for the text of choice %d", c->index);
 				sched_request_cancel(c->r);
 				break;
 			}
@@ -137,7 +137,7 @@ bool cmpl_job_poll(cmpl_job *j)
 			c->finish_reason = "abort";   /* shutdown grace passed, or the client went away */
 		if (c->result.finish == SCHED_FINISH_ERROR) {
 			j->failed = true;
-			snprintf(j->err, sizeof j->err, "%s", c->result.err);
+			snprintf(j->err, sizeof j->err, "the engine failed: %s", c->result.err);
 		}
 	}
 	return all;
@@ -152,7 +152,15 @@ int32_t cmpl_job_completion_tokens(const cmpl_choice *c)
 
 /* ---- JSON pieces ---- */
 
-/* A token's own text (special tokens spelled out; a partial character becomes U+FFFD). */
+/* A log-probability as JSON, which has no -inf (a token the model gives no probability at all): -9999, as vLLM
+ * sends; json_real would refuse it, and the member would silently go missing. */
+static json_t *logprob_json(float lp)
+{
+	return json_real(isfinite(lp) ? (double)lp : -9999.0);
+}
+
+/* A token's own text (special tokens spelled out, an id of the model's padded vocabulary that the tokenizer lacks
+ * empty; a partial character becomes U+FFFD). */
 static json_t *token_string(const tokenizer *t, int32_t id)
 {
 	char small[256];
@@ -181,13 +189,13 @@ static json_t *top_object(const tokenizer *t, const sched_logprob_rows *rows, in
 		has_actual |= id == actual;
 		json_t *key = token_string(t, id);
 		if (!json_object_get(o, json_string_value(key)))   /* two ids may share a text: keep the likelier */
-			json_object_set_new(o, json_string_value(key), json_real(rows->top_logprobs[row * rows->n_top + k]));
+			json_object_set_new(o, json_string_value(key), logprob_json(rows->top_logprobs[row * rows->n_top + k]));
 		json_decref(key);
 	}
 	if (!has_actual) {
 		json_t *key = token_string(t, actual);
 		if (!json_object_get(o, json_string_value(key)))
-			json_object_set_new(o, json_string_value(key), json_real(rows->logprob[row]));
+			json_object_set_new(o, json_string_value(key), logprob_json(rows->logprob[row]));
 		json_decref(key);
 	}
 	return o;
@@ -208,7 +216,7 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 		for (int32_t i = 0; i < p->n_ids; i++) {
 			json_array_append_new(tokens, token_string(t, p->ids[i]));
 			bool have = i > 0 && pl;   /* the first token has no context: null, as the legacy API */
-			json_array_append_new(lps, have ? json_real(pl->logprob[i]) : json_null());
+			json_array_append_new(lps, have ? logprob_json(pl->logprob[i]) : json_null());
 			json_array_append_new(tops, have ? top_object(t, pl, i, p->ids[i]) : json_null());
 			json_array_append_new(offs, json_integer(p->tok_chars ? p->tok_chars[i] : 0));
 		}
@@ -220,7 +228,7 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 	size_t at = from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len;
 	for (int32_t i = from; i < to && gl; i++) {
 		json_array_append_new(tokens, token_string(t, ids[i]));
-		json_array_append_new(lps, json_real(gl->logprob[i]));
+		json_array_append_new(lps, logprob_json(gl->logprob[i]));
 		json_array_append_new(tops, top_object(t, gl, i, ids[i]));
 		size_t off = c->text.tok_off[i] < c->text.len ? c->text.tok_off[i] : c->text.len;
 		chars += utf8_chars(c->text.text + at, off - at);
@@ -320,7 +328,7 @@ static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Re
 		}
 	} else {
 		p->n_ids = in->n_ids;
-		p->ids = malloc((size_t)in->n_ids * sizeof *p->ids);
+		p->ids = malloc((size_t)(in->n_ids > 0 ? in->n_ids : 1) * sizeof *p->ids);
 		if (p->ids)
 			memcpy(p->ids, in->ids, (size_t)in->n_ids * sizeof *p->ids);
 		for (int32_t k = 0; p->ids && k < p->n_ids; k++)
@@ -350,14 +358,8 @@ static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Re
 		                "context_length_exceeded", msg);
 		return -1;
 	}
-	if (!in->text) {   /* echo of ids: their text, special tokens spelled out */
-		int64_t n = tokenizer_decode(s->tok, p->ids, p->n_ids, false, NULL, 0);
-		p->echo = n >= 0 ? malloc((size_t)n + 1) : NULL;
-		if (p->echo) {
-			tokenizer_decode(s->tok, p->ids, p->n_ids, false, p->echo, n + 1);
-			p->echo_len = (size_t)n;
-		}
-	}
+	if (!in->text)   /* echo of ids: their text, special tokens spelled out, padding ids none */
+		choice_text_decode(s->tok, p->ids, p->n_ids, &p->echo, &p->echo_len);
 	if (!p->echo) {
 		*answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
 		return -1;
@@ -507,7 +509,7 @@ enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
 			                                   "the server is shutting down");
 			break;
 		case SCHED_ERR_NOMEM:
-			answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+			answered = http_reply_error(req, 503, "server_error", NULL, NULL, "%s", err);
 			break;
 		case SCHED_ERR_REGIME:
 			answered = bad(req, "aah_regime", "regime_not_found", err);

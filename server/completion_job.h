@@ -56,8 +56,8 @@ typedef struct cmpl_job {
 	cmpl_prompt *prompts;             /* req.n_prompts */
 	cmpl_choice *choices;
 	int32_t n_choices;
-	bool failed;                      /* the engine refused a choice (err) */
-	char err[256];
+	bool failed;                      /* the engine refused a choice, or its text could not grow (err says which) */
+	char err[320];
 } cmpl_job;
 
 /* Parses, validates, tokenizes and submits. On success *out is the job (release with cmpl_job_release) and the

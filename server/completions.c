@@ -70,12 +70,10 @@ enum MHD_Result api_completions(http_request *req)
 			return MHD_NO;
 		}
 	job_note(req, j);
-	if (j->failed) {
-		rc = http_reply_error(req, 500, "server_error", NULL, NULL, "the engine failed: %s", j->err);
-	} else {
-		json_t *resp = response_json(j);
-		rc = resp ? http_reply_json(req, 200, resp) : http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
-	}
+	if (j->failed)
+		rc = http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
+	else
+		rc = http_reply_json(req, 200, response_json(j));
 	cmpl_job_release(j);
 	return rc;
 }

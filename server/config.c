@@ -60,9 +60,17 @@ static const config_row rows[] = {
 	  "require 'Authorization: Bearer KEY' (every endpoint but /health); empty: none. The environment variable "
 	  "AAHD_API_KEY overrides it (keeps the key out of files and the process list)" },
 	{ "log_level", ENUM(log_level, levels), "info", "error, warn, info (one line per request), debug" },
-	{ "max_connections", INT(max_connections, 1, 65536), "64", "open HTTP connections at most (one thread each)" },
-	{ "per_ip_connections", INT(per_ip_connections, 0, 65536), "0", "connections per client address; 0: no limit" },
-	{ "connection_timeout", INT(connection_timeout, 1, 86400), "60", "seconds an idle connection stays open" },
+	{ "max_connections", INT(max_connections, 1, 65536), "256",
+	  "HTTP connections served at once (a thread and about 250 KiB each); more wait for a slot, and get 503 with "
+	  "Retry-After when none frees within request_timeout" },
+	{ "probe_connections", INT(probe_connections, 0, 1024), "4",
+	  "connections beyond max_connections for GET /health and GET /metrics alone (one request each)" },
+	{ "per_ip_connections", INT(per_ip_connections, 0, 65536), "0",
+	  "connections per client address, served and waiting; more get 429; 0: no limit" },
+	{ "connection_timeout", INT(connection_timeout, 1, 86400), "60",
+	  "seconds a connection may stay idle between requests, or stall reading its response" },
+	{ "request_timeout", INT(request_timeout, 1, 86400), "30",
+	  "seconds a client has to send a request's head and body, from its first byte (then 408)" },
 	{ "shutdown_grace_seconds", INT(shutdown_grace_seconds, 0, 86400), "30",
 	  "on SIGTERM/SIGINT: seconds to finish running requests before cancelling them" },
 };

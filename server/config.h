@@ -29,9 +29,11 @@ typedef struct aahd_config {
 	int64_t queue_length;
 	char *api_key;                  /* "" = no authentication */
 	char *log_level;
-	int64_t max_connections;
+	int64_t max_connections;        /* served at once */
+	int64_t probe_connections;      /* beyond them, for /health and /metrics */
 	int64_t per_ip_connections;     /* 0 = off */
 	int64_t connection_timeout;     /* seconds a connection may stay idle */
+	int64_t request_timeout;        /* seconds for a request's head and body */
 	int64_t shutdown_grace_seconds;
 } aahd_config;
 

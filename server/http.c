@@ -1,5 +1,6 @@
 /* server/http.c — libmicrohttpd plumbing (see http.h): one thread per connection, so that a handler may wait for
- * the engine without stalling anyone else; the route table; bodies and their limit; API key; reply helpers. */
+ * the engine without stalling anyone else; the route table; bodies; API key; reply helpers. The connections come
+ * from the front (http_front.h), which listens, limits them and checks every request's framing first. */
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -16,13 +17,13 @@
 
 #include "server/api.h"
 #include "server/http_credentials.h"
+#include "server/http_front.h"
 #include "server/log.h"
 
 struct http_server {
 	struct MHD_Daemon *d;
 	server_ctx *srv;
-	uint16_t port;
-	struct sockaddr_storage addr;
+	http_front *front;
 };
 
 typedef struct route {
@@ -91,8 +92,11 @@ bool http_utf8_valid(const char *str, size_t n)
 enum MHD_Result http_reply_response(http_request *req, unsigned status, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", req->id);
-	if (atomic_load(&req->srv->draining))
+	/* a probe slot serves one request; while draining every connection closes after its answer */
+	if (atomic_load(&req->srv->draining) || (req->link && http_front_link_probe(req->link)))
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (req->link)
+		http_front_link_answered(req->link);
 	req->status = (int)status;
 	enum MHD_Result rc = MHD_queue_response(req->conn, status, resp);
 	MHD_destroy_response(resp);
@@ -120,8 +124,9 @@ enum MHD_Result http_reply_json(http_request *req, unsigned status, json_t *json
 {
 	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
 	json_decref(json);
-	if (!text)
-		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
+	if (!text)   /* json_pack refuses a NULL member, e.g. json_real of a NaN, as well as a failed allocation */
+		return http_reply_error(req, 500, "server_error", NULL, NULL,
+		                        "the response could not be built (out of memory, or a value JSON cannot hold)");
 	enum MHD_Result rc = http_reply(req, status, "application/json", text, strlen(text));
 	free(text);
 	return rc;
@@ -237,44 +242,38 @@ static bool authorized(http_request *req)
 	        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), key);
 }
 
-/* The first call for a request: route, method, key, declared length. Answers at once when any is wrong. */
+/* The first call for a request: key, route, method. Answers at once when any is wrong. The key comes first, so that
+ * a client without it learns nothing of the routes (404 and 405 only to those with the key); an open path (/health)
+ * needs none. */
 static enum MHD_Result request_begin(http_request *req, const route **out)
 {
 	const route *match = NULL;
-	bool path_known = false;
+	bool path_known = false, open = false;
 	char allow[64] = "";
 	for (int i = 0; i < N_ROUTES; i++)
 		if (!strcmp(routes[i].path, req->path)) {
 			path_known = true;
+			open |= routes[i].open;
 			snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s", *allow ? ", " : "",
 			         routes[i].method);
 			if (!strcmp(routes[i].method, req->method))
 				match = &routes[i];
 		}
 	*out = match;
-	if (!path_known)
-		return http_reply_error(req, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s",
-		                        req->method, req->path);
-	if (!match)
-		return http_reply_error_header(req, 405, "invalid_request_error", NULL, "method_not_allowed", MHD_HTTP_HEADER_ALLOW,
-		                          allow, "%s does not take %s (allowed: %s)", req->path, req->method, allow);
-	if (!match->open && !authorized(req))
+	if (!open && !authorized(req))
 		/* the dashboard's challenge is Basic, so that a browser asks for the key (as the password) */
 		return http_reply_error_header(req, 401, "invalid_request_error", NULL, "invalid_api_key",
 		                               MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 		                               !strcmp(req->path, "/dashboard") ? "Basic realm=\"aahd\", charset=\"UTF-8\""
 		                                                                 : "Bearer",
 		                               "a valid API key is required: 'Authorization: Bearer KEY'");
-	const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl) {
-		char *end;
-		unsigned long long n = strtoull(cl, &end, 10);
-		if (end == cl || n > (unsigned long long)req->srv->cfg->max_body_bytes)
-			return http_reply_error(req, 413, "invalid_request_error", NULL, "request_too_large",
-			                        "the body (Content-Length %s) exceeds max_body_bytes %lld", cl,
-			                        (long long)req->srv->cfg->max_body_bytes);
-	}
-	return MHD_YES;
+	if (!path_known)
+		return http_reply_error(req, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s",
+		                        req->method, req->path);
+	if (!match)
+		return http_reply_error_header(req, 405, "invalid_request_error", NULL, "method_not_allowed", MHD_HTTP_HEADER_ALLOW,
+		                          allow, "%s does not take %s (allowed: %s)", req->path, req->method, allow);
+	return MHD_YES;   /* the body's size and framing were checked by the front */
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -297,6 +296,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 			request_id(req->id, sizeof req->id);
 		snprintf(req->method, sizeof req->method, "%s", method);
 		snprintf(req->path, sizeof req->path, "%s", url);
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+		req->link = ci ? ci->socket_context : NULL;
 		*req_cls = req;
 		const route *r;
 		enum MHD_Result rc = request_begin(req, &r);
@@ -306,19 +307,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
 		const size_t max = (size_t)srv->cfg->max_body_bytes;
-		if (!req->too_large && req->body_len + n > max) {
-			/* no Content-Length (chunked): the answer can only come after the body, so drop what comes */
-			req->too_large = true;
-			free(req->body);
-			req->body = NULL;
-		}
-		if (req->too_large) {
-			/* MHD lets a handler answer only before the body or after it: read on (keeping nothing) to answer 413,
-			 * up to a bound past which it is a flood and the connection is closed instead */
-			req->discarded += n;
-			size_t flood = 16 * max > ((size_t)64 << 20) ? 16 * max : ((size_t)64 << 20);
-			return req->discarded > flood ? MHD_NO : MHD_YES;
-		}
+		if (req->body_len + n > max)
+			return MHD_NO;   /* the front refuses such a body before it comes (413): never reached */
 		if (req->body_len + n + 1 > req->body_cap) {
 			size_t cap = req->body_cap ? req->body_cap : 4096;
 			while (cap < req->body_len + n + 1)
@@ -335,9 +325,6 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		req->body_len += n;
 		return MHD_YES;
 	}
-	if (req->too_large)
-		return http_reply_error(req, 413, "invalid_request_error", NULL, "request_too_large",
-		                        "the body exceeds max_body_bytes %lld", (long long)srv->cfg->max_body_bytes);
 	if (!req->body) {
 		req->body = strdup("");
 		if (!req->body)
@@ -359,17 +346,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && req->state_abort)
 		req->state_abort(req->state);
+	if (req->link)   /* the front may pass on the connection's next request */
+		http_front_link_completed(req->link);
 	static const char *const why[] = { "", " (connection error)", " (timeout)", " (server shutdown)",
 	                                   " (read error)", " (client aborted)" };
 	const char *how = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : " (terminated)";
+	int refused = req->link ? http_front_link_refused(req->link) : 0;
+	if (refused && req->status == 0) {   /* the front cut its body short with an answer it counted and logged */
+		req->status = refused;
+		how = " (answered by the front)";
+	}
 	if (req->state_free)   /* may leave a note for the log line */
 		req->state_free(req->state);
 	/* monitoring (a load balancer's health checks, Prometheus, the dashboard's polls) is not traffic */
 	bool probe = !strcmp(req->path, "/health") || !strcmp(req->path, "/metrics") || !strcmp(req->path, "/v1/stats") ||
 	             !strcmp(req->path, "/dashboard");
-	if (!probe)
+	if (!probe && !refused)
 		server_metrics_count(&srv->metrics, req->status);
-	log_msg(probe ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,
+	log_msg(probe || refused ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,
 	        now_s() - req->t_start, *req->note ? " " : "", req->note, how);
 	free(req->body);
 	free(req);
@@ -379,7 +373,41 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char msg[512];
 	vsnprintf(msg, sizeof msg, fmt, ap);
-	log_msg(LOG_WARN, NULL, "http: %s", msg);
+	/* Not warnings here: libmicrohttpd tries TCP options on the front's AF_UNIX socketpairs (and says so), and a
+	 * socketpair that closes mid-request is the front cutting it (its own log line says why) or a client gone. */
+	static const char *const debug_only[] = { "Setting TCP_", "Failed to push the data from buffers",
+	                                          "Connection socket is closed when reading request" };
+	log_level lvl = LOG_WARN;
+	for (size_t i = 0; i < sizeof debug_only / sizeof debug_only[0]; i++)
+		if (!strncmp(msg, debug_only[i], strlen(debug_only[i])))
+			lvl = LOG_DEBUG;
+	log_msg(lvl, NULL, "http: %s", msg);
+}
+
+/* A connection of the front's comes in (its link, found by the socket's number) or goes. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+	http_server *h = cls;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		*socket_context = ci ? http_front_link_take(h->front, ci->connect_fd) : NULL;
+	} else if (*socket_context) {
+		http_front_link_release(*socket_context);
+		*socket_context = NULL;
+	}
+}
+
+static int front_admit(void *ctx, int fd, const struct sockaddr *addr, socklen_t addr_len)
+{
+	http_server *h = ctx;
+	return MHD_add_connection(h->d, fd, addr, addr_len) == MHD_YES ? 0 : -1;   /* MHD closes fd when it refuses */
+}
+
+static void front_answered(void *ctx, int status)
+{
+	http_server *h = ctx;
+	server_metrics_count(&h->srv->metrics, status);
 }
 
 /* ---- the daemon ---- */
@@ -410,50 +438,70 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 		return NULL;
 	}
 	h->srv = srv;
+	struct sockaddr_storage addr;
 	socklen_t alen;
-	if (resolve(cfg->host, (uint16_t)cfg->port, &h->addr, &alen, err, err_len) != 0) {
+	if (resolve(cfg->host, (uint16_t)cfg->port, &addr, &alen, err, err_len) != 0) {
 		free(h);
 		return NULL;
 	}
+	/* libmicrohttpd listens on nothing: the front hands it each connection. Its own limits are a backstop the front
+	 * keeps it from reaching: room for every slot twice (a closed connection is counted until its thread is
+	 * joined), and a timeout past both of the front's. */
+	const unsigned slots = (unsigned)(cfg->max_connections + cfg->probe_connections);
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
-	                 MHD_USE_ERROR_LOG;
-	if (h->addr.ss_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
+	                 MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
 	h->d = MHD_start_daemon(
-	        flags, (uint16_t)cfg->port, NULL, NULL, on_access, srv,
+	        flags, 0, NULL, NULL, on_access, srv,
 	        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,   /* first, so that every message goes through it */
-	        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&h->addr,
-	        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-	        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
-	        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout,
+	        MHD_OPTION_CONNECTION_LIMIT, 2 * slots + 64,
+	        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->connection_timeout + cfg->request_timeout),
 	        /* headers and one upload chunk live in this; bodies are copied out piecewise */
 	        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 	        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+	        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 	        MHD_OPTION_END);
 	if (!h->d) {
-		snprintf(err, err_len, "cannot listen on %s port %lld (in use, or not an address of this machine?)", cfg->host,
-		         (long long)cfg->port);
+		snprintf(err, err_len, "cannot start the HTTP library's threads");
 		free(h);
 		return NULL;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-	h->port = di ? di->port : (uint16_t)cfg->port;
+	http_front_params fp = {
+		.addr = (const struct sockaddr *)&addr,
+		.addr_len = alen,
+		.max_connections = (int32_t)cfg->max_connections,
+		.probe_connections = (int32_t)cfg->probe_connections,
+		.per_ip_connections = (int32_t)cfg->per_ip_connections,
+		.idle_timeout_s = (double)cfg->connection_timeout,
+		.request_timeout_s = (double)cfg->request_timeout,
+		.max_body_bytes = (uint64_t)cfg->max_body_bytes,
+		.admit = front_admit,
+		.answered = front_answered,
+		.ctx = h,
+	};
+	char why[256];
+	h->front = http_front_start(&fp, why, sizeof why);
+	if (!h->front) {
+		snprintf(err, err_len, "cannot listen on %s port %lld: %s", cfg->host, (long long)cfg->port, why);
+		MHD_stop_daemon(h->d);
+		free(h);
+		return NULL;
+	}
 	return h;
 }
 
-uint16_t http_server_port(const http_server *h) { return h->port; }
+uint16_t http_server_port(const http_server *h) { return http_front_port(h->front); }
 
 void http_server_quiesce(http_server *h)
 {
-	MHD_socket fd = MHD_quiesce_daemon(h->d);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	http_front_quiesce(h->front);
 }
 
 void http_server_stop(http_server *h)
 {
 	if (!h)
 		return;
+	http_front_stop(h->front);   /* every socketpair closes: libmicrohttpd's threads end */
 	MHD_stop_daemon(h->d);
+	http_front_free(h->front);   /* after the last of its links is released */
 	free(h);
 }

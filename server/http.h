@@ -1,6 +1,6 @@
-/* server/http.h — the HTTP plumbing on libmicrohttpd: one thread per connection, limits, the route table,
- * request bodies gathered piecewise up to max_body_bytes, API-key check, and the reply helpers every handler
- * uses (JSON, the OpenAI error object). */
+/* server/http.h — the HTTP plumbing on libmicrohttpd: one thread per connection, behind the front that listens,
+ * limits connections and checks framing (http_front.h); the route table, request bodies gathered piecewise, API-key
+ * check, and the reply helpers every handler uses (JSON, the OpenAI error object). */
 #ifndef AAH_SERVER_HTTP_H
 #define AAH_SERVER_HTTP_H
 
@@ -24,8 +24,7 @@ typedef struct http_request {
 	double t_start;
 	char *body;                       /* the whole body, NUL-terminated (body_len bytes) */
 	size_t body_len, body_cap;
-	bool too_large;                   /* the body passed max_body_bytes: it is discarded as it comes */
-	size_t discarded;
+	struct http_front_link *link;     /* the front's connection (http_front.h); NULL outside it */
 	int status;                       /* the status answered, for the log and the metrics */
 	char note[160];                   /* a handler's summary for the log line */
 	/* a handler's state that outlives its call (a stream); freed when the request completes. on_abort runs first
@@ -40,7 +39,7 @@ typedef enum MHD_Result (*http_handler_fn)(http_request *req);
 /* Starts listening (cfg host, port). Returns NULL with a message in err. */
 http_server *http_server_start(server_ctx *srv, char *err, size_t err_len);
 uint16_t http_server_port(const http_server *h);
-/* Stops accepting new connections (those open go on). */
+/* Stops accepting new connections (those open finish their current request). */
 void http_server_quiesce(http_server *h);
 /* Closes everything: waits for every connection thread. */
 void http_server_stop(http_server *h);
@@ -63,7 +62,8 @@ enum MHD_Result http_reply_response(http_request *req, unsigned status, struct M
 /* Parses the body as a JSON object: 400 answered (and NULL returned) for invalid UTF-8, bad JSON, or another type. */
 json_t *http_body_json(http_request *req, enum MHD_Result *answered);
 
-/* True when the client has closed its side of the connection (a poll, no read): a handler waiting for the
+/* True when the client is gone: the front closed this connection's socketpair after a reset or a failed write
+ * (a client that only half-closed is still there; see http_front.h). A poll, no read: a handler waiting for the
  * engine calls it now and then, because a blocked connection thread does not notice a disconnect by itself. */
 bool http_client_gone(http_request *req);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/choice_text.h"
 
 enum MHD_Result api_tokenize(http_request *req)
 {
@@ -73,23 +74,22 @@ enum MHD_Result api_detokenize(http_request *req)
 	for (size_t i = 0; i < n; i++) {
 		json_t *v = json_array_get(arr, i);
 		json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-		if (id < 0 || id >= tokenizer_vocab_size(s->tok)) {
+		/* the model's ids: those of its padded vocabulary that the tokenizer lacks have no text */
+		if (id < 0 || id >= s->vocab) {
 			free(ids);
 			json_decref(body);
 			return http_reply_error(req, 400, "invalid_request_error", "tokens", "invalid_token",
-			                        "tokens[%zu] is not a token id in [0, %d)", i, tokenizer_vocab_size(s->tok));
+			                        "tokens[%zu] is not a token id in [0, %d)", i, s->vocab);
 		}
 		ids[i] = (int32_t)id;
 	}
 	json_decref(body);
-	int64_t len = tokenizer_decode(s->tok, ids, (int64_t)n, false, NULL, 0);
-	char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
-	if (!text) {
-		free(ids);
-		return http_reply_error(req, 500, "server_error", NULL, NULL, "cannot decode");
-	}
-	tokenizer_decode(s->tok, ids, (int64_t)n, false, text, len + 1);
+	char *text;
+	size_t len;
+	int drc = choice_text_decode(s->tok, ids, (int64_t)n, &text, &len);
 	free(ids);
+	if (drc != 0)
+		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory decoding %zu tokens", n);
 	json_t *out = json_pack("{s:s%,s:s%}", "content", text, (size_t)len, "prompt", text, (size_t)len);
 	free(text);
 	return http_reply_json(req, 200, out);

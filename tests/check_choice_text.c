@@ -179,6 +179,37 @@ START_TEST(test_special_tokens)
 }
 END_TEST
 
+/* choice_text_decode: the text of ids with padding ids (the model's rows beyond the tokenizer) in them equals the text
+ * without them, also where one falls inside a character's bytes; a negative id is refused. */
+START_TEST(test_decode_padding)
+{
+	int32_t ids[16], with[32];
+	int32_t n = encode("ab \xe2\x82\xac!", ids, 16);
+	const int32_t pad = tokenizer_vocab_size(tok);
+	int32_t m = 0;
+	for (int32_t i = 0; i < n; i++) {
+		with[m++] = pad + i % 3;
+		with[m++] = ids[i];
+	}
+	with[m++] = pad;
+	char *a, *b;
+	size_t al, bl;
+	ck_assert_int_eq(choice_text_decode(tok, ids, n, &a, &al), 0);
+	ck_assert_int_eq(choice_text_decode(tok, with, m, &b, &bl), 0);
+	ck_assert_str_eq(a, "ab \xe2\x82\xac!");
+	ck_assert_uint_eq(al, bl);
+	ck_assert_str_eq(a, b);
+	free(a);
+	free(b);
+	ck_assert_int_eq(choice_text_decode(tok, with, 1, &a, &al), 0);   /* padding alone: empty */
+	ck_assert_str_eq(a, "");
+	free(a);
+	with[1] = -1;
+	ck_assert_int_eq(choice_text_decode(tok, with, 2, &a, &al), -2);
+	ck_assert_ptr_null(a);
+}
+END_TEST
+
 static Suite *choice_text_suite(void)
 {
 	Suite *s = suite_create("choice_text");
@@ -190,6 +221,7 @@ static Suite *choice_text_suite(void)
 	tcase_add_test(tc, test_earliest_stop);
 	tcase_add_test(tc, test_utf8);
 	tcase_add_test(tc, test_special_tokens);
+	tcase_add_test(tc, test_decode_padding);
 	suite_add_tcase(s, tc);
 	return s;
 }

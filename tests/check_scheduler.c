@@ -958,9 +958,10 @@ START_TEST(test_device_sampling)
 		rp[N] = rp[N - 1];
 		rp[N].sampling.seed++;
 		rp[N].logprobs = TOP;
-		for (int32_t i = 0; i < N - 1; i++)
-			ck_assert_int_eq(sched_submit(sch, &rp[i], 1, &r[i], err, sizeof err), SCHED_OK);
-		ck_assert_int_eq(sched_submit(sch, &rp[N - 1], 2, &r[N - 1], err, sizeof err), SCHED_OK);
+		/* one submission, so that the engine admits the first SLOTS together whatever the machine's load: the two
+		 * greedy ones (0 and 1) prefill in the same step and decode side by side to the end; the last two share a
+		 * prompt and fork its prefill */
+		ck_assert_int_eq(sched_submit(sch, rp, N + 1, r, err, sizeof err), SCHED_OK);
 		for (int32_t i = 0; i <= N; i++) {
 			sched_result res = wait_end(r[i]);
 			int32_t want[NT], ids[NT * TOP];
@@ -995,12 +996,63 @@ START_TEST(test_device_sampling)
 			ck_assert_uint_eq(draws, 0);
 			ck_assert_uint_eq(lps_top, 0);
 			ck_assert_uint_eq(fetched, 0);
-			/* the two greedy requests, submitted together, decode side by side for most of their 12 steps (how many
-			 * depends on when each was admitted): their tokens are picked together there */
-			ck_assert_uint_ge(m.draws_greedy_batched - m0.draws_greedy_batched, 2);
+			/* the two greedy requests, admitted together, decode side by side after their one prefill step: every
+			 * token after the first is picked with the other's */
+			ck_assert_uint_ge(m.draws_greedy_batched - m0.draws_greedy_batched, 2 * (NT - 1));
 		}
 		m0 = m;
 	}
+}
+END_TEST
+
+/* aahd_kv_cache_bytes_used at the instants a reader can see: every notification, on the engine thread, reads the
+ * metrics as a scrape would. The gauge stays in [0, capacity] and a whole number of pages, and once the only running
+ * request has ended (its last notification) it is 0 — also when that request's last step took a new page (prompt 5:
+ * max_tokens 12 writes position 16), which a gauge adjusted by the ended sequence's bytes got wrong. */
+typedef struct gauge_watch {
+	int64_t page_bytes;
+	int32_t bad;                  /* notifications that saw a gauge out of [0, capacity] or not whole pages */
+	int64_t at_end;               /* the gauge at the last notification */
+	atomic_int ended;             /* set after the others, which the test reads once it is */
+} gauge_watch;
+
+static void gauge_notify(void *ctx, bool last)
+{
+	gauge_watch *w = ctx;
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	if (m.kv_bytes_used < 0 || m.kv_bytes_used > m.kv_bytes_capacity || m.kv_bytes_used % w->page_bytes)
+		w->bad++;
+	if (last) {
+		w->at_end = m.kv_bytes_used;
+		atomic_store(&w->ended, 1);
+	}
+}
+
+START_TEST(test_kv_gauge)
+{
+	int32_t prompt[5];
+	make_prompt(prompt, 5, 31);
+	char err[256];
+	for (int32_t max_tokens = 1; max_tokens <= 40; max_tokens++) {
+		gauge_watch w = { .page_bytes = engine_kv_page_bytes(eng), .at_end = -1 };
+		atomic_init(&w.ended, 0);
+		sched_request_params rp = req_params(prompt, 5, max_tokens);
+		rp.notify = gauge_notify;
+		rp.notify_ctx = &w;
+		sched_request *r;
+		ck_assert_int_eq(sched_submit(sch, &rp, 1, &r, err, sizeof err), SCHED_OK);
+		wait_end(r);
+		sched_request_release(r);
+		while (atomic_load(&w.ended) == 0)   /* the last notification follows the result */
+			usleep(1000);
+		ck_assert_int_eq(w.bad, 0);
+		ck_assert_msg(w.at_end == 0, "max_tokens %d: %lld bytes used after the only request ended", max_tokens,
+		              (long long)w.at_end);
+	}
+	sched_metrics m;
+	sched_metrics_get(sch, &m);
+	ck_assert_int_eq(m.kv_bytes_used, 0);
 }
 END_TEST
 
@@ -1051,6 +1103,7 @@ static Suite *scheduler_suite(void)
 	tcase_add_test(tc, test_queue_full);
 	tcase_add_test(tc, test_invalid);
 	tcase_add_test(tc, test_metrics);
+	tcase_add_test(tc, test_kv_gauge);
 	tcase_add_test(tc, test_device_sampling);
 	tcase_add_test(tc, test_adaptive_split_prompt);
 	suite_add_tcase(s, tc);

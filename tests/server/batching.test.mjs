@@ -172,15 +172,33 @@ describe('a flood beyond the queue', () => {
   });
 
   test('gets 429 with Retry-After, while every admitted request completes as it would alone', async () => {
-    const bodies = Array.from({ length: 48 }, (_, i) => ({ prompt: promptIds(10 + i, 5000 + i), max_tokens: 16,
+    // The test decides when the queue is full: 12 long requests, each sent once the last is seen running or waiting
+    // (a burst could find the queue full before the engine took any into a slot), take the 4 slots and the 8 places
+    // of the queue — a request of 400 tokens lasts 1.2 s at least at 3 ms a step — and only then do 36 short ones come.
+    const long = Array.from({ length: 12 }, (_, i) => ({ prompt: promptIds(10 + i, 5000 + i), max_tokens: 400,
+      temperature: 0 }));
+    const short = Array.from({ length: 36 }, (_, i) => ({ prompt: promptIds(22 + i, 6000 + i), max_tokens: 16,
       temperature: 0 }));
     const before0 = await metrics(srv.port);
-    const rs = await Promise.all(bodies.map((b) => complete(srv, b)));
+    const first = [];
+    for (const b of long) {
+      first.push(complete(srv, b));
+      await until(async () => {
+        const m = await metrics(srv.port);
+        return m.get('aahd_requests_running') + m.get('aahd_requests_waiting') === first.length;
+      }, 20000, `request ${first.length} running or waiting`);
+    }
+    const m0 = await metrics(srv.port);
+    assert.equal(m0.get('aahd_requests_running'), 4);
+    assert.equal(m0.get('aahd_requests_waiting'), 8);
+    const flood = await Promise.all(short.map((b) => complete(srv, b)));
+    const rs = [...(await Promise.all(first)), ...flood];
+    const bodies = [...long, ...short];
     const ok = rs.flatMap((r, i) => (r.status === 200 ? [i] : []));
     const refused = rs.filter((r) => r.status === 429);
     assert.equal(ok.length + refused.length, rs.length, rs.map((r) => r.status).join());
     assert.ok(refused.length >= 1, 'some were refused');
-    assert.ok(ok.length >= 4 + 8, `the slots and the queue were filled (${ok.length} admitted)`);
+    for (let i = 0; i < 12; i++) assert.equal(rs[i].status, 200, `long request ${i}: ${rs[i].text}`);
     for (const r of refused) {
       assert.equal(r.json.error.code, 'queue_full');
       assert.equal(r.json.error.type, 'rate_limit_error');
@@ -189,9 +207,9 @@ describe('a flood beyond the queue', () => {
     for (const i of ok) {
       const c = rs[i].json.choices[0];
       assert.equal(c.finish_reason, 'length');
-      assert.equal(rs[i].json.usage.completion_tokens, 16);
+      assert.equal(rs[i].json.usage.completion_tokens, bodies[i].max_tokens);
     }
-    for (const i of ok.slice(0, 6)) {   // and the same text as alone
+    for (const i of [0, 7, ...ok.filter((i) => i >= 12).slice(0, 2)]) {   // and the same text as alone
       const one = await complete(srv, bodies[i]);
       assert.equal(rs[i].json.choices[0].text, one.json.choices[0].text, `request ${i}`);
     }

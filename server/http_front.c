@@ -1,0 +1,1127 @@
+/* server/http_front.c — see http_front.h. Every connection is a small state machine on one epoll thread:
+ *   HOLD     over max_connections: its first head is read (not passed on) until a slot frees, oldest first; a probe
+ *            (GET /health, GET /metrics) takes a probe slot at once; after request_timeout it is answered 503.
+ *   ACTIVE   has libmicrohttpd's socketpair: client bytes go through http_framing to it, its bytes back as they come.
+ *            One request at a time: the next is parsed only after libmicrohttpd completed the last, so that every
+ *            byte from it belongs to a known request, and the front may answer a request itself (a framing error,
+ *            a deadline) once the earlier answers are through.
+ *   CLOSING  the last answer is written, then the write side shut and the client's bytes read and dropped until it
+ *            closes, or LINGER_* pass: a lingering close, so that a client still sending a body reads the answer
+ *            instead of a reset (a client cut for trickling lingers a second only). It holds no slot.
+ * A request's phases inside ACTIVE: IDLE (none yet; connection_timeout), HEAD and BODY (request_timeout from its
+ * first byte), WAIT (all passed on; libmicrohttpd's to answer). */
+#include "server/http_front.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/http_framing.h"
+#include "server/log.h"
+
+#define IN_CAP 8192                      /* client bytes read, not yet parsed */
+#define FWD_CAP HTTP_FRAMING_OUT_MIN     /* canonical bytes for libmicrohttpd; a head is parsed only into an empty one */
+#define OUT_CAP 32768                    /* bytes for the client */
+#define ANSWER_ROOM 1024                 /* kept free in out for an answer of the front's own */
+#define LINGER_TIME_S 30.0               /* a lingering close lasts at most this long (nginx's lingering_time) */
+#define LINGER_IDLE_S 5.0                /* … and ends when the client sends nothing for this long (lingering_timeout) */
+#define LINGER_BYTES ((uint64_t)64 << 20)/* … or has sent this much */
+#define LINGER_SHORT_S 1.0               /* … or this long for a client cut for being slow (which would linger on) */
+#define IDLE_RECLAIM_S 1.0               /* a connection idle this long between requests may give its slot up */
+#define BURST_QUIET_S 1.0                /* a burst over the limit ends after this long without one */
+#define BURST_REPEAT_S 60.0              /* a lasting burst is logged again this often */
+
+struct http_front_link {
+	atomic_int refs;                  /* the front's and libmicrohttpd's */
+	atomic_bool answered;             /* a response was queued for the current request */
+	atomic_uint completed;            /* requests libmicrohttpd has completed */
+	atomic_int refused;               /* the front answered the request libmicrohttpd had begun (its status) */
+	bool probe;
+	int fd;                           /* libmicrohttpd's end of the socketpair */
+	http_front *front;
+	http_front_link *next;            /* in front->pending until taken */
+};
+
+typedef enum conn_state { CONN_HOLD, CONN_ACTIVE, CONN_CLOSING } conn_state;
+typedef enum req_phase { REQ_IDLE, REQ_HEAD, REQ_BODY, REQ_WAIT } req_phase;
+
+struct conn;
+typedef struct ep_tag {
+	int kind;                         /* TAG_CLIENT, TAG_INNER, TAG_LISTEN, TAG_WAKE */
+	struct conn *c;
+} ep_tag;
+enum { TAG_CLIENT, TAG_INNER, TAG_LISTEN, TAG_WAKE };
+
+typedef struct conn {
+	struct conn *prev, *next;         /* every connection */
+	struct conn *hold_next;           /* HOLD: the waiting ones, oldest first */
+	struct conn *dead_next;
+	ep_tag tag_c, tag_i;
+	int cfd, ifd;                     /* the client; our end of the socketpair (-1: none) */
+	uint32_t ev_c, ev_i;              /* epoll interest now (ev_i 0 and !in_epoll: not registered) */
+	bool in_epoll;
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	char peer[64];
+	conn_state state;
+	req_phase phase;
+	bool dead;
+	bool probe;                       /* holds a probe slot */
+	bool head_held;                   /* HOLD: its first head is parsed and waits */
+	bool rd_eof;                      /* the client's bytes are all read (recv gave 0) */
+	bool peer_shut;                   /* the client shut its write side (RDHUP or rd_eof) */
+	bool client_dead;                 /* reset, or an error on it */
+	bool inner_hup;                   /* libmicrohttpd closed its end: what is left is read, then inner_eof */
+	bool inner_eof;
+	bool mhd_done;                    /* libmicrohttpd answered while the body was still coming: it closes next */
+	bool close_after;                 /* close once the current request is answered */
+	bool probe_sent;                  /* the 102 that tells a half-closed client from a gone one */
+	bool shut_wr;
+	bool short_linger;                /* a client cut for slowness: its lingering close lasts LINGER_SHORT_S */
+	bool answer_pending;              /* the front answers this request once the earlier answers are through */
+	int32_t ans_status, ans_retry;
+	const char *ans_type, *ans_code;
+	char ans_msg[200];
+	http_front_link *link;
+	unsigned seen;                    /* completions taken */
+	uint64_t owed;                    /* bytes of earlier answers still in the socketpair */
+	uint64_t resp_bytes;              /* bytes read from it for the current request */
+	uint64_t discarded;
+	int32_t minor;
+	double t_accept, t_phase, t_progress, t_linger, t_read;
+	char *in, *fwd, *out;             /* one allocation: IN_CAP, FWD_CAP, OUT_CAP */
+	size_t in_len, fwd_off, fwd_len, out_off, out_len;
+	http_framing fr;
+} conn;
+
+struct http_front {
+	http_front_params p;
+	struct sockaddr_storage laddr;
+	int lfd, epfd, wfd;
+	uint16_t port;
+	pthread_t th;
+	bool started;
+	pthread_mutex_t mu;               /* pending */
+	http_front_link *pending;         /* admitted, not yet taken by libmicrohttpd */
+	atomic_bool quiesce_req, stop_req;
+	/* the front thread's own */
+	ep_tag tag_listen, tag_wake;
+	bool listening, quiesced;
+	double accept_pause_until;
+	conn *all, *hold_head, *hold_tail, *dead;
+	int32_t n_active, n_probe, n_hold, n_total;
+	/* the current burst over the limit, for one log line */
+	bool burst;
+	double burst_t0, burst_last, burst_logged, burst_longest;
+	uint64_t b_waited, b_503, b_429, b_probes, b_idle_closed;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool again(void)
+{
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
+
+static void wake(http_front *f)
+{
+	uint64_t one = 1;
+	ssize_t w = write(f->wfd, &one, sizeof one);
+	(void)w;   /* a full counter wakes the thread as well */
+}
+
+/* ---- links: libmicrohttpd's side ---- */
+
+static void link_unref(http_front_link *l)
+{
+	if (l && atomic_fetch_sub(&l->refs, 1) == 1)
+		free(l);
+}
+
+http_front_link *http_front_link_take(http_front *f, int fd)
+{
+	pthread_mutex_lock(&f->mu);
+	http_front_link **p = &f->pending;
+	while (*p && (*p)->fd != fd)
+		p = &(*p)->next;
+	http_front_link *l = *p;
+	if (l)
+		*p = l->next;
+	pthread_mutex_unlock(&f->mu);
+	return l;
+}
+
+void http_front_link_release(http_front_link *l) { link_unref(l); }
+void http_front_link_answered(http_front_link *l) { atomic_store(&l->answered, true); }
+bool http_front_link_probe(const http_front_link *l) { return l->probe; }
+int http_front_link_refused(http_front_link *l) { return atomic_load(&l->refused); }
+
+void http_front_link_completed(http_front_link *l)
+{
+	atomic_fetch_add(&l->completed, 1);
+	wake(l->front);
+}
+
+/* ---- connections ---- */
+
+static const char *reason(int s)
+{
+	switch (s) {
+	case 102: return "Processing";
+	case 400: return "Bad Request";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
+	default: return "Internal Server Error";
+	}
+}
+
+static void epoll_set(http_front *f, int fd, ep_tag *tag, uint32_t *cur, bool *registered, uint32_t want)
+{
+	if (fd < 0)
+		return;
+	struct epoll_event ev = { .events = want, .data.ptr = tag };
+	if (registered && !*registered) {
+		if (epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+			*registered = true;
+		*cur = want;
+		return;
+	}
+	if (want != *cur && epoll_ctl(f->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+		*cur = want;
+}
+
+static void inner_close(http_front *f, conn *c)
+{
+	if (c->ifd < 0)
+		return;
+	if (c->in_epoll)
+		epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->ifd, NULL);
+	c->in_epoll = false;
+	close(c->ifd);
+	c->ifd = -1;
+	c->owed = 0;
+	if (c->probe)
+		f->n_probe--;
+	else if (c->state == CONN_ACTIVE)
+		f->n_active--;
+	c->probe = false;
+}
+
+static void hold_remove(http_front *f, conn *c)
+{
+	conn **p = &f->hold_head, *prev = NULL;
+	while (*p && *p != c) {
+		prev = *p;
+		p = &(*p)->hold_next;
+	}
+	if (!*p)
+		return;
+	*p = c->hold_next;
+	if (f->hold_tail == c)
+		f->hold_tail = prev;
+	c->hold_next = NULL;
+	f->n_hold--;
+}
+
+static void conn_free(http_front *f, conn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	if (c->state == CONN_HOLD)
+		hold_remove(f, c);
+	inner_close(f, c);
+	if (c->cfd >= 0) {
+		epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->cfd, NULL);
+		close(c->cfd);
+		c->cfd = -1;
+	}
+	link_unref(c->link);
+	c->link = NULL;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		f->all = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	f->n_total--;
+	c->dead_next = f->dead;   /* freed at the end of the loop's turn: an event of this turn may still name it */
+	f->dead = c;
+}
+
+static void burst_note(http_front *f, double now)
+{
+	if (!f->burst) {
+		f->burst = true;
+		f->burst_t0 = f->burst_logged = now;
+		f->burst_longest = 0;
+		f->b_waited = f->b_503 = f->b_429 = f->b_probes = f->b_idle_closed = 0;
+	}
+	f->burst_last = now;
+}
+
+static void burst_log(http_front *f, double now, bool ended)
+{
+	log_msg(LOG_WARN, NULL,
+	        "connections: the limit of %d %s %.1fs: %llu waited for a slot and got it (longest %.2fs; %llu idle "
+	        "connections closed for them), %llu answered 503 after request_timeout, %llu answered 429 "
+	        "(per_ip_connections %d), %llu probes served beyond it",
+	        f->p.max_connections, ended ? "was reached for" : "has been reached for", now - f->burst_t0,
+	        (unsigned long long)f->b_waited, f->burst_longest, (unsigned long long)f->b_idle_closed,
+	        (unsigned long long)f->b_503, (unsigned long long)f->b_429, f->p.per_ip_connections,
+	        (unsigned long long)f->b_probes);
+}
+
+static void burst_tick(http_front *f, double now)
+{
+	if (!f->burst)
+		return;
+	if (f->n_hold > 0 || f->n_active >= f->p.max_connections)
+		f->burst_last = now;
+	if (now - f->burst_last >= BURST_QUIET_S) {
+		burst_log(f, now, true);
+		f->burst = false;
+	} else if (now - f->burst_logged >= BURST_REPEAT_S) {
+		burst_log(f, now, false);
+		f->burst_logged = now;
+	}
+}
+
+/* Appends the front's own answer (the API's error object) to out. */
+static void answer_write(conn *c, int status, const char *type, const char *code, int retry, const char *msg)
+{
+	char clean[200];
+	size_t n = 0;
+	for (; msg[n] && n < sizeof clean - 1; n++)   /* valid UTF-8 for the encoder, whatever a client's bytes were */
+		clean[n] = (unsigned char)msg[n] >= 0x80 || (unsigned char)msg[n] < 0x20 ? '?' : msg[n];
+	clean[n] = 0;
+	json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", clean, "type", type, "param", "code", code);
+	char *body = e ? json_dumps(e, JSON_COMPACT) : NULL;
+	json_decref(e);
+	const char *b = body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+	char retry_h[40] = "";
+	if (retry > 0)
+		snprintf(retry_h, sizeof retry_h, "Retry-After: %d\r\n", retry);
+	char head[256];
+	int hn = snprintf(head, sizeof head,
+	                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
+	                  status, reason(status), strlen(b), retry_h);
+	if (c->out_off > 0) {
+		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+		c->out_len -= c->out_off;
+		c->out_off = 0;
+	}
+	size_t bl = strlen(b);
+	if (c->out_len + (size_t)hn + bl <= OUT_CAP) {
+		memcpy(c->out + c->out_len, head, (size_t)hn);
+		memcpy(c->out + c->out_len + (size_t)hn, b, bl);
+		c->out_len += (size_t)hn + bl;
+	}
+	free(body);
+}
+
+static void to_closing(http_front *f, conn *c)
+{
+	inner_close(f, c);
+	if (c->state == CONN_HOLD)
+		hold_remove(f, c);
+	c->state = CONN_CLOSING;
+	c->in_len = 0;
+}
+
+/* The front answers the current request itself. Where libmicrohttpd has already answered it, its answer stands and
+ * the connection closes after it; otherwise the front's goes out once earlier answers are through. */
+static void conn_refuse(http_front *f, conn *c, int status, const char *type, const char *code, int retry,
+                        const char *msg)
+{
+	if (c->answer_pending || c->state == CONN_CLOSING)
+		return;
+	if (c->state == CONN_ACTIVE && c->link && c->phase >= REQ_BODY &&
+	    (atomic_load(&c->link->answered) || c->resp_bytes > 0)) {
+		c->mhd_done = true;
+		c->close_after = true;
+		return;
+	}
+	/* one line per request answered, as for libmicrohttpd's (the connection limit's refusals go into the burst's
+	 * line instead) */
+	const bool limit = status == 429 || (status == 503 && !strcmp(code, "server_busy"));
+	log_msg(limit ? LOG_DEBUG : LOG_INFO, NULL, "%s %s %d from %s (answered by the front): %s",
+	        *c->fr.req.method ? c->fr.req.method : "-", *c->fr.req.path ? c->fr.req.path : "-", status, c->peer, msg);
+	if (c->link)   /* libmicrohttpd may have begun it: its completion then neither counts nor logs it again */
+		atomic_store(&c->link->refused, status);
+	if (f->p.answered)
+		f->p.answered(f->p.ctx, status);
+	c->answer_pending = true;
+	c->ans_status = status;
+	c->ans_type = type;
+	c->ans_code = code;
+	c->ans_retry = retry;
+	snprintf(c->ans_msg, sizeof c->ans_msg, "%s", msg);
+}
+
+static conn *conn_new(http_front *f, int fd, const struct sockaddr_storage *a, socklen_t al, double now)
+{
+	conn *c = calloc(1, sizeof *c);
+	char *bufs = c ? malloc(IN_CAP + FWD_CAP + OUT_CAP) : NULL;
+	if (!bufs) {
+		free(c);
+		return NULL;
+	}
+	c->in = bufs;
+	c->fwd = bufs + IN_CAP;
+	c->out = bufs + IN_CAP + FWD_CAP;
+	c->cfd = fd;
+	c->ifd = -1;
+	c->addr = *a;
+	c->addr_len = al;
+	c->tag_c = (ep_tag){ TAG_CLIENT, c };
+	c->tag_i = (ep_tag){ TAG_INNER, c };
+	c->t_accept = c->t_progress = c->t_phase = now;
+	http_framing_init(&c->fr, f->p.max_body_bytes);
+	if (a->ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, c->peer, sizeof c->peer);
+	else if (a->ss_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, c->peer, sizeof c->peer);
+	else
+		snprintf(c->peer, sizeof c->peer, "?");
+	c->next = f->all;
+	if (f->all)
+		f->all->prev = c;
+	f->all = c;
+	f->n_total++;
+	c->ev_c = EPOLLIN | EPOLLRDHUP;
+	struct epoll_event ev = { .events = c->ev_c, .data.ptr = &c->tag_c };
+	epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev);
+	return c;
+}
+
+/* Gives c a socketpair to libmicrohttpd (a probe slot when probe). */
+static void conn_admit(http_front *f, conn *c, bool probe, double now)
+{
+	if (c->state == CONN_HOLD) {
+		hold_remove(f, c);
+		if (!probe) {
+			f->b_waited++;
+			if (now - c->t_accept > f->burst_longest)
+				f->burst_longest = now - c->t_accept;
+		}
+	}
+	int sv[2];
+	http_front_link *l = calloc(1, sizeof *l);
+	if (!l || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
+		free(l);
+		c->state = CONN_ACTIVE;   /* so that the answer goes out as for any request */
+		conn_refuse(f, c, 503, "server_error", "server_busy", 1, "no socket for the connection; retry");
+		return;
+	}
+	atomic_init(&l->refs, 2);
+	atomic_init(&l->answered, false);
+	atomic_init(&l->completed, 0);
+	atomic_init(&l->refused, 0);
+	l->probe = probe;
+	l->fd = sv[1];
+	l->front = f;
+	pthread_mutex_lock(&f->mu);
+	for (http_front_link **p = &f->pending; *p;) {   /* the same fd number again: that one was never taken */
+		if ((*p)->fd == sv[1]) {
+			http_front_link *stale = *p;
+			*p = stale->next;
+			link_unref(stale);
+		} else {
+			p = &(*p)->next;
+		}
+	}
+	l->next = f->pending;
+	f->pending = l;
+	pthread_mutex_unlock(&f->mu);
+	c->state = CONN_ACTIVE;
+	c->head_held = false;
+	c->probe = probe;
+	if (probe)
+		f->n_probe++;
+	else
+		f->n_active++;
+	c->ifd = sv[0];
+	c->link = l;
+	c->in_epoll = false;
+	c->ev_i = 0;
+	c->t_progress = now;   /* (a request's clock runs from its first byte, also while it waited) */
+	if (f->p.admit(f->p.ctx, sv[1], (const struct sockaddr *)&c->addr, c->addr_len) != 0) {
+		http_front_link *taken = http_front_link_take(f, sv[1]);
+		link_unref(taken);
+		inner_close(f, c);
+		conn_refuse(f, c, 503, "server_error", "server_busy", 1, "the server could not take the connection; retry");
+	}
+}
+
+static bool held_probe(const conn *c)
+{
+	const http_framing_request *r = &c->fr.req;
+	return c->head_held && !strcmp(r->method, "GET") && (!strcmp(r->path, "/health") || !strcmp(r->path, "/metrics"));
+}
+
+/* A held connection's head is in: a probe takes a probe slot at once (or when one frees: admit_held). */
+static void hold_head_done(http_front *f, conn *c, double now)
+{
+	if (held_probe(c) && f->n_probe < f->p.probe_connections && !f->quiesced) {
+		conn_admit(f, c, true, now);
+		c->close_after = true;
+		f->b_probes++;
+	}
+}
+
+/* Parses what the client sent into fwd. */
+static bool conn_parse(http_front *f, conn *c, double now)
+{
+	if (c->state == CONN_CLOSING || c->answer_pending || c->mhd_done || c->phase == REQ_WAIT ||
+	    (c->state == CONN_HOLD && c->head_held) || (c->close_after && c->phase == REQ_IDLE))
+		return false;
+	if (c->fwd_off > 0) {
+		memmove(c->fwd, c->fwd + c->fwd_off, c->fwd_len - c->fwd_off);
+		c->fwd_len -= c->fwd_off;
+		c->fwd_off = 0;
+	}
+	bool progress = false;
+	size_t off = 0;
+	/* also with no input left: a head without a body ends its request at once (HTTP_FRAMING_END next) */
+	while (c->phase != REQ_WAIT && !c->answer_pending && !c->head_held) {
+		bool was_started = c->fr.started;
+		http_framing_event ev;
+		size_t k = http_framing_feed(&c->fr, c->in + off, c->in_len - off, c->fwd, FWD_CAP, &c->fwd_len, &ev);
+		off += k;
+		progress |= k > 0;
+		if (!was_started && c->fr.started && c->phase == REQ_IDLE) {
+			c->phase = REQ_HEAD;
+			c->t_phase = now;
+		}
+		if (ev == HTTP_FRAMING_HEAD) {
+			c->phase = REQ_BODY;
+			c->minor = c->fr.req.minor;
+			c->resp_bytes = 0;
+			progress = true;
+			if (c->state == CONN_HOLD) {
+				c->head_held = true;
+				hold_head_done(f, c, now);
+			}
+		} else if (ev == HTTP_FRAMING_END) {
+			c->phase = REQ_WAIT;
+			progress = true;
+		} else if (ev == HTTP_FRAMING_ERROR) {
+			const int s = c->fr.status;
+			conn_refuse(f, c, s, "invalid_request_error",
+			            s == 413 ? "request_too_large" : s == 414 || s == 431 ? "header_too_large"
+			            : s == 501 ? "not_implemented" : s == 505 ? "http_version_not_supported" : "bad_request",
+			            0, c->fr.message);
+			progress = true;
+		} else {
+			break;   /* more input wanted, or fwd full */
+		}
+	}
+	if (off > 0) {
+		memmove(c->in, c->in + off, c->in_len - off);
+		c->in_len -= off;
+	}
+	return progress;
+}
+
+/* Moves bytes: client → in (or dropped), in → fwd, fwd → libmicrohttpd, it → out, out → client. */
+static bool conn_pump(http_front *f, conn *c, double now)
+{
+	bool any = false, progress;
+	do {
+		progress = false;
+		if (c->cfd >= 0 && !c->rd_eof && !c->client_dead) {
+			ssize_t r = 0;
+			bool drop = c->state == CONN_CLOSING || c->mhd_done;
+			char junk[16384];
+			if (drop)
+				r = recv(c->cfd, junk, sizeof junk, 0);
+			else if (c->in_len < IN_CAP && !(c->state == CONN_HOLD && c->head_held))
+				r = recv(c->cfd, c->in + c->in_len, IN_CAP - c->in_len, 0);
+			else
+				r = -2;
+			if (r > 0) {
+				if (drop) {
+					c->discarded += (uint64_t)r;
+					c->in_len = 0;
+				} else {
+					c->in_len += (size_t)r;
+				}
+				c->t_read = now;
+				progress = true;
+			} else if (r == 0) {
+				c->rd_eof = c->peer_shut = true;
+				progress = true;
+			} else if (r == -1 && !again()) {
+				c->client_dead = true;
+			}
+		}
+		progress |= conn_parse(f, c, now);
+		if (c->ifd >= 0 && !c->inner_hup && c->fwd_off < c->fwd_len) {
+			ssize_t w = send(c->ifd, c->fwd + c->fwd_off, c->fwd_len - c->fwd_off, MSG_NOSIGNAL);
+			if (w > 0) {
+				c->fwd_off += (size_t)w;
+				if (c->fwd_off == c->fwd_len)
+					c->fwd_off = c->fwd_len = 0;
+				progress = true;
+			} else if (w < 0 && !again()) {
+				c->inner_hup = true;
+			}
+		}
+		if (c->ifd >= 0 && !c->inner_eof) {
+			if (c->out_off > 0) {
+				memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+				c->out_len -= c->out_off;
+				c->out_off = 0;
+			}
+			size_t room = OUT_CAP - ANSWER_ROOM > c->out_len ? OUT_CAP - ANSWER_ROOM - c->out_len : 0;
+			if (c->answer_pending && room > c->owed)
+				room = (size_t)c->owed;   /* earlier answers only: what comes after is dropped with the socketpair */
+			if (room > 0) {
+				ssize_t r = recv(c->ifd, c->out + c->out_len, room, 0);
+				if (r > 0) {
+					c->out_len += (size_t)r;
+					if (c->owed >= (uint64_t)r) {
+						c->owed -= (uint64_t)r;
+					} else {
+						c->resp_bytes += (uint64_t)r - c->owed;
+						c->owed = 0;
+					}
+					progress = true;
+				} else if (r == 0 || !again()) {
+					c->inner_eof = true;
+					progress = true;
+				} else if (c->inner_hup) {
+					c->inner_eof = true;   /* closed, and nothing left to read */
+					progress = true;
+				}
+			}
+		}
+		if (c->cfd >= 0 && !c->client_dead && c->out_off < c->out_len) {
+			ssize_t w = send(c->cfd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+			if (w > 0) {
+				c->out_off += (size_t)w;
+				if (c->out_off == c->out_len)
+					c->out_off = c->out_len = 0;
+				c->t_progress = now;
+				progress = true;
+			} else if (w < 0 && !again()) {
+				c->client_dead = true;
+			}
+		}
+		any |= progress;
+	} while (progress && !c->client_dead);
+	return any;
+}
+
+/* libmicrohttpd completed requests: the next may be parsed. Returns true when it had. */
+static bool conn_completions(http_front *f, conn *c, double now)
+{
+	if (!c->link)
+		return false;
+	unsigned done = atomic_load(&c->link->completed);
+	bool any = c->seen != done;
+	while (c->seen != done) {
+		c->seen++;
+		if (c->phase == REQ_WAIT) {
+			c->phase = REQ_IDLE;
+			atomic_store(&c->link->answered, false);
+			int q = 0;
+			if (c->ifd >= 0 && ioctl(c->ifd, FIONREAD, &q) == 0 && q > 0)
+				c->owed = (uint64_t)q;   /* its answer's tail, not read yet: all of it is in, and nothing after */
+			c->resp_bytes = 0;
+			c->probe_sent = false;
+			c->t_progress = now;
+		} else if (c->phase != REQ_IDLE) {
+			c->mhd_done = c->close_after = true;   /* answered before its body came; it closes next */
+		}
+	}
+	return any;
+}
+
+static double conn_due(const http_front *f, const conn *c)
+{
+	double d = INFINITY;
+	const double rt = f->p.request_timeout_s, idle = f->p.idle_timeout_s;
+	const bool out_pending = c->out_off < c->out_len;
+	switch (c->state) {
+	case CONN_HOLD:
+		d = c->t_accept + rt;
+		break;
+	case CONN_ACTIVE:
+		if ((c->phase == REQ_HEAD || c->phase == REQ_BODY) && !c->mhd_done && !c->answer_pending)
+			d = fmin(d, c->t_phase + rt);
+		if (out_pending || (c->phase == REQ_IDLE && c->in_len == 0))
+			d = fmin(d, c->t_progress + idle);
+		break;
+	case CONN_CLOSING:
+		if (out_pending)
+			d = fmin(d, c->t_progress + idle);
+		if (c->shut_wr)
+			d = fmin(d, fmin(c->t_linger + (c->short_linger ? LINGER_SHORT_S : LINGER_TIME_S),
+			                 c->t_read + LINGER_IDLE_S));
+		break;
+	}
+	return d;
+}
+
+/* What follows from the state after the bytes moved: answers, closes, deadlines. Returns true when it changed
+ * something that may let more bytes move. */
+static bool conn_step(http_front *f, conn *c, double now)
+{
+	if (c->client_dead) {
+		conn_free(f, c);
+		return false;
+	}
+	bool changed = false;
+	const bool out_empty = c->out_off == c->out_len;
+	changed |= conn_completions(f, c, now);
+	if (c->ifd >= 0 && c->inner_eof) {
+		/* libmicrohttpd closed: a request it left unanswered gets an answer here */
+		bool owed = c->phase != REQ_IDLE && !c->answer_pending && !c->mhd_done && c->link &&
+		            !atomic_load(&c->link->answered) && c->resp_bytes == 0;
+		inner_close(f, c);
+		if (owed)
+			conn_refuse(f, c, 503, "server_error", "server_busy", 1, "the request could not be served; retry");
+		else if (!c->answer_pending)
+			to_closing(f, c);
+		changed = true;
+	}
+	if (c->answer_pending && (c->ifd < 0 || c->owed == 0)) {
+		inner_close(f, c);
+		to_closing(f, c);
+		answer_write(c, c->ans_status, c->ans_type, c->ans_code, c->ans_retry, c->ans_msg);
+		c->answer_pending = false;
+		changed = true;
+	}
+	/* a client that shut its side while its request runs: a 102 (any HTTP/1.1 client skips it) tells a half-close,
+	 * which still reads the answer, from a close, which answers it with a reset and so cancels the request */
+	if (c->state == CONN_ACTIVE && c->peer_shut && c->phase == REQ_WAIT && c->minor >= 1 && !c->probe_sent &&
+	    c->link && !atomic_load(&c->link->answered) && c->owed == 0 && out_empty) {
+		static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
+		memcpy(c->out, processing, sizeof processing - 1);
+		c->out_off = 0;
+		c->out_len = sizeof processing - 1;
+		c->probe_sent = true;
+		changed = true;
+	}
+	if (c->rd_eof && c->state != CONN_CLOSING) {
+		if (c->state == CONN_HOLD && !c->head_held) {
+			conn_free(f, c);   /* gone before its request was in */
+			return false;
+		}
+		if (c->state == CONN_ACTIVE && c->in_len == 0 && (c->phase == REQ_HEAD || c->phase == REQ_BODY) &&
+		    !c->answer_pending && !c->mhd_done) {
+			conn_free(f, c);   /* its request can never be complete */
+			return false;
+		}
+		if (c->state == CONN_ACTIVE && c->phase == REQ_IDLE && c->in_len == 0)
+			c->close_after = true;
+	}
+	if (c->state == CONN_ACTIVE && c->close_after && c->phase == REQ_IDLE && c->owed == 0 &&
+	    c->out_off == c->out_len && c->fwd_len == 0) {
+		if (c->rd_eof) {
+			conn_free(f, c);
+			return false;
+		}
+		to_closing(f, c);
+		changed = true;
+	}
+	if (c->state == CONN_CLOSING) {
+		if (c->out_off == c->out_len && !c->shut_wr) {
+			shutdown(c->cfd, SHUT_WR);
+			c->shut_wr = true;
+			c->t_linger = c->t_read = now;
+		}
+		if (c->shut_wr && (c->rd_eof || c->discarded > LINGER_BYTES)) {
+			conn_free(f, c);
+			return false;
+		}
+	}
+	if (now >= conn_due(f, c)) {
+		if (c->state == CONN_HOLD) {
+			f->b_503++;
+			hold_remove(f, c);   /* (still HOLD, out of the queue) */
+			c->short_linger = !c->head_held;   /* not even its head in: it trickles */
+			conn_refuse(f, c, 503, "server_error", "server_busy", 1,
+			            "every connection slot stayed busy: retry later (max_connections)");
+		} else if (c->state == CONN_ACTIVE && (c->phase == REQ_HEAD || c->phase == REQ_BODY) &&
+		           now >= c->t_phase + f->p.request_timeout_s) {
+			char msg[128];
+			snprintf(msg, sizeof msg, "the request's head and body did not arrive within request_timeout (%gs)",
+			         f->p.request_timeout_s);
+			c->short_linger = true;
+			conn_refuse(f, c, 408, "invalid_request_error", "request_timeout", 0, msg);
+		} else {
+			conn_free(f, c);   /* idle, a client not reading its answer, or a lingering close that has lasted */
+			return false;
+		}
+		changed = true;
+	}
+	return changed;
+}
+
+static void conn_interest(http_front *f, conn *c)
+{
+	if (c->dead)
+		return;
+	uint32_t want_c = 0;
+	if (!c->rd_eof && (c->state == CONN_CLOSING || c->mhd_done ||
+	                   (c->in_len < IN_CAP && !(c->state == CONN_HOLD && c->head_held))))
+		want_c |= EPOLLIN;
+	if (!c->peer_shut)
+		want_c |= EPOLLRDHUP;
+	if (c->out_off < c->out_len)
+		want_c |= EPOLLOUT;
+	bool reg = true;
+	epoll_set(f, c->cfd, &c->tag_c, &c->ev_c, &reg, want_c);
+	if (c->ifd < 0)
+		return;
+	if (c->inner_hup) {   /* whatever is left is read as out drains: no more events wanted (a HUP repeats) */
+		if (c->in_epoll)
+			epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->ifd, NULL);
+		c->in_epoll = false;
+		return;
+	}
+	uint32_t want_i = EPOLLRDHUP;
+	if (c->out_len < OUT_CAP - ANSWER_ROOM)
+		want_i |= EPOLLIN;
+	if (c->fwd_off < c->fwd_len)
+		want_i |= EPOLLOUT;
+	epoll_set(f, c->ifd, &c->tag_i, &c->ev_i, &c->in_epoll, want_i);
+}
+
+static void conn_run(http_front *f, conn *c, double now)
+{
+	for (int i = 0; i < 16 && !c->dead; i++) {
+		bool moved = conn_pump(f, c, now);
+		bool changed = conn_step(f, c, now);
+		if (!moved && !changed)
+			break;
+	}
+	conn_interest(f, c);
+}
+
+/* ---- the thread ---- */
+
+static int32_t same_peer(const http_front *f, const conn *c)
+{
+	int32_t n = 0;
+	for (const conn *o = f->all; o; o = o->next)
+		if (o != c && o->state != CONN_CLOSING && !strcmp(o->peer, c->peer))
+			n++;
+	return n;
+}
+
+static void accept_all(http_front *f, double now)
+{
+	const int32_t cap = 3 * f->p.max_connections + f->p.probe_connections;
+	while (f->listening && f->n_total < cap && now >= f->accept_pause_until) {
+		struct sockaddr_storage a;
+		socklen_t al = sizeof a;
+		int fd = accept4(f->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				log_msg(LOG_WARN, NULL, "connections: cannot accept (%s): pausing 100 ms", strerror(errno));
+				f->accept_pause_until = now + 0.1;
+			}
+			if (errno == ECONNABORTED || errno == EINTR)
+				continue;
+			break;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* an SSE event leaves at once */
+		conn *c = conn_new(f, fd, &a, al, now);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		if (f->p.per_ip_connections > 0 && same_peer(f, c) >= f->p.per_ip_connections) {
+			burst_note(f, now);
+			f->b_429++;
+			c->state = CONN_ACTIVE;
+			conn_refuse(f, c, 429, "rate_limit_error", "too_many_connections", 1,
+			            "too many connections from this address (per_ip_connections)");
+		} else if (f->n_active < f->p.max_connections && !f->hold_head) {
+			conn_admit(f, c, false, now);
+		} else {
+			c->state = CONN_HOLD;
+			if (f->hold_tail)
+				f->hold_tail->hold_next = c;
+			else
+				f->hold_head = c;
+			f->hold_tail = c;
+			f->n_hold++;
+			burst_note(f, now);
+		}
+		conn_run(f, c, now);
+	}
+	bool want = f->lfd >= 0 && !f->quiesced && f->n_total < cap && now >= f->accept_pause_until;
+	if (f->lfd >= 0 && want != f->listening) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &f->tag_listen };
+		epoll_ctl(f->epfd, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, f->lfd, &ev);
+		f->listening = want;
+	}
+}
+
+/* The connection idle longest between requests — it has had one, nothing of the next has come for a second, and
+ * nothing is left to write — or NULL. (A connection that has not sent its first request yet is about to.) */
+static conn *idle_victim(http_front *f, double now)
+{
+	conn *best = NULL;
+	for (conn *c = f->all; c; c = c->next)
+		if (c->state == CONN_ACTIVE && !c->probe && c->ifd >= 0 && c->phase == REQ_IDLE && !c->fr.started &&
+		    c->seen > 0 && now - c->t_progress >= IDLE_RECLAIM_S &&
+		    c->in_len == 0 && c->out_off == c->out_len && c->fwd_len == 0 && c->owed == 0 && !c->answer_pending &&
+		    (!best || c->t_progress < best->t_progress)) {
+			int q = 0;   /* not one whose next request is already here, unread */
+			if (ioctl(c->cfd, FIONREAD, &q) == 0 && q == 0)
+				best = c;
+		}
+	return best;
+}
+
+static void admit_held(http_front *f, double now)
+{
+	/* a waiting connection takes the slot of one idle between requests, as nginx reuses idle keep-alive
+	 * connections: the limit is on connections at work (a client's pool reconnects a closed idle one) */
+	while (f->hold_head && f->n_active >= f->p.max_connections && !f->quiesced) {
+		conn *v = idle_victim(f, now);
+		if (!v)
+			break;
+		conn_free(f, v);
+		f->b_idle_closed++;
+	}
+	while (f->hold_head && f->n_active < f->p.max_connections && !f->quiesced) {
+		conn *c = f->hold_head;
+		conn_admit(f, c, false, now);
+		conn_run(f, c, now);
+	}
+	for (conn *c = f->hold_head, *next; c && f->n_probe < f->p.probe_connections && !f->quiesced; c = next) {
+		next = c->hold_next;
+		if (held_probe(c)) {
+			hold_head_done(f, c, now);
+			conn_run(f, c, now);
+		}
+	}
+}
+
+static void quiesce(http_front *f, double now)
+{
+	f->quiesced = true;
+	if (f->lfd >= 0) {
+		if (f->listening)
+			epoll_ctl(f->epfd, EPOLL_CTL_DEL, f->lfd, NULL);
+		close(f->lfd);
+		f->lfd = -1;
+		f->listening = false;
+	}
+	for (conn *c = f->all, *next; c; c = next) {
+		next = c->next;
+		if (c->state == CONN_HOLD)
+			conn_refuse(f, c, 503, "server_error", "shutting_down", 5, "the server is shutting down");
+		else if (c->state == CONN_ACTIVE)
+			c->close_after = true;
+		conn_run(f, c, now);
+	}
+}
+
+static void *front_main(void *arg)
+{
+	http_front *f = arg;
+	struct epoll_event evs[128];
+	for (;;) {
+		double now = now_s(), due = now + 1.0;
+		for (conn *c = f->all; c; c = c->next)
+			due = fmin(due, conn_due(f, c));
+		if (f->accept_pause_until > now)
+			due = fmin(due, f->accept_pause_until);
+		int timeout = due <= now ? 0 : (int)ceil((due - now) * 1000.0);
+		int n = epoll_wait(f->epfd, evs, 128, timeout);
+		now = now_s();
+		bool woke = false, accept_ready = false;
+		for (int i = 0; i < n; i++) {
+			ep_tag *t = evs[i].data.ptr;
+			uint32_t e = evs[i].events;
+			if (t->kind == TAG_LISTEN) {
+				accept_ready = true;
+			} else if (t->kind == TAG_WAKE) {
+				uint64_t v;
+				ssize_t r = read(f->wfd, &v, sizeof v);
+				(void)r;
+				woke = true;
+			} else if (!t->c->dead) {
+				conn *c = t->c;
+				if (t->kind == TAG_CLIENT) {
+					if (e & EPOLLERR)
+						c->client_dead = true;
+					if (e & EPOLLHUP) {   /* both ways shut: a reset, or the end of a lingering close */
+						if (c->state == CONN_CLOSING && c->shut_wr)
+							c->rd_eof = true;
+						else
+							c->client_dead = true;
+					}
+					if (e & EPOLLRDHUP)
+						c->peer_shut = true;
+				} else if (e & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+					c->inner_hup = true;
+				}
+				conn_run(f, c, now);
+			}
+		}
+		if (atomic_load(&f->stop_req))
+			break;
+		if (woke) {
+			if (atomic_load(&f->quiesce_req) && !f->quiesced)
+				quiesce(f, now);
+			for (conn *c = f->all; c; c = c->next)
+				if (c->link && atomic_load(&c->link->completed) != c->seen)
+					conn_run(f, c, now);
+		}
+		for (conn *c = f->all; c; c = c->next)
+			if (now >= conn_due(f, c))
+				conn_run(f, c, now);
+		admit_held(f, now);
+		if (accept_ready || !f->listening)
+			accept_all(f, now);
+		burst_tick(f, now);
+		while (f->dead) {
+			conn *c = f->dead;
+			f->dead = c->dead_next;
+			free(c->in);
+			free(c);
+		}
+	}
+	while (f->all)
+		conn_free(f, f->all);
+	while (f->dead) {
+		conn *c = f->dead;
+		f->dead = c->dead_next;
+		free(c->in);
+		free(c);
+	}
+	return NULL;
+}
+
+/* ---- life cycle ---- */
+
+http_front *http_front_start(const http_front_params *p, char *err, size_t err_len)
+{
+	http_front *f = calloc(1, sizeof *f);
+	if (!f) {
+		snprintf(err, err_len, "out of memory");
+		return NULL;
+	}
+	f->p = *p;
+	f->lfd = f->epfd = f->wfd = -1;
+	pthread_mutex_init(&f->mu, NULL);
+	atomic_init(&f->quiesce_req, false);
+	atomic_init(&f->stop_req, false);
+	f->tag_listen = (ep_tag){ TAG_LISTEN, NULL };
+	f->tag_wake = (ep_tag){ TAG_WAKE, NULL };
+	memcpy(&f->laddr, p->addr, p->addr_len);
+	f->lfd = socket(p->addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (f->lfd >= 0) {
+		setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (p->addr->sa_family == AF_INET6)   /* as libmicrohttpd did: an IPv6 address serves IPv6 only */
+			setsockopt(f->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+	}
+	if (f->lfd < 0 || bind(f->lfd, p->addr, p->addr_len) != 0 || listen(f->lfd, SOMAXCONN) != 0) {
+		snprintf(err, err_len, "%s", strerror(errno));
+		goto fail;
+	}
+	struct sockaddr_storage bound;
+	socklen_t bl = sizeof bound;
+	getsockname(f->lfd, (struct sockaddr *)&bound, &bl);
+	f->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+	                                            : ((struct sockaddr_in *)&bound)->sin_port);
+	f->epfd = epoll_create1(EPOLL_CLOEXEC);
+	f->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (f->epfd < 0 || f->wfd < 0) {
+		snprintf(err, err_len, "epoll: %s", strerror(errno));
+		goto fail;
+	}
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &f->tag_wake };
+	epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->wfd, &ev);
+	ev.data.ptr = &f->tag_listen;
+	epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->lfd, &ev);
+	f->listening = true;
+	if (pthread_create(&f->th, NULL, front_main, f) != 0) {
+		snprintf(err, err_len, "cannot start the connection thread");
+		goto fail;
+	}
+	f->started = true;
+	return f;
+fail:
+	if (f->lfd >= 0)
+		close(f->lfd);
+	if (f->epfd >= 0)
+		close(f->epfd);
+	if (f->wfd >= 0)
+		close(f->wfd);
+	pthread_mutex_destroy(&f->mu);
+	free(f);
+	return NULL;
+}
+
+uint16_t http_front_port(const http_front *f) { return f->port; }
+
+void http_front_quiesce(http_front *f)
+{
+	atomic_store(&f->quiesce_req, true);
+	wake(f);
+}
+
+void http_front_stop(http_front *f)
+{
+	if (!f || !f->started)
+		return;
+	atomic_store(&f->stop_req, true);
+	wake(f);
+	pthread_join(f->th, NULL);
+	f->started = false;
+	if (f->lfd >= 0)
+		close(f->lfd);
+	f->lfd = -1;
+}
+
+void http_front_free(http_front *f)
+{
+	if (!f)
+		return;
+	http_front_stop(f);
+	close(f->epfd);
+	close(f->wfd);
+	while (f->pending) {   /* admitted, never taken: libmicrohttpd closed those sockets */
+		http_front_link *l = f->pending;
+		f->pending = l->next;
+		link_unref(l);
+	}
+	pthread_mutex_destroy(&f->mu);
+	free(f);
+}
