@@ -39,7 +39,7 @@ static int out_append(stream *s, const char *p, size_t n)
 /* `data: <json>\n\n`; steals the reference. */
 static int event(stream *s, json_t *j)
 {
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	char *text = j ? json_dumps(j, HTTP_JSON_FLAGS) : NULL;
 	json_decref(j);
 	if (!text)
 		return -1;

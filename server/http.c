@@ -122,7 +122,7 @@ enum MHD_Result http_reply(http_request *req, unsigned status, const char *conte
 
 enum MHD_Result http_reply_json(http_request *req, unsigned status, json_t *json)
 {
-	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
+	char *text = json ? json_dumps(json, HTTP_JSON_FLAGS) : NULL;
 	json_decref(json);
 	if (!text)   /* json_pack refuses a NULL member, e.g. json_real of a NaN, as well as a failed allocation */
 		return http_reply_error(req, 500, "server_error", NULL, NULL,
@@ -144,7 +144,7 @@ static enum MHD_Result reply_error_v(http_request *req, unsigned status, const c
 				*p = '?';
 	json_t *e = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", type, "param",
 	                      param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
-	char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+	char *text = e ? json_dumps(e, HTTP_JSON_FLAGS) : NULL;
 	json_decref(e);
 	const char *body = text ? text : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
 	log_msg(status >= 500 ? LOG_WARN : LOG_DEBUG, req->id, "%s %s: %u %s", req->method, req->path, status, msg);

@@ -12,6 +12,11 @@
 
 #include "server/server.h"
 
+/* How every JSON body and SSE event is written: compact, reals with 16 significant digits. jansson's default, 17,
+ * spells a figure rounded to four decimals (ACR) as 0.46879999999999999; 16 writes 0.4688, and a float (a
+ * log-probability) still reads back to the same float. */
+#define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(16))
+
 typedef struct http_server http_server;
 
 /* One HTTP request, from its headers to its completion (MHD's *req_cls). */
