@@ -56,6 +56,7 @@ struct sched_request {
 
 	/* the engine thread's */
 	sampler smp;
+	stop_text stop;                   /* the stop strings, and the text's tail they are matched against */
 	double t_admit, t_first, t_last;
 
 	/* written by the engine thread; others read them up to the published counts */
@@ -138,6 +139,8 @@ struct sched {
 	int32_t top_n, top_cols;          /* this step's candidates per row (0: none taken) and their columns */
 	int32_t *lp_ids;                  /* AAH_LOGITS_TOP_MAX: one row's candidates over all columns (logprobs) */
 	float *lp_logits;                 /* AAH_LOGITS_TOP_MAX */
+	char *stop_buf;                   /* (stop_room) one token's text, for the stop strings; NULL without a tokenizer */
+	int64_t stop_room;
 	sched_request **admitted;         /* max_seqs */
 	sched_request **dropped;          /* queue_length: cancelled while waiting */
 
@@ -254,11 +257,13 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 	r->notify_ctx = p->notify_ctx;
 	r->pages_max = pages_max(s, regime, (int64_t)p->n_prompt + p->max_tokens);
 	r->result.stop_id = -1;
+	r->result.stop_string = -1;
 	r->result.ttft_s = -1;
 	int32_t n_top = p->logprobs > 0 ? (p->logprobs < s->vocab ? p->logprobs : s->vocab) : 0;
 	r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
 	r->tokens = malloc((size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof *r->tokens);
-	int bad = !r->prompt || !r->tokens || sampler_init(&r->smp, &p->sampling, s->vocab) != 0;
+	int bad = !r->prompt || !r->tokens || sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
+	          stop_text_init(&r->stop, s->p.tok, p->stop, p->stop_len, p->n_stop) != 0;   /* validate checked it */
 	if (!bad && p->logprobs >= 0)
 		bad = lp_rows_alloc(&r->gen_lp, p->max_tokens, n_top);
 	if (!bad && p->prompt_logprobs)
@@ -300,6 +305,20 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 		snprintf(err, err_len, "max_tokens, logprobs or the stop ids are out of range");
 		return SCHED_ERR_INVALID;
 	}
+	if (p->n_stop < 0 || p->n_stop > STOP_TEXT_MAX || (p->n_stop > 0 && (!p->stop || !p->stop_len))) {
+		snprintf(err, err_len, "%d stop strings (at most %d)", p->n_stop, STOP_TEXT_MAX);
+		return SCHED_ERR_INVALID;
+	}
+	if (p->n_stop > 0 && !s->p.tok) {
+		snprintf(err, err_len, "stop strings need the scheduler's tokenizer");
+		return SCHED_ERR_INVALID;
+	}
+	for (int32_t i = 0; i < p->n_stop; i++)
+		if (!p->stop[i] || p->stop_len[i] < 1 || p->stop_len[i] > STOP_TEXT_MAX_BYTES) {
+			snprintf(err, err_len, "stop string %d: %zu bytes (1 to %d)", i, p->stop[i] ? p->stop_len[i] : 0,
+			         STOP_TEXT_MAX_BYTES);
+			return SCHED_ERR_INVALID;
+		}
 	if (p->n_prompt > s->ctx_len) {
 		snprintf(err, err_len, "the prompt has %d tokens; the context holds %d", p->n_prompt, s->ctx_len);
 		return SCHED_ERR_TOO_LONG;
@@ -692,6 +711,18 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 	}
 	r->tokens[sl->n_tokens++] = id;
 	sl->changed = true;
+	/* a stop string decided here, at the token that completes it, so that nothing runs after it */
+	if (r->stop.n_stop > 0) {
+		if (stop_text_push(&r->stop, id, s->stop_buf, s->stop_room) < 0) {   /* cannot happen: stop_room is the most */
+			request_end(s, r, sl, SCHED_FINISH_ERROR, "cannot decode a generated token for the stop strings");
+			return;
+		}
+		if (r->stop.stopped) {
+			r->result.stop_string = r->stop.stop_index;
+			request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
+			return;
+		}
+	}
 	/* the next step would append this token at position n_prompt + n_tokens - 1 */
 	if (sl->n_tokens >= r->max_tokens || (int64_t)r->n_prompt + sl->n_tokens > s->ctx_len) {
 		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
@@ -1143,6 +1174,10 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->row_fetched = calloc((size_t)s->p.max_seqs, sizeof *s->row_fetched);
 	s->lp_ids = calloc(AAH_LOGITS_TOP_MAX, sizeof *s->lp_ids);
 	s->lp_logits = calloc(AAH_LOGITS_TOP_MAX, sizeof *s->lp_logits);
+	if (p->tok) {
+		s->stop_room = stop_text_room_max(p->tok);
+		s->stop_buf = malloc((size_t)s->stop_room);
+	}
 	/* Device sampling where the logits are not in host memory (a device), unless AAH_DEVICE_SAMPLING=0; =1 takes it
 	 * on the CPU too (the tests: it must give the host path's tokens bit for bit there). */
 	const char *dev_env = getenv("AAH_DEVICE_SAMPLING");
@@ -1155,7 +1190,7 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	atomic_init(&s->epoch, 1);
 	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_item ||
 	    !s->admitted || !s->queue || !s->dropped || !s->logits || !s->top_stats || !s->top_ids || !s->top_logits ||
-	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits) {
+	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits || (p->tok && !s->stop_buf)) {
 		snprintf(err, err_len, "scheduler: out of memory");
 		sched_free(s);
 		return -1;
@@ -1202,6 +1237,7 @@ void sched_free(sched *s)
 	free(s->row_fetched);
 	free(s->lp_ids);
 	free(s->lp_logits);
+	free(s->stop_buf);
 	free(s);
 }
 

@@ -11,6 +11,8 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/stop_text.h"
+#include "models/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,8 +31,9 @@ typedef struct sched_request sched_request;
 typedef enum sched_finish {
 	SCHED_FINISH_NONE = 0,
 	SCHED_FINISH_LENGTH,      /* max_tokens generated, or the context is full */
-	SCHED_FINISH_STOP,        /* a stop token id (EOS) was sampled; it is not among the tokens */
-	SCHED_FINISH_CANCELLED,   /* sched_request_cancel: client gone, stop string seen, shutdown */
+	SCHED_FINISH_STOP,        /* a stop token id (EOS) was sampled, which is not among the tokens; or the text completed
+	                           * a stop string, and the token that completed it is the last of the tokens */
+	SCHED_FINISH_CANCELLED,   /* sched_request_cancel: client gone, shutdown */
 	SCHED_FINISH_ERROR,       /* the engine refused; the message is in the result */
 } sched_finish;
 
@@ -53,6 +56,8 @@ typedef struct sched_params {
 	int32_t queue_length;     /* requests waiting at most (beyond that sched_submit refuses); 0 = 64 */
 	int32_t step_tokens;      /* prompt tokens per step, so that a long prompt does not stall decoders; 0 = 256 */
 	int32_t step_delay_us;    /* test hook: sleep before every step, so that requests last long enough to cancel */
+	const tokenizer *tok;     /* decodes generated tokens for stop strings; borrowed, must outlive the scheduler.
+	                           * NULL: no request may have stop strings */
 } sched_params;
 
 /* Called on the engine thread after new output is published for a request (last = false), and once more when the
@@ -70,6 +75,12 @@ typedef struct sched_request_params {
 	bool prompt_logprobs;     /* also for prompt tokens 1 … n_prompt-1 (echo; top-N as logprobs, or 0) */
 	const int32_t *stop_ids;  /* n_stop_ids ≤ SCHED_MAX_STOP_IDS token ids that end the request (EOS), copied */
 	int32_t n_stop_ids;
+	/* n_stop ≤ STOP_TEXT_MAX stop strings, copied. The engine thread matches them after each generated token
+	 * (engine/stop_text.h, the rule the server's text follows too) and ends the request at the token that completes
+	 * one, before any further step: its tokens, stats and counters stop exactly there. */
+	const char *const *stop;
+	const size_t *stop_len;
+	int32_t n_stop;
 	sched_notify_fn notify;   /* optional */
 	void *notify_ctx;
 } sched_request_params;
@@ -96,6 +107,7 @@ typedef struct sched_result {
 	sched_finish finish;
 	int32_t n_tokens;         /* generated tokens (a stop token not counted) */
 	int32_t stop_id;          /* the stop token that ended it, else -1 */
+	int32_t stop_string;      /* the stop string that ended it (its index), else -1 */
 	bool has_stats;           /* the sequence ran (it was admitted) */
 	engine_seq_stats stats;   /* taken just before its sequence closed */
 	double queue_s;           /* submit → admitted */

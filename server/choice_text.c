@@ -1,6 +1,7 @@
-/* server/choice_text.c — see choice_text.h. The hold-back rule: after each token, the longest suffix of the text
- * that is a prefix of some stop string is held; everything before it is safe. A stop string that completes later
- * starts inside the held part, never inside what was sent. */
+/* server/choice_text.c — see choice_text.h. Where the stop is and what is held back come from stop_text, which sees
+ * the same bytes as text: the hold-back rule is that the longest suffix of the text that is a prefix of some stop
+ * string is held, everything before it is safe, so a stop string that completes later starts inside the held part,
+ * never inside what was sent. */
 #include "server/choice_text.h"
 
 #include <stdlib.h>
@@ -11,13 +12,8 @@ int choice_text_init(choice_text *c, const tokenizer *tok, const char *const *st
 {
 	memset(c, 0, sizeof *c);
 	c->tok = tok;
-	tokenizer_stream_init(&c->ts, tok, true);
-	c->stop = stop;
-	c->stop_len = stop_len;
-	c->n_stop = n_stop;
-	for (int32_t i = 0; i < n_stop; i++)
-		if (stop_len[i] > c->max_stop)
-			c->max_stop = stop_len[i];
+	if (stop_text_init(&c->st, tok, stop, stop_len, n_stop) != 0)
+		return -1;
 	c->cap = 256;
 	c->text = malloc(c->cap);
 	c->tok_off = malloc((size_t)(max_tokens > 0 ? max_tokens : 1) * sizeof *c->tok_off);
@@ -48,36 +44,18 @@ static int append(choice_text *c, const char *s, size_t n)
 	return 0;
 }
 
-/* Looks for a stop string that ends after `from` (the text before was searched already); cuts the text there. */
-static void stop_search(choice_text *c, size_t from)
+/* After new text: cut it where a stop string begins, or move the safe mark up to what is held. */
+static void text_settle(choice_text *c)
 {
-	size_t start = from > c->max_stop - 1 ? from - (c->max_stop - 1) : 0;
-	size_t best = (size_t)-1;
-	for (int32_t i = 0; i < c->n_stop; i++) {
-		const char *hit = memmem(c->text + start, c->len - start, c->stop[i], c->stop_len[i]);
-		if (hit && (size_t)(hit - c->text) < best)
-			best = (size_t)(hit - c->text);
-	}
-	if (best == (size_t)-1)
+	if (c->st.stopped) {
+		c->len = c->safe = (size_t)c->st.stop_at;
+		c->stopped = true;
+		c->n_kept = 0;
+		while (c->n_kept < c->n_tokens && c->tok_off[c->n_kept] < c->len)
+			c->n_kept++;
 		return;
-	c->len = c->safe = best;
-	c->stopped = true;
-	c->n_kept = 0;
-	while (c->n_kept < c->n_tokens && c->tok_off[c->n_kept] < best)
-		c->n_kept++;
-}
-
-static void safe_update(choice_text *c)
-{
-	size_t hold = 0;
-	for (int32_t i = 0; i < c->n_stop; i++) {
-		size_t k = c->stop_len[i] - 1 < c->len ? c->stop_len[i] - 1 : c->len;
-		for (; k > hold; k--)
-			if (!memcmp(c->text + c->len - k, c->stop[i], k))
-				break;
-		if (k > hold)
-			hold = k;
 	}
+	size_t hold = stop_text_held(&c->st);
 	if (c->len - hold > c->safe)
 		c->safe = c->len - hold;
 }
@@ -88,21 +66,14 @@ int choice_text_push(choice_text *c, int32_t id)
 		return 0;
 	char small[1024];
 	char *buf = small;
-	int64_t cap = sizeof small;
-	int64_t tb = tokenizer_token_bytes(c->tok, id, NULL, 0);
-	if (tb < 0) {   /* an id of the model's padded vocabulary that the tokenizer lacks: no text */
-		c->tok_off[c->n_tokens++] = c->len;
-		c->n_kept = c->n_tokens;
-		return 0;
-	}
-	if (3 * (tb + 3) > cap) {   /* an unusually long token: the decoder's worst case */
-		cap = 3 * (tb + 3);
+	int64_t cap = sizeof small, room = stop_text_room(c->tok, id);
+	if (room > cap) {   /* an unusually long token */
+		cap = room;
 		buf = malloc((size_t)cap);
 		if (!buf)
 			return -1;
 	}
-	int64_t n = tokenizer_stream_push(&c->ts, id, buf, cap);
-	size_t from = c->len;
+	int64_t n = stop_text_push(&c->st, id, buf, cap);
 	c->tok_off[c->n_tokens++] = c->len;
 	c->n_kept = c->n_tokens;
 	int rc = n < 0 ? -1 : append(c, buf, (size_t)n);
@@ -110,13 +81,8 @@ int choice_text_push(choice_text *c, int32_t id)
 		free(buf);
 	if (rc != 0)
 		return -1;
-	if (c->n_stop > 0 && c->len > from) {
-		stop_search(c, from);
-		if (!c->stopped)
-			safe_update(c);
-	} else if (c->n_stop == 0) {
-		c->safe = c->len;
-	}
+	if (n > 0)
+		text_settle(c);
 	return 0;
 }
 
@@ -128,12 +94,11 @@ int choice_text_finish(choice_text *c)
 	if (c->stopped)
 		return 0;
 	char tail[8];
-	int64_t n = tokenizer_stream_flush(&c->ts, tail, sizeof tail);
-	size_t from = c->len;
+	int64_t n = stop_text_finish(&c->st, tail, sizeof tail);
 	if (n > 0 && append(c, tail, (size_t)n) != 0)
 		return -1;
-	if (c->n_stop > 0 && c->len > from)
-		stop_search(c, from);
+	if (n > 0)
+		text_settle(c);
 	c->safe = c->len;
 	return 0;
 }

@@ -1,6 +1,7 @@
-/* server/choice_text.h — the text of one choice as its tokens arrive: complete UTF-8 characters only (the
- * tokenizer's stream decoder), stop strings found across token boundaries, and the part that is safe to send —
- * text that could still grow into a stop string is held back, so a stop string is never sent, nor split. */
+/* server/choice_text.h — the text of one choice as its tokens arrive: complete UTF-8 characters only, stop strings
+ * found across token boundaries (engine/stop_text.h: the very rule by which the engine thread ended the request at
+ * the same token), and the part that is safe to send — text that could still grow into a stop string is held back,
+ * so a stop string is never sent, nor split. */
 #ifndef AAH_SERVER_CHOICE_TEXT_H
 #define AAH_SERVER_CHOICE_TEXT_H
 
@@ -8,18 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/stop_text.h"
 #include "models/tokenizer.h"
 
 typedef struct choice_text {
-	tokenizer_stream ts;
+	stop_text st;                     /* the decoder and the stop strings */
 	const tokenizer *tok;
 	char *text;                       /* the text so far (not NUL-terminated), len bytes */
 	size_t len, cap;
 	size_t safe;                      /* text[0, safe) cannot become part of a stop string: it may be sent */
-	const char *const *stop;          /* borrowed; n_stop strings */
-	const size_t *stop_len;
-	int32_t n_stop;
-	size_t max_stop;
 	bool stopped;                     /* a stop string was found: the text ends where it began */
 	bool finished;                    /* choice_text_finish was called */
 	size_t *tok_off;                  /* (max_tokens) byte offset in text where each token's text begins */
@@ -27,8 +25,8 @@ typedef struct choice_text {
 	int32_t n_kept;                   /* tokens whose text is in the result (all, unless stopped) */
 } choice_text;
 
-/* stop/stop_len are borrowed and must outlive c. Returns 0, or -1 when out of memory. Free with
- * choice_text_free. */
+/* The stop strings are copied (at most STOP_TEXT_MAX, each 1 … STOP_TEXT_MAX_BYTES bytes). Returns 0, or -1 when out
+ * of memory or for bad stop strings. Free with choice_text_free. */
 int choice_text_init(choice_text *c, const tokenizer *tok, const char *const *stop, const size_t *stop_len,
                      int32_t n_stop, int32_t max_tokens);
 void choice_text_free(choice_text *c);

@@ -10,6 +10,9 @@
 
 #include "server/log.h"
 
+_Static_assert(COMPLETION_MAX_STOP <= STOP_TEXT_MAX && COMPLETION_MAX_STOP_BYTES <= STOP_TEXT_MAX_BYTES,
+               "every stop string the request parser lets through fits the engine's matcher");
+
 /* ---- life cycle ---- */
 
 static void job_free(cmpl_job *j)
@@ -110,6 +113,8 @@ bool cmpl_job_poll(cmpl_job *j)
 		sched_view v;
 		sched_request_view(c->r, &v);
 		const int32_t *tokens = sched_request_tokens(c->r);
+		/* the engine thread ended the request at the token that completes a stop string (the same rule, on the same
+		 * tokens): the text stops with its last token, and nothing ran after it */
 		while (c->n_consumed < v.n_tokens && !c->text.stopped) {
 			if (choice_text_push(&c->text, tokens[c->n_consumed]) != 0) {
 				j->failed = true;
@@ -118,8 +123,6 @@ bool cmpl_job_poll(cmpl_job *j)
 				break;
 			}
 			c->n_consumed++;
-			if (c->text.stopped)   /* the stop string is in: the rest is not wanted */
-				sched_request_cancel(c->r);
 		}
 		/* ended once the engine has closed the sequence (its stats are final) and its tokens are consumed */
 		if (v.finish == SCHED_FINISH_NONE || (c->n_consumed < v.n_tokens && !c->text.stopped && !j->failed)) {
@@ -145,8 +148,6 @@ bool cmpl_job_poll(cmpl_job *j)
 
 int32_t cmpl_job_completion_tokens(const cmpl_choice *c)
 {
-	if (c->text.stopped)
-		return c->n_consumed;
 	return c->n_consumed + (c->result.stop_id >= 0 ? 1 : 0);
 }
 
@@ -487,6 +488,9 @@ enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
 			p->prompt_logprobs = k == 0 && cr->echo && cr->logprobs >= 0;   /* one per prompt; its choices share it */
 			p->stop_ids = s->eos_ids;
 			p->n_stop_ids = s->n_eos;
+			p->stop = cr->stop;
+			p->stop_len = cr->stop_len;
+			p->n_stop = cr->n_stop;
 			p->notify = job_notify;
 			p->notify_ctx = j;
 			if (k == 0)

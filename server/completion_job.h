@@ -65,8 +65,9 @@ typedef struct cmpl_job {
 enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out);
 /* The version to pass to the first cmpl_job_wait. */
 uint64_t cmpl_job_version(cmpl_job *j);
-/* Takes what the engine published into each choice's text; ends choices whose text hit a stop string (cancelling
- * their scheduler request). Returns true once every choice has ended. */
+/* Takes what the engine published into each choice's text; a choice ends once its scheduler request has (the engine
+ * thread ends one at the token that completes a stop string) and its tokens are taken. Returns true once every choice
+ * has ended. */
 bool cmpl_job_poll(cmpl_job *j);
 /* Waits up to 100 ms for news from the engine after *seen (updated). Returns -1 when the client is gone. */
 int cmpl_job_wait(cmpl_job *j, uint64_t *seen, http_request *req);
@@ -77,7 +78,8 @@ void cmpl_job_release(cmpl_job *j);
 
 /* The legacy logprobs object for choice c: the prompt's tokens when with_echo, then generated tokens [from, to). */
 json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_echo, int32_t from, int32_t to);
-/* Generated tokens of c that count: up to the stop string, and the stop token itself. */
+/* Generated tokens of c that count: all the engine generated for it — up to the one that completes a stop string, or
+ * up to and with a stop token (EOS). */
 int32_t cmpl_job_completion_tokens(const cmpl_choice *c);
 /* The usage object, and the aah object of one choice or (c NULL) of the whole request. */
 json_t *cmpl_job_usage(const cmpl_job *j);

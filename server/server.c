@@ -140,6 +140,7 @@ int server_run(const aahd_config *cfg)
 	sp.max_seqs = (int32_t)cfg->max_batch;
 	sp.queue_length = (int32_t)cfg->queue_length;
 	sp.step_tokens = (int32_t)cfg->prefill_chunk;
+	sp.tok = srv->tok;   /* stop strings are matched on the engine thread */
 	const char *delay = getenv("AAHD_TEST_STEP_DELAY_US");   /* tests only: long-lived requests to cancel */
 	sp.step_delay_us = delay ? atoi(delay) : 0;
 	if (sched_init(&srv->sch, e, &ep, &sp, err, sizeof err) != 0) {

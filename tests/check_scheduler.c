@@ -1,7 +1,7 @@
 /* tests/check_scheduler.c — Check suite for engine/scheduler: concurrent submitters get exactly the tokens a lone
  * run gives (greedy and seeded, chunked prompts, n choices sharing one prefill through engine_seq_fork), prompt
  * log-probabilities equal the engine's own log-softmax, finish reasons, cancellation frees pages, the queue bound,
- * first come first served under a KV budget, invalid submissions. No HTTP. */
+ * first come first served under a KV budget, stop strings decided on the engine thread, invalid submissions. No HTTP. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "models/tokenizer.h"
 
 #define CTX 256
 #define SLOTS 4
@@ -550,6 +551,218 @@ START_TEST(test_engine_fork_pool_full)
 	ck_assert(engine_forward(e, &it2, 1, logits, err, sizeof err) == 0);
 	free(logits);
 	engine_free(e);
+}
+END_TEST
+
+/* ---- stop strings: the engine thread ends a request at the token that completes one ---- */
+
+/* Token k's text within the whole text of ids (the streaming decoder's pieces): [*from, *to). */
+static void token_span(const tokenizer *t, const int32_t *ids, int32_t k, size_t *from, size_t *to)
+{
+	tokenizer_stream ts;
+	tokenizer_stream_init(&ts, t, true);
+	char buf[4096];
+	size_t at = 0;
+	for (int32_t i = 0; i <= k; i++) {
+		*from = at;
+		int64_t n = tokenizer_token_bytes(t, ids[i], NULL, 0) < 0 ? 0 : tokenizer_stream_push(&ts, ids[i], buf, sizeof buf);
+		ck_assert_int_ge(n, 0);
+		at += (size_t)n;
+	}
+	*to = at;
+}
+
+/* The naive rule: the text decoded token by token, searched whole after each; the first token after which a stop
+ * string occurs, and which one (the earliest to begin; the lower index on a tie). -1: none. */
+static int32_t naive_stop(const tokenizer *t, const int32_t *ids, int32_t n, const char *const *stop, const size_t *len,
+                          int32_t n_stop, int32_t *which)
+{
+	tokenizer_stream ts;
+	tokenizer_stream_init(&ts, t, true);
+	static char text[1 << 16];
+	size_t tl = 0;
+	for (int32_t i = 0; i < n; i++) {
+		if (tokenizer_token_bytes(t, ids[i], NULL, 0) >= 0)
+			tl += (size_t)tokenizer_stream_push(&ts, ids[i], text + tl, (int64_t)(sizeof text - tl));
+		size_t best = (size_t)-1;
+		*which = -1;
+		for (int32_t j = 0; j < n_stop; j++) {
+			const char *hit = memmem(text, tl, stop[j], len[j]);
+			if (hit && (size_t)(hit - text) < best) {
+				best = (size_t)(hit - text);
+				*which = j;
+			}
+		}
+		if (*which >= 0)
+			return i;
+	}
+	return -1;
+}
+
+/* Three choices (one prefill, two forks) of an adaptive regime, with logprobs, each with stop strings taken across a
+ * token boundary of its own text: each ends with finish STOP at exactly the token the naive rule names — none decoded
+ * after it, whatever the timing — and its tokens, log-probabilities and stats (ACR, branch usage, attention products,
+ * KV peak) equal those of the same submission with max_tokens cut to that token and no stop strings; the counters
+ * count no token beyond. A stop met by the last token allowed is a stop, not a length. Without the scheduler's
+ * tokenizer, stop strings are refused, as are bad ones. */
+START_TEST(test_stop_strings)
+{
+	enum { N = 3, NP = 40, MAX = 48 };
+	char dir[256], err[512];
+	make_aah_dir(dir, sizeof dir);
+	engine_params ep = eparams();
+	engine *ea;
+	ck_assert_msg(engine_init(&ea, dir, &ep, err, sizeof err) == 0, "%s", err);
+	tokenizer *tk = tokenizer_load(model_dir(), err, sizeof err);
+	ck_assert_msg(tk, "%s", err);
+	sched_params spar = { .max_seqs = SLOTS, .queue_length = 16, .step_tokens = 64, .tok = tk };
+	sched *sa;
+	ck_assert_msg(sched_init(&sa, ea, &ep, &spar, err, sizeof err) == 0, "%s", err);
+	int32_t prompt[NP];
+	make_prompt(prompt, NP, 77);
+	sched_request_params rp[N];
+	for (int32_t i = 0; i < N; i++) {
+		rp[i] = req_params(prompt, NP, MAX);
+		rp[i].sampling.temperature = 1.0f;
+		rp[i].sampling.seed = 300 + (uint64_t)i;
+		rp[i].logprobs = 2;
+	}
+	sched_request *r[N];
+	uint64_t gen_want = 0;
+
+	/* the whole texts first */
+	int32_t full[N][MAX];
+	ck_assert_int_eq(sched_submit(sa, rp, N, r, err, sizeof err), SCHED_OK);
+	for (int32_t i = 0; i < N; i++) {
+		sched_result res = wait_end(r[i]);
+		ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+		ck_assert_int_eq(res.n_tokens, MAX);
+		memcpy(full[i], sched_request_tokens(r[i]), sizeof full[i]);
+		sched_request_release(r[i]);
+		gen_want += MAX;
+	}
+	/* stop strings: one that never occurs, then for choice i the last character of a token's text and the first of
+	 * the next one's, from token 6 + 9i on */
+	char stops[N + 1][16] = { "\xff\xfe" };
+	size_t len[N + 1] = { 2 };
+	const char *stop[N + 1] = { stops[0] };
+	for (int32_t i = 0; i < N; i++) {
+		size_t a0, a1, b0, b1;
+		int32_t k = 6 + 9 * i;
+		for (;; k++) {
+			ck_assert_int_lt(k + 1, MAX);
+			token_span(tk, full[i], k, &a0, &a1);
+			token_span(tk, full[i], k + 1, &b0, &b1);
+			if (a1 > a0 && b1 > b0)
+				break;
+		}
+		char text[4096];
+		tokenizer_stream ts;
+		tokenizer_stream_init(&ts, tk, true);
+		size_t tl = 0;
+		for (int32_t j = 0; j <= k + 1; j++)
+			if (tokenizer_token_bytes(tk, full[i][j], NULL, 0) >= 0)
+				tl += (size_t)tokenizer_stream_push(&ts, full[i][j], text + tl, (int64_t)(sizeof text - tl));
+		size_t s0 = a1 - 1, s1 = b0 + 1;
+		while (s0 > a0 && ((unsigned char)text[s0] & 0xc0) == 0x80)
+			s0--;
+		while (s1 < b1 && ((unsigned char)text[s1] & 0xc0) == 0x80)
+			s1++;
+		ck_assert_uint_le(s1 - s0, sizeof stops[0]);
+		memcpy(stops[i + 1], text + s0, s1 - s0);
+		len[i + 1] = s1 - s0;
+		stop[i + 1] = stops[i + 1];
+	}
+	int32_t at[N], which[N];
+	for (int32_t i = 0; i < N; i++) {
+		at[i] = naive_stop(tk, full[i], MAX, stop, len, N + 1, &which[i]);
+		ck_assert_int_ge(at[i], 0);
+		ck_assert_int_lt(at[i] + 1, MAX);   /* it does end early */
+		ck_assert_int_ge(which[i], 1);
+	}
+
+	/* with the stop strings */
+	sched_request *rs[N];
+	sched_result stopped[N];
+	for (int32_t i = 0; i < N; i++) {
+		rp[i].stop = stop;
+		rp[i].stop_len = len;
+		rp[i].n_stop = N + 1;
+	}
+	ck_assert_int_eq(sched_submit(sa, rp, N, rs, err, sizeof err), SCHED_OK);
+	for (int32_t i = 0; i < N; i++) {
+		stopped[i] = wait_end(rs[i]);
+		ck_assert_int_eq(stopped[i].finish, SCHED_FINISH_STOP);
+		ck_assert_int_eq(stopped[i].stop_id, -1);
+		ck_assert_int_eq(stopped[i].stop_string, which[i]);
+		ck_assert_int_eq(stopped[i].n_tokens, at[i] + 1);   /* the token that completed it is the last */
+		ck_assert_mem_eq(sched_request_tokens(rs[i]), full[i], (size_t)(at[i] + 1) * sizeof **full);
+		ck_assert(stopped[i].has_stats);
+		gen_want += (uint64_t)(at[i] + 1);
+	}
+
+	/* the same submission cut to those tokens by max_tokens: the same tokens, log-probabilities and stats */
+	for (int32_t i = 0; i < N; i++) {
+		rp[i].n_stop = 0;
+		rp[i].max_tokens = at[i] + 1;
+	}
+	ck_assert_int_eq(sched_submit(sa, rp, N, r, err, sizeof err), SCHED_OK);
+	for (int32_t i = 0; i < N; i++) {
+		sched_result cut = wait_end(r[i]);
+		ck_assert_int_eq(cut.finish, SCHED_FINISH_LENGTH);
+		ck_assert_int_eq(cut.n_tokens, at[i] + 1);
+		ck_assert_mem_eq(sched_request_tokens(r[i]), sched_request_tokens(rs[i]), (size_t)cut.n_tokens * sizeof(int32_t));
+		const sched_logprob_rows *a = sched_request_token_logprobs(rs[i]), *b = sched_request_token_logprobs(r[i]);
+		ck_assert_mem_eq(a->logprob, b->logprob, (size_t)cut.n_tokens * sizeof *a->logprob);
+		ck_assert_mem_eq(a->top_ids, b->top_ids, (size_t)cut.n_tokens * 2 * sizeof *a->top_ids);
+		ck_assert_int_eq(stopped[i].stats.n_positions, NP + at[i]);   /* its last token was never fed */
+		stats_eq(&stopped[i].stats, &cut.stats);
+		ck_assert(cut.stats.acr < 1);   /* the windows did move */
+		gen_want += (uint64_t)cut.n_tokens;
+		sched_request_release(r[i]);
+	}
+
+	/* a stop met by the last token max_tokens allows: a stop */
+	rp[0].stop = stop;
+	rp[0].stop_len = len;
+	rp[0].n_stop = N + 1;
+	rp[0].max_tokens = at[0] + 1;
+	ck_assert_int_eq(sched_submit(sa, rp, 1, r, err, sizeof err), SCHED_OK);
+	sched_result last = wait_end(r[0]);
+	ck_assert_int_eq(last.finish, SCHED_FINISH_STOP);
+	ck_assert_int_eq(last.n_tokens, at[0] + 1);
+	stats_eq(&last.stats, &stopped[0].stats);
+	gen_want += (uint64_t)last.n_tokens;
+	sched_request_release(r[0]);
+
+	sched_metrics m;
+	sched_metrics_get(sa, &m);
+	ck_assert_uint_eq(m.generation_tokens, gen_want);
+	ck_assert_int_eq(m.kv_bytes_used, 0);
+
+	/* refused: more than STOP_TEXT_MAX, an empty one, one too long, and any without the scheduler's tokenizer */
+	const char *five[5] = { "a", "b", "c", "d", "e" };
+	size_t five_len[5] = { 1, 1, 1, 1, 1 }, zero = 0, big = STOP_TEXT_MAX_BYTES + 1;
+	sched_request_params bad = req_params(prompt, NP, 4);
+	bad.stop = five;
+	bad.stop_len = five_len;
+	bad.n_stop = 5;
+	ck_assert_int_eq(sched_submit(sa, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad.n_stop = 1;
+	bad.stop_len = &zero;
+	ck_assert_int_eq(sched_submit(sa, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad.stop_len = &big;
+	ck_assert_int_eq(sched_submit(sa, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad.stop_len = five_len;
+	ck_assert_int_eq(sched_submit(sch, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	ck_assert_ptr_nonnull(strstr(err, "tokenizer"));
+
+	for (int32_t i = 0; i < N; i++)
+		sched_request_release(rs[i]);
+	sched_free(sa);
+	engine_free(ea);
+	tokenizer_free(tk);
+	remove_dir(dir);
 }
 END_TEST
 
@@ -1097,6 +1310,7 @@ static Suite *scheduler_suite(void)
 	tcase_add_test(tc, test_engine_fork_pool_full);
 	tcase_add_test(tc, test_fcfs_no_starvation);
 	tcase_add_test(tc, test_finish_reasons);
+	tcase_add_test(tc, test_stop_strings);
 	tcase_add_test(tc, test_prompt_logprobs);
 	tcase_add_test(tc, test_cancel_frees_pages);
 	tcase_add_test(tc, test_cancel_running_and_waiting);

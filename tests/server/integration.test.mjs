@@ -504,6 +504,77 @@ describe('AAH regimes (a tiny model with aah.json: windows 64 … 512 at a 512 c
     assert.equal(d.json.aah.regime, 'shallow_freeze');
   });
 
+  // The engine thread ends a request at the token that completes a stop string, so a stopped completion's figures are
+  // those of exactly the tokens up to it: the aah object of the same request with max_tokens cut to its
+  // completion_tokens, alone, in n choices and streamed; and /metrics counts no token beyond (generation tokens and
+  // branch usage move by what the responses report).
+  test('a stopped completion: its aah object is that of the request cut by max_tokens to where it stopped', async () => {
+    const post = (body) => request(srv.port, 'POST', '/v1/completions', body);
+    const prompt = Array.from({ length: 150 }, (_, i) => 11 + ((i * 29) % 2000));
+    const base = { prompt, temperature: 0.9, seed: 31, logprobs: 2, aah_regime: 'full_adaptive' };
+    const m0 = await metrics(srv.port);
+    let generated = 0;
+    const usage = {};
+    const count = (r) => {
+      assert.equal(r.status, 200, r.text);
+      generated += r.json.usage.completion_tokens;
+      for (const [w, u] of Object.entries(r.json.aah.branch_usage)) usage[w] = (usage[w] || 0) + u;
+      return r;
+    };
+    // two choices' whole texts; a stop string of three characters from the middle of each (code points: never half a
+    // character), and one that never occurs
+    const full = count(await post({ ...base, n: 2, max_tokens: 60 }));
+    const texts = full.json.choices.map((c) => Array.from(c.text));
+    assert.ok(texts.every((t) => t.length > 30), JSON.stringify(texts));
+    const stop = ['\u0001never\u0002', ...texts.map((t, k) => t.slice(20 + 9 * k, 23 + 9 * k).join(''))];
+    const cutAt = (text) => Math.min(...stop.map((s) => text.indexOf(s)).filter((i) => i >= 0));
+    const lone = [];
+    for (let k = 0; k < 2; k++) {
+      const whole = full.json.choices[k].text;
+      const s = count(await post({ ...base, seed: base.seed + k, max_tokens: 60, stop }));
+      const c = s.json.choices[0];
+      assert.equal(c.finish_reason, 'stop');
+      assert.equal(c.text, whole.slice(0, cutAt(whole)));
+      const n = s.json.usage.completion_tokens;
+      assert.ok(n > 0 && n < 60, `stopped after ${n} tokens`);
+      const cut = count(await post({ ...base, seed: base.seed + k, max_tokens: n }));
+      assert.equal(cut.json.usage.completion_tokens, n);
+      assert.equal(cut.json.choices[0].finish_reason, 'length');
+      assert.ok(cut.json.choices[0].text.startsWith(c.text));
+      assert.deepEqual(s.json.aah, cut.json.aah, `choice ${k}: stopped after ${n} tokens vs max_tokens ${n}`);
+      assert.ok(s.json.aah.acr < 1);
+      // the log-probabilities of the tokens it kept are those of the cut run's first tokens
+      const kept = c.logprobs.tokens.length;
+      assert.ok(kept >= 1 && kept <= n);
+      for (const f of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'])
+        assert.deepEqual(c.logprobs[f], cut.json.choices[0].logprobs[f].slice(0, kept), f);
+      lone.push({ aah: s.json.aah, n, text: c.text });
+    }
+    // n = 2 (the second choice forks the first one's prefill): each choice stops where it stopped alone
+    const both = count(await post({ ...base, n: 2, max_tokens: 60, stop }));
+    assert.deepEqual(both.json.choices.map((c) => c.text), lone.map((l) => l.text));
+    assert.equal(both.json.usage.completion_tokens, lone[0].n + lone[1].n);
+    assert.equal(both.json.aah.kv_bytes, lone[0].aah.kv_bytes + lone[1].aah.kv_bytes);
+    for (const w of Object.keys(both.json.aah.branch_usage))
+      assert.equal(both.json.aah.branch_usage[w], lone[0].aah.branch_usage[w] + lone[1].aah.branch_usage[w], w);
+    const streamed = await post({ ...base, n: 2, max_tokens: 60, stop, stream: true, stream_options: { include_usage: true } });
+    const events = sseEvents(streamed.text);
+    const joined = joinStream(events);
+    for (let k = 0; k < 2; k++) {
+      assert.equal(joined[k].text, lone[k].text);
+      assert.equal(joined[k].finish_reason, 'stop');
+      assert.deepEqual(joined[k].aah, lone[k].aah, `streamed choice ${k}`);
+    }
+    const last = events.filter((e) => e !== '[DONE]' && e.usage).pop();
+    count({ status: 200, json: last });
+    const m1 = await metrics(srv.port);
+    assert.equal(m1.get('aahd_generation_tokens_total') - m0.get('aahd_generation_tokens_total'), generated);
+    for (const [w, u] of Object.entries(usage)) {
+      const key = `aahd_branch_usage_total{regime="full_adaptive",window="${w}"}`;
+      assert.equal(m1.get(key) - (m0.get(key) || 0), u, key);
+    }
+  });
+
   test('regimes mixed in one batch give what each gives alone', async () => {
     const prompt = Array.from({ length: 200 }, (_, i) => 7 + ((i * 53) % 2000));
     const alone = {};
