@@ -257,7 +257,11 @@ json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 {
 	double usage = 0, acr_w = 0, prod = 0, prod_full = 0, kv = 0, kv_full = 0, acr_plain = 0;
 	int32_t n = 0;
-	json_t *by_window = json_object();   /* branch usage per window, the exact figures behind acr */
+	/* branch usage per window, the exact figures behind acr, windows ascending */
+	enum { MAX_WIN = 32 };
+	int32_t win[MAX_WIN];
+	double win_usage[MAX_WIN];
+	int32_t n_win = 0;
 	for (int32_t i = 0; i < j->n_choices; i++) {
 		const cmpl_choice *c = &j->choices[i];
 		if ((only && c != only) || !c->ended || !c->result.has_stats)
@@ -270,14 +274,28 @@ json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 		prod_full += (double)st->attn_products_full;
 		kv += (double)st->kv_bytes_peak;
 		kv_full += (double)st->kv_bytes_full_peak;
-		for (int32_t u = 0; u < st->n_usage; u++) {
-			char w[16];
-			snprintf(w, sizeof w, "%d", st->usage_window[u]);
-			json_t *seen = json_object_get(by_window, w);   /* query-head selections: integers */
-			json_object_set_new(by_window, w, json_integer((seen ? json_integer_value(seen) : 0) +
-			                                               (json_int_t)st->usage[u]));
+		for (int32_t u = 0; u < st->n_usage; u++) {   /* insert in order; a request's choices share one regime */
+			int32_t k = 0;
+			while (k < n_win && win[k] < st->usage_window[u])
+				k++;
+			if (k == n_win || win[k] != st->usage_window[u]) {
+				if (n_win == MAX_WIN)
+					continue;   /* cannot happen: one regime has at most 9 windows (engine_seq_stats) */
+				memmove(win + k + 1, win + k, (size_t)(n_win - k) * sizeof *win);
+				memmove(win_usage + k + 1, win_usage + k, (size_t)(n_win - k) * sizeof *win_usage);
+				win[k] = st->usage_window[u];
+				win_usage[k] = 0;
+				n_win++;
+			}
+			win_usage[k] += st->usage[u];
 		}
 		n++;
+	}
+	json_t *by_window = json_object();
+	for (int32_t k = 0; k < n_win; k++) {
+		char w[16];
+		snprintf(w, sizeof w, "%d", win[k]);
+		json_object_set_new(by_window, w, json_integer((json_int_t)win_usage[k]));   /* query-head selections */
 	}
 	double acr = usage > 0 ? acr_w / usage : n > 0 ? acr_plain / n : 1.0;
 	/* four decimals, as the paper reports ACR */

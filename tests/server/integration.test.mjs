@@ -557,6 +557,10 @@ describe('AAH regimes (a tiny model with aah.json: windows 64 … 512 at a 512 c
     assert.equal(both.json.aah.kv_bytes, lone[0].aah.kv_bytes + lone[1].aah.kv_bytes);
     for (const w of Object.keys(both.json.aah.branch_usage))
       assert.equal(both.json.aah.branch_usage[w], lone[0].aah.branch_usage[w] + lone[1].aah.branch_usage[w], w);
+    // the windows in ascending order as sent (JSON.parse would sort integer keys itself: read the raw text)
+    const sent = [...both.text.match(/"branch_usage":\{([^}]*)\}/)[1].matchAll(/"(\d+)":/g)].map((x) => Number(x[1]));
+    assert.ok(sent.length >= 3, both.text);
+    assert.deepEqual(sent, [...sent].sort((a, b) => a - b), both.text);
     const streamed = await post({ ...base, n: 2, max_tokens: 60, stop, stream: true, stream_options: { include_usage: true } });
     const events = sseEvents(streamed.text);
     const joined = joinStream(events);
