@@ -5,21 +5,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static void aah_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
+#include "models/errf.h"
 
 static int get_int(json_t *v, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -61,7 +52,7 @@ static int parse_policy(aah_regime *g, json_t *p, char *err, size_t err_len)
 	if (!p)
 		return 0;
 	if (!json_is_object(p)) {
-		aah_err(err, err_len, "aah.json: regime '%s': 'policy' must be an object", g->name);
+		aah_errf(err, err_len, "aah.json: regime '%s': 'policy' must be an object", g->name);
 		return -1;
 	}
 	json_t *kind = json_object_get(p, "kind");
@@ -72,7 +63,7 @@ static int parse_policy(aah_regime *g, json_t *p, char *err, size_t err_len)
 		else if (k && !strcmp(k, "adaptive"))
 			g->policy.kind = AAH_POLICY_ADAPTIVE;
 		else {
-			aah_err(err, err_len, "aah.json: regime '%s': policy kind must be \"static\" or \"adaptive\"", g->name);
+			aah_errf(err, err_len, "aah.json: regime '%s': policy kind must be \"static\" or \"adaptive\"", g->name);
 			return -1;
 		}
 	}
@@ -81,28 +72,28 @@ static int parse_policy(aah_regime *g, json_t *p, char *err, size_t err_len)
 	double dv;
 	if ((v = json_object_get(p, "control_interval"))) {
 		if (get_int(v, 1, 1 << 20, &iv)) {
-			aah_err(err, err_len, "aah.json: regime '%s': control_interval must be an integer ≥ 1", g->name);
+			aah_errf(err, err_len, "aah.json: regime '%s': control_interval must be an integer ≥ 1", g->name);
 			return -1;
 		}
 		g->policy.control_interval = (int32_t)iv;
 	}
 	if ((v = json_object_get(p, "feature_ema"))) {
 		if (get_real(v, 0, 1, &dv)) {
-			aah_err(err, err_len, "aah.json: regime '%s': feature_ema must be a number in [0, 1]", g->name);
+			aah_errf(err, err_len, "aah.json: regime '%s': feature_ema must be a number in [0, 1]", g->name);
 			return -1;
 		}
 		g->policy.feature_ema = (float)dv;
 	}
 	if ((v = json_object_get(p, "resolution_ema"))) {
 		if (get_real(v, 0, 1, &dv)) {
-			aah_err(err, err_len, "aah.json: regime '%s': resolution_ema must be a number in [0, 1]", g->name);
+			aah_errf(err, err_len, "aah.json: regime '%s': resolution_ema must be a number in [0, 1]", g->name);
 			return -1;
 		}
 		g->policy.resolution_ema = (float)dv;
 	}
 	if ((v = json_object_get(p, "coverage"))) {
 		if (get_real(v, 0.5, 1, &dv)) {
-			aah_err(err, err_len, "aah.json: regime '%s': coverage must be a number in [0.5, 1]", g->name);
+			aah_errf(err, err_len, "aah.json: regime '%s': coverage must be a number in [0.5, 1]", g->name);
 			return -1;
 		}
 		g->policy.coverage = (float)dv;
@@ -120,30 +111,30 @@ static int parse_layers(const aah_config *a, aah_regime *g, json_t *layers, cons
                         size_t err_len)
 {
 	if (!json_is_array(layers) || (int64_t)json_array_size(layers) != mc->n_layers) {
-		aah_err(err, err_len, "aah.json: regime '%s': 'layers' must be an array of %d layers (the model's), got %s",
-		        g->name, mc->n_layers, json_is_array(layers) ? "another count" : "no array");
+		aah_errf(err, err_len, "aah.json: regime '%s': 'layers' must be an array of %d layers (the model's), got %s",
+		         g->name, mc->n_layers, json_is_array(layers) ? "another count" : "no array");
 		return -1;
 	}
 	g->layers = calloc((size_t)mc->n_layers, sizeof *g->layers);
 	int32_t *owner = malloc((size_t)mc->n_kv_heads * sizeof *owner);
 	if (!g->layers || !owner) {
 		free(owner);
-		aah_err(err, err_len, "aah.json: out of memory");
+		aah_errf(err, err_len, "aah.json: out of memory");
 		return -1;
 	}
 	for (int32_t l = 0; l < mc->n_layers; l++) {
 		json_t *jl = json_array_get(layers, (size_t)l), *groups = json_object_get(jl, "groups");
 		if (!json_is_array(groups) || json_array_size(groups) == 0 ||
 		    json_array_size(groups) > (size_t)mc->n_kv_heads) {
-			aah_err(err, err_len, "aah.json: regime '%s' layer %d: 'groups' must be an array of 1..%d groups", g->name,
-			        l, mc->n_kv_heads);
+			aah_errf(err, err_len, "aah.json: regime '%s' layer %d: 'groups' must be an array of 1..%d groups", g->name,
+			         l, mc->n_kv_heads);
 			goto fail;
 		}
 		aah_layer *L = &g->layers[l];
 		L->n_groups = (int32_t)json_array_size(groups);
 		L->groups = calloc((size_t)L->n_groups, sizeof *L->groups);
 		if (!L->groups) {
-			aah_err(err, err_len, "aah.json: out of memory");
+			aah_errf(err, err_len, "aah.json: out of memory");
 			goto fail;
 		}
 		for (int32_t h = 0; h < mc->n_kv_heads; h++)
@@ -152,32 +143,32 @@ static int parse_layers(const aah_config *a, aah_regime *g, json_t *layers, cons
 			json_t *jg = json_array_get(groups, (size_t)gi), *heads = json_object_get(jg, "kv_heads");
 			aah_group *G = &L->groups[gi];
 			if (!json_is_array(heads) || json_array_size(heads) == 0) {
-				aah_err(err, err_len, "aah.json: regime '%s' layer %d group %d: 'kv_heads' must be a non-empty array",
-				        g->name, l, gi);
+				aah_errf(err, err_len, "aah.json: regime '%s' layer %d group %d: 'kv_heads' must be a non-empty array",
+				         g->name, l, gi);
 				goto fail;
 			}
 			G->n_kv_heads = (int32_t)json_array_size(heads);
 			if (G->n_kv_heads > mc->n_kv_heads) {
-				aah_err(err, err_len, "aah.json: regime '%s' layer %d group %d: %d KV heads, the model has %d", g->name,
-				        l, gi, G->n_kv_heads, mc->n_kv_heads);
+				aah_errf(err, err_len, "aah.json: regime '%s' layer %d group %d: %d KV heads, the model has %d", g->name,
+				         l, gi, G->n_kv_heads, mc->n_kv_heads);
 				goto fail;
 			}
 			G->kv_heads = malloc((size_t)G->n_kv_heads * sizeof *G->kv_heads);
 			if (!G->kv_heads) {
-				aah_err(err, err_len, "aah.json: out of memory");
+				aah_errf(err, err_len, "aah.json: out of memory");
 				goto fail;
 			}
 			for (int32_t i = 0; i < G->n_kv_heads; i++) {
 				int64_t h;
 				if (get_int(json_array_get(heads, (size_t)i), 0, mc->n_kv_heads - 1, &h)) {
-					aah_err(err, err_len,
-					        "aah.json: regime '%s' layer %d group %d: kv_heads[%d] is not a KV head index in [0, %d)",
+					aah_errf(err, err_len,
+					         "aah.json: regime '%s' layer %d group %d: kv_heads[%d] is not a KV head index in [0, %d)",
 					        g->name, l, gi, i, mc->n_kv_heads);
 					goto fail;
 				}
 				if (owner[h] >= 0) {
-					aah_err(err, err_len, "aah.json: regime '%s' layer %d: KV head %lld is in group %d and group %d",
-					        g->name, l, (long long)h, owner[h], gi);
+					aah_errf(err, err_len, "aah.json: regime '%s' layer %d: KV head %lld is in group %d and group %d",
+					         g->name, l, (long long)h, owner[h], gi);
 					goto fail;
 				}
 				owner[h] = gi;
@@ -185,27 +176,27 @@ static int parse_layers(const aah_config *a, aah_regime *g, json_t *layers, cons
 			}
 			int64_t w, cap;
 			if (get_int(json_object_get(jg, "window"), 1, 1 << 24, &w) || !is_candidate(a, w)) {
-				aah_err(err, err_len,
-				        "aah.json: regime '%s' layer %d group %d: 'window' must be one of the candidate windows", g->name,
-				        l, gi);
+				aah_errf(err, err_len,
+				         "aah.json: regime '%s' layer %d group %d: 'window' must be one of the candidate windows", g->name,
+				         l, gi);
 				goto fail;
 			}
 			json_t *jc = json_object_get(jg, "capacity");
 			cap = w;
 			if (jc && get_int(jc, 1, 1 << 24, &cap)) {
-				aah_err(err, err_len, "aah.json: regime '%s' layer %d group %d: 'capacity' must be a positive integer",
-				        g->name, l, gi);
+				aah_errf(err, err_len, "aah.json: regime '%s' layer %d group %d: 'capacity' must be a positive integer",
+				         g->name, l, gi);
 				goto fail;
 			}
 			if (cap < w) {
-				aah_err(err, err_len, "aah.json: regime '%s' layer %d group %d: capacity %lld is below window %lld",
-				        g->name, l, gi, (long long)cap, (long long)w);
+				aah_errf(err, err_len, "aah.json: regime '%s' layer %d group %d: capacity %lld is below window %lld",
+				         g->name, l, gi, (long long)cap, (long long)w);
 				goto fail;
 			}
 			if (cap > a->context_length) {
-				aah_err(err, err_len,
-				        "aah.json: regime '%s' layer %d group %d: capacity %lld exceeds context_length %d", g->name, l,
-				        gi, (long long)cap, a->context_length);
+				aah_errf(err, err_len,
+				         "aah.json: regime '%s' layer %d group %d: capacity %lld exceeds context_length %d", g->name, l,
+				         gi, (long long)cap, a->context_length);
 				goto fail;
 			}
 			G->window = (int32_t)w;
@@ -213,7 +204,7 @@ static int parse_layers(const aah_config *a, aah_regime *g, json_t *layers, cons
 		}
 		for (int32_t h = 0; h < mc->n_kv_heads; h++)
 			if (owner[h] < 0) {
-				aah_err(err, err_len, "aah.json: regime '%s' layer %d: KV head %d is in no group", g->name, l, h);
+				aah_errf(err, err_len, "aah.json: regime '%s' layer %d: KV head %d is in no group", g->name, l, h);
 				goto fail;
 			}
 	}
@@ -264,47 +255,47 @@ int aah_config_parse(aah_config *a, const char *json, size_t len, const model_co
 	json_error_t je;
 	json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root) {
-		aah_err(err, err_len, "aah.json: not valid JSON (line %d: %s)", je.line, je.text);
+		aah_errf(err, err_len, "aah.json: not valid JSON (line %d: %s)", je.line, je.text);
 		return -1;
 	}
 	int rc = -1;
 	int64_t v;
 	if (!json_is_object(root)) {
-		aah_err(err, err_len, "aah.json: must be a JSON object");
+		aah_errf(err, err_len, "aah.json: must be a JSON object");
 		goto done;
 	}
 	if (get_int(json_object_get(root, "version"), 1, 1, &v)) {
-		aah_err(err, err_len, "aah.json: 'version' must be 1");
+		aah_errf(err, err_len, "aah.json: 'version' must be 1");
 		goto done;
 	}
 	if (get_int(json_object_get(root, "context_length"), 1, 1 << 24, &v)) {
-		aah_err(err, err_len, "aah.json: 'context_length' must be a positive integer");
+		aah_errf(err, err_len, "aah.json: 'context_length' must be a positive integer");
 		goto done;
 	}
 	a->context_length = (int32_t)v;
 	json_t *wins = json_object_get(root, "candidate_windows");
 	if (!json_is_array(wins) || json_array_size(wins) == 0 || json_array_size(wins) > AAH_MAX_WINDOWS) {
-		aah_err(err, err_len, "aah.json: 'candidate_windows' must be an array of 1..%d windows", AAH_MAX_WINDOWS);
+		aah_errf(err, err_len, "aah.json: 'candidate_windows' must be an array of 1..%d windows", AAH_MAX_WINDOWS);
 		goto done;
 	}
 	a->n_windows = (int32_t)json_array_size(wins);
 	for (int32_t i = 0; i < a->n_windows; i++) {
 		if (get_int(json_array_get(wins, (size_t)i), 1, a->context_length, &v) ||
 		    (i > 0 && v <= a->windows[i - 1])) {
-			aah_err(err, err_len,
-			        "aah.json: candidate_windows[%d] must be an integer in [1, context_length], ascending", i);
+			aah_errf(err, err_len,
+			         "aah.json: candidate_windows[%d] must be an integer in [1, context_length], ascending", i);
 			goto done;
 		}
 		a->windows[i] = (int32_t)v;
 	}
 	json_t *regimes = json_object_get(root, "regimes");
 	if (!json_is_object(regimes) || json_object_size(regimes) == 0) {
-		aah_err(err, err_len, "aah.json: 'regimes' must be a non-empty object");
+		aah_errf(err, err_len, "aah.json: 'regimes' must be a non-empty object");
 		goto done;
 	}
 	a->regimes = calloc(json_object_size(regimes), sizeof *a->regimes);
 	if (!a->regimes) {
-		aah_err(err, err_len, "aah.json: out of memory");
+		aah_errf(err, err_len, "aah.json: out of memory");
 		goto done;
 	}
 	const char *name;
@@ -313,15 +304,15 @@ int aah_config_parse(aah_config *a, const char *json, size_t len, const model_co
 		aah_regime *g = &a->regimes[a->n_regimes++];
 		g->name = strdup(name);
 		if (!g->name) {
-			aah_err(err, err_len, "aah.json: out of memory");
+			aah_errf(err, err_len, "aah.json: out of memory");
 			goto done;
 		}
 		if (!strcmp(name, AAH_FULL_ATTENTION) || !*name) {
-			aah_err(err, err_len, "aah.json: regime name '%s' is reserved (full_attention is built in)", name);
+			aah_errf(err, err_len, "aah.json: regime name '%s' is reserved (full_attention is built in)", name);
 			goto done;
 		}
 		if (!json_is_object(jr)) {
-			aah_err(err, err_len, "aah.json: regime '%s' must be an object", name);
+			aah_errf(err, err_len, "aah.json: regime '%s' must be an object", name);
 			goto done;
 		}
 		copy_str(g->grouping, sizeof g->grouping, json_object_get(jr, "grouping"));
@@ -339,7 +330,7 @@ int aah_config_parse(aah_config *a, const char *json, size_t len, const model_co
 	if (def) {
 		const char *d = json_string_value(def);
 		if (!d || (strcmp(d, AAH_FULL_ATTENTION) != 0 && !aah_config_regime(a, d))) {
-			aah_err(err, err_len, "aah.json: default_regime '%s' is not one of the regimes", d ? d : "(not a string)");
+			aah_errf(err, err_len, "aah.json: default_regime '%s' is not one of the regimes", d ? d : "(not a string)");
 			goto done;
 		}
 		a->default_regime = strdup(d);
@@ -347,7 +338,7 @@ int aah_config_parse(aah_config *a, const char *json, size_t len, const model_co
 		a->default_regime = strdup(a->regimes[0].name);
 	}
 	if (!a->default_regime) {
-		aah_err(err, err_len, "aah.json: out of memory");
+		aah_errf(err, err_len, "aah.json: out of memory");
 		goto done;
 	}
 	json_t *prov = json_object_get(root, "provenance");
@@ -367,7 +358,7 @@ int aah_config_load_file(aah_config *a, const char *path, const model_config *mc
 	FILE *f = fopen(path, "rb");
 	if (!f) {
 		int e = errno;
-		aah_err(err, err_len, "%s: %s", path, strerror(e));
+		aah_errf(err, err_len, "%s: %s", path, strerror(e));
 		return e == ENOENT ? 1 : -1;
 	}
 	char *buf = NULL;
@@ -377,14 +368,14 @@ int aah_config_load_file(aah_config *a, const char *path, const model_config *mc
 			if (cap >= (64u << 20)) {
 				fclose(f);
 				free(buf);
-				aah_err(err, err_len, "%s: larger than 64 MiB", path);
+				aah_errf(err, err_len, "%s: larger than 64 MiB", path);
 				return -1;
 			}
 			char *g = realloc(buf, cap = cap ? cap * 2 : 65536);
 			if (!g) {
 				fclose(f);
 				free(buf);
-				aah_err(err, err_len, "%s: out of memory", path);
+				aah_errf(err, err_len, "%s: out of memory", path);
 				return -1;
 			}
 			buf = g;
@@ -402,7 +393,7 @@ int aah_config_load_file(aah_config *a, const char *path, const model_config *mc
 		char inner[1024];
 		snprintf(inner, sizeof inner, "%s", err);
 		const char *rest = strncmp(inner, "aah.json", 8) == 0 ? inner + 8 : inner;
-		aah_err(err, err_len, "%s%s", path, rest);
+		aah_errf(err, err_len, "%s%s", path, rest);
 	}
 	return rc;
 }
@@ -431,7 +422,7 @@ int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_l
 	}
 	DIR *d = opendir(dir);
 	if (!d) {
-		aah_err(err, err_len, "%s: %s", dir, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", dir, strerror(errno));
 		return -1;
 	}
 	int64_t best = -1;
@@ -458,13 +449,13 @@ int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_l
 	closedir(d);
 	if (step >= 0) {
 		if (!found_named) {
-			aah_err(err, err_len, "%s: no checkpoint-%lld folder", dir, (long long)step);
+			aah_errf(err, err_len, "%s: no checkpoint-%lld folder", dir, (long long)step);
 			return -1;
 		}
 		best = step;
 	} else if (best < 0) {
-		aah_err(err, err_len, "%s: neither a model (no config.json) nor a run directory (no checkpoint-STEP folders)",
-		        dir);
+		aah_errf(err, err_len, "%s: neither a model (no config.json) nor a run directory (no checkpoint-STEP folders)",
+		         dir);
 		return -1;
 	}
 	snprintf(out, out_len, "%s/checkpoint-%lld", dir, (long long)best);

@@ -8,7 +8,6 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "models/aah_config.h"
+#include "models/errf.h"
 #include "models/model.h"
 #include "models/safetensors_write.h"
 #include "models/sha256.h"
@@ -26,16 +26,6 @@
 #define CI_MAX_SHARDS 4096
 #define CI_MAX_TENSORS (1 << 20)
 #define CI_JSON_BUDGET (1 << 20)
-
-static void ci_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
 
 /* err = "prefix: err" */
 static void ci_err_prefix(char *err, size_t err_len, const char *prefix)
@@ -147,7 +137,7 @@ static int64_t dir_step(const char *name)
 static json_t *pkl_json(const pkl_value *v, const char *path, int64_t *budget, char *err, size_t err_len)
 {
 	if (--*budget < 0) {
-		ci_err(err, err_len, "'%s': more than %d values", path, CI_JSON_BUDGET);
+		aah_errf(err, err_len, "'%s': more than %d values", path, CI_JSON_BUDGET);
 		return NULL;
 	}
 	char sub[512];
@@ -158,13 +148,13 @@ static json_t *pkl_json(const pkl_value *v, const char *path, int64_t *budget, c
 	case PKL_INT: return json_integer(v->u.i);
 	case PKL_FLOAT:
 		if (!isfinite(v->u.f)) {
-			ci_err(err, err_len, "'%s' is %g, which JSON cannot hold", path, v->u.f);
+			aah_errf(err, err_len, "'%s' is %g, which JSON cannot hold", path, v->u.f);
 			return NULL;
 		}
 		return json_real(v->u.f);
 	case PKL_STR:
 		if (strlen(v->u.str.s) != v->u.str.len) {
-			ci_err(err, err_len, "'%s' is a string with a NUL inside", path);
+			aah_errf(err, err_len, "'%s' is a string with a NUL inside", path);
 			return NULL;
 		}
 		return json_stringn(v->u.str.s, v->u.str.len);
@@ -192,7 +182,7 @@ static json_t *pkl_json(const pkl_value *v, const char *path, int64_t *budget, c
 				snprintf(num, sizeof num, "%lld", (long long)k->u.i);
 				key = num;
 			} else {
-				ci_err(err, err_len, "'%s' has a %s key, which JSON cannot hold", path, pkl_type_name(k));
+				aah_errf(err, err_len, "'%s' has a %s key, which JSON cannot hold", path, pkl_type_name(k));
 				json_decref(j);
 				return NULL;
 			}
@@ -205,7 +195,7 @@ static json_t *pkl_json(const pkl_value *v, const char *path, int64_t *budget, c
 		}
 		return j;
 	default:
-		ci_err(err, err_len, "'%s' is a %s, which has no JSON form here", path, pkl_type_name(v));
+		aah_errf(err, err_len, "'%s' is a %s, which has no JSON form here", path, pkl_type_name(v));
 		return NULL;
 	}
 }
@@ -215,7 +205,7 @@ static json_t *pkl_to_json(const pkl_value *v, const char *path, char *err, size
 	int64_t budget = CI_JSON_BUDGET;
 	json_t *j = pkl_json(v, path, &budget, err, err_len);
 	if (!j && err && err_len && !err[0])
-		ci_err(err, err_len, "'%s': out of memory", path);
+		aah_errf(err, err_len, "'%s': out of memory", path);
 	return j;
 }
 
@@ -266,8 +256,8 @@ static int find_state_dict(const tc_file *f, const pkl_value **sd, bool *wrapped
 {
 	const pkl_value *root = f->doc.root;
 	if (root->type != PKL_DICT) {
-		ci_err(err, err_len, "%s: the checkpoint holds a %s, not a dict (a state dict, or a dict holding one)",
-		       f->path, pkl_type_name(root));
+		aah_errf(err, err_len, "%s: the checkpoint holds a %s, not a dict (a state dict, or a dict holding one)",
+		         f->path, pkl_type_name(root));
 		return -1;
 	}
 	static const char *const keys[] = { "model", "state_dict", "module" };
@@ -280,16 +270,16 @@ static int find_state_dict(const tc_file *f, const pkl_value **sd, bool *wrapped
 		for (size_t i = 0; i < v->u.seq.n / 2; i++) {
 			const pkl_value *val = v->u.seq.v[2 * i + 1], *key = v->u.seq.v[2 * i];
 			if (val->type != PKL_TENSOR) {
-				ci_err(err, err_len, "%s: '%s' holds a %s under '%.80s' where a state dict has tensors", f->path,
-				       keys[k], pkl_type_name(val), key->type == PKL_STR ? key->u.str.s : pkl_type_name(key));
+				aah_errf(err, err_len, "%s: '%s' holds a %s under '%.80s' where a state dict has tensors", f->path,
+				         keys[k], pkl_type_name(val), key->type == PKL_STR ? key->u.str.s : pkl_type_name(key));
 				return -1;
 			}
 		}
 		if (v->u.seq.n == 0)
 			continue;
 		if (found) {
-			ci_err(err, err_len, "%s: both '%s' and '%s' hold a state dict: which one to import is ambiguous",
-			       f->path, found_key, keys[k]);
+			aah_errf(err, err_len, "%s: both '%s' and '%s' hold a state dict: which one to import is ambiguous",
+			         f->path, found_key, keys[k]);
 			return -1;
 		}
 		found = v;
@@ -307,8 +297,8 @@ static int find_state_dict(const tc_file *f, const pkl_value **sd, bool *wrapped
 	}
 	char keys_seen[1024];
 	list_keys(root, keys_seen, sizeof keys_seen);
-	ci_err(err, err_len, "%s: no state dict: the top-level dict is not a dict of tensors and holds none under "
-	       "'model', 'state_dict' or 'module'; its keys: %s", f->path, keys_seen[0] ? keys_seen : "none");
+	aah_errf(err, err_len, "%s: no state dict: the top-level dict is not a dict of tensors and holds none under "
+	         "'model', 'state_dict' or 'module'; its keys: %s", f->path, keys_seen[0] ? keys_seen : "none");
 	return -1;
 }
 
@@ -317,12 +307,12 @@ static int add_state_dict(ci_tensors *ts, tc_file *f, int32_t fi, const pkl_valu
 	for (size_t i = 0; i < sd->u.seq.n / 2; i++) {
 		const pkl_value *k = sd->u.seq.v[2 * i], *v = sd->u.seq.v[2 * i + 1];
 		if (k->type != PKL_STR || strlen(k->u.str.s) != k->u.str.len || k->u.str.len == 0 || k->u.str.len > 120) {
-			ci_err(err, err_len, "%s: a state dict key that is a %s, not a name of 1 to 120 characters", f->path,
-			       pkl_type_name(k));
+			aah_errf(err, err_len, "%s: a state dict key that is a %s, not a name of 1 to 120 characters", f->path,
+			         pkl_type_name(k));
 			return -1;
 		}
 		if (ts->n >= CI_MAX_TENSORS) {
-			ci_err(err, err_len, "%s: more than %d tensors", f->path, CI_MAX_TENSORS);
+			aah_errf(err, err_len, "%s: more than %d tensors", f->path, CI_MAX_TENSORS);
 			return -1;
 		}
 		if (ts->n == ts->cap) {
@@ -337,14 +327,14 @@ static int add_state_dict(ci_tensors *ts, tc_file *f, int32_t fi, const pkl_valu
 			if (nf)
 				ts->file = nf;
 			if (!nn || !nt || !nf) {
-				ci_err(err, err_len, "out of memory");
+				aah_errf(err, err_len, "out of memory");
 				return -1;
 			}
 			ts->cap = cap;
 		}
 		char berr[768];
 		if (tc_tensor_bind(f, v, &ts->t[ts->n], berr, sizeof berr)) {
-			ci_err(err, err_len, "tensor '%s': %s", k->u.str.s, berr);
+			aah_errf(err, err_len, "tensor '%s': %s", k->u.str.s, berr);
 			return -1;
 		}
 		ts->names[ts->n] = k->u.str.s;
@@ -427,7 +417,7 @@ static int scan_run(ci_list *l, const char *src, char *err, size_t err_len)
 {
 	DIR *d = opendir(src);
 	if (!d) {
-		ci_err(err, err_len, "%s: %s", src, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", src, strerror(errno));
 		return -1;
 	}
 	struct dirent *de;
@@ -439,7 +429,7 @@ static int scan_run(ci_list *l, const char *src, char *err, size_t err_len)
 		char *p = path_join(src, n);
 		if (!p) {
 			rc = -1;
-			ci_err(err, err_len, "out of memory");
+			aah_errf(err, err_len, "out of memory");
 			break;
 		}
 		int64_t s;
@@ -449,17 +439,17 @@ static int scan_run(ci_list *l, const char *src, char *err, size_t err_len)
 				snprintf(prefix, sizeof prefix, "%s/", n);
 				rc = add_model_folder(l, p, s, prefix);
 			} else {
-				ci_err(err, err_len, "%s: holds no pytorch_model.bin (nor its shard index)%s", p,
-				       file_in(p, "model.safetensors") || file_in(p, "model.safetensors.index.json")
-				               ? ": it is a safetensors folder already, which aahd loads as it is"
-				               : "");
+				aah_errf(err, err_len, "%s: holds no pytorch_model.bin (nor its shard index)%s", p,
+				         file_in(p, "model.safetensors") || file_in(p, "model.safetensors.index.json")
+				                 ? ": it is a safetensors folder already, which aahd loads as it is"
+				                 : "");
 				rc = -1;
 			}
 		} else if (is_file(p) && (s = file_step(n)) >= 0) {
 			rc = list_add(l, s, p, false, src, n);
 		}
 		if (rc && err && !err[0])
-			ci_err(err, err_len, "out of memory");
+			aah_errf(err, err_len, "out of memory");
 		free(p);
 	}
 	closedir(d);
@@ -467,16 +457,16 @@ static int scan_run(ci_list *l, const char *src, char *err, size_t err_len)
 		return -1;
 	if (l->n == 0) {
 		bool st = file_in(src, "model.safetensors") || file_in(src, "model.safetensors.index.json");
-		ci_err(err, err_len, "%s: neither a checkpoint file, a model folder (pytorch_model.bin) nor a run directory "
-		       "(checkpoint-STEP/ folders, checkpoint-STEP.pt or step_STEP.pt files)%s", src,
-		       st ? ": it holds model.safetensors, a Hugging Face folder that aahd loads as it is" : "");
+		aah_errf(err, err_len, "%s: neither a checkpoint file, a model folder (pytorch_model.bin) nor a run directory "
+		         "(checkpoint-STEP/ folders, checkpoint-STEP.pt or step_STEP.pt files)%s", src,
+		         st ? ": it holds model.safetensors, a Hugging Face folder that aahd loads as it is" : "");
 		return -1;
 	}
 	qsort(l->v, (size_t)l->n, sizeof *l->v, cmp_step);
 	for (int32_t i = 1; i < l->n; i++)
 		if (l->v[i].step == l->v[i - 1].step) {
-			ci_err(err, err_len, "%s: step %lld twice: '%s' and '%s'", src, (long long)l->v[i].step, l->v[i - 1].rel,
-			       l->v[i].rel);
+			aah_errf(err, err_len, "%s: step %lld twice: '%s' and '%s'", src, (long long)l->v[i].step, l->v[i - 1].rel,
+			         l->v[i].rel);
 			return -1;
 		}
 	return 0;
@@ -487,7 +477,7 @@ static int classify_source(ci_list *l, const char *src, char *err, size_t err_le
 	memset(l, 0, sizeof *l);
 	struct stat st;
 	if (stat(src, &st) != 0) {
-		ci_err(err, err_len, "%s: %s", src, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", src, strerror(errno));
 		return -1;
 	}
 	int rc;
@@ -507,11 +497,11 @@ static int classify_source(ci_list *l, const char *src, char *err, size_t err_le
 			return scan_run(l, src, err, err_len);
 		}
 	} else {
-		ci_err(err, err_len, "%s: neither a file nor a folder", src);
+		aah_errf(err, err_len, "%s: neither a file nor a folder", src);
 		return -1;
 	}
 	if (rc)
-		ci_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 	return rc;
 }
 
@@ -545,12 +535,12 @@ static int open_sharded(ci_job *j)
 	json_error_t je;
 	j->index = json_load_file(j->s->path, JSON_REJECT_DUPLICATES, &je);
 	if (!j->index) {
-		ci_err(j->err, j->err_len, "%s: line %d: %s", j->s->path, je.line, je.text);
+		aah_errf(j->err, j->err_len, "%s: line %d: %s", j->s->path, je.line, je.text);
 		return -1;
 	}
 	json_t *map = json_object_get(j->index, "weight_map");
 	if (!json_is_object(map) || json_object_size(map) == 0) {
-		ci_err(j->err, j->err_len, "%s: no 'weight_map' object", j->s->path);
+		aah_errf(j->err, j->err_len, "%s: no 'weight_map' object", j->s->path);
 		return -1;
 	}
 	const char **shards = calloc(CI_MAX_SHARDS, sizeof *shards);
@@ -558,7 +548,7 @@ static int open_sharded(ci_job *j)
 	if (!shards || !seen) {
 		free(shards);
 		json_decref(seen);
-		ci_err(j->err, j->err_len, "out of memory");
+		aah_errf(j->err, j->err_len, "out of memory");
 		return -1;
 	}
 	int32_t n = 0;
@@ -568,15 +558,15 @@ static int open_sharded(ci_job *j)
 	json_object_foreach(map, key, v) {
 		const char *f = json_string_value(v);
 		if (!f || !*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
-			ci_err(j->err, j->err_len, "%s: tensor '%s' maps to %s, not a file name in the index's folder",
-			       j->s->path, key, f ? f : "a non-string");
+			aah_errf(j->err, j->err_len, "%s: tensor '%s' maps to %s, not a file name in the index's folder",
+			         j->s->path, key, f ? f : "a non-string");
 			rc = -1;
 			break;
 		}
 		if (json_object_get(seen, f))
 			continue;
 		if (n == CI_MAX_SHARDS) {
-			ci_err(j->err, j->err_len, "%s: more than %d shards", j->s->path, CI_MAX_SHARDS);
+			aah_errf(j->err, j->err_len, "%s: more than %d shards", j->s->path, CI_MAX_SHARDS);
 			rc = -1;
 			break;
 		}
@@ -586,7 +576,7 @@ static int open_sharded(ci_job *j)
 	if (!rc) {
 		j->files = calloc((size_t)n, sizeof *j->files);
 		if (!j->files) {
-			ci_err(j->err, j->err_len, "out of memory");
+			aah_errf(j->err, j->err_len, "out of memory");
 			rc = -1;
 		}
 	}
@@ -609,14 +599,14 @@ static int check_weight_map(ci_job *j)
 		const char *want = json_string_value(json_object_get(map, j->ts.names[i]));
 		const char *have = base_name(j->files[j->ts.file[i]].path);
 		if (!want || strcmp(want, have)) {
-			ci_err(j->err, j->err_len, "%s: tensor '%s' is in %s, but the index says %s", j->s->path,
-			       j->ts.names[i], have, want ? want : "nothing of it");
+			aah_errf(j->err, j->err_len, "%s: tensor '%s' is in %s, but the index says %s", j->s->path,
+			         j->ts.names[i], have, want ? want : "nothing of it");
 			return -1;
 		}
 	}
 	if ((size_t)j->ts.n != json_object_size(map)) {
-		ci_err(j->err, j->err_len, "%s: the index names %zu tensors, the shards hold %d", j->s->path,
-		       json_object_size(map), (int)j->ts.n);
+		aah_errf(j->err, j->err_len, "%s: the index names %zu tensors, the shards hold %d", j->s->path,
+		         json_object_size(map), (int)j->ts.n);
 		return -1;
 	}
 	return 0;
@@ -630,7 +620,7 @@ static int load_tensors(ci_job *j)
 	} else {
 		j->files = calloc(1, sizeof *j->files);
 		if (!j->files) {
-			ci_err(j->err, j->err_len, "out of memory");
+			aah_errf(j->err, j->err_len, "out of memory");
 			return -1;
 		}
 		j->n_files = 1;
@@ -658,8 +648,8 @@ static int read_meta(ci_job *j)
 	const pkl_value *step = pkl_dict_get(root, "step"), *seed = pkl_dict_get(root, "seed");
 	if (step && step->type == PKL_INT) {
 		if (j->step >= 0 && step->u.i != j->step) {
-			ci_err(j->err, j->err_len, "%s: its 'step' is %lld but its name says %lld", j->s->path,
-			       (long long)step->u.i, (long long)j->step);
+			aah_errf(j->err, j->err_len, "%s: its 'step' is %lld but its name says %lld", j->s->path,
+			         (long long)step->u.i, (long long)j->step);
 			return -1;
 		}
 		j->step = step->u.i;
@@ -691,7 +681,7 @@ static int load_config(ci_job *j)
 		j->cfg = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
 		free(cand);
 		if (!j->cfg) {
-			ci_err(j->err, j->err_len, "%s: line %d: %s", j->cfg_label, je.line, je.text);
+			aah_errf(j->err, j->err_len, "%s: line %d: %s", j->cfg_label, je.line, je.text);
 			return -1;
 		}
 	} else {
@@ -699,9 +689,9 @@ static int load_config(ci_job *j)
 		const pkl_value *c = j->s->sharded ? NULL : pkl_dict_get(j->files[0].doc.root, "config");
 		if (!c || c->type != PKL_DICT) {
 			bool other = strcmp(j->s->dir, j->list->root) != 0;
-			ci_err(j->err, j->err_len, "%s: no config.json beside it%s%s%s and no 'config' dict in the checkpoint: "
-			       "pass --config FILE", j->s->path, other ? " (nor in " : "", other ? j->list->root : "",
-			       other ? ")" : "");
+			aah_errf(j->err, j->err_len, "%s: no config.json beside it%s%s%s and no 'config' dict in the checkpoint: "
+			         "pass --config FILE", j->s->path, other ? " (nor in " : "", other ? j->list->root : "",
+			         other ? ")" : "");
 			return -1;
 		}
 		snprintf(j->cfg_label, sizeof j->cfg_label, "%s: 'config'", j->s->path);
@@ -711,7 +701,7 @@ static int load_config(ci_job *j)
 		}
 	}
 	if (!json_is_object(j->cfg)) {
-		ci_err(j->err, j->err_len, "%s: not a JSON object", j->cfg_label);
+		aah_errf(j->err, j->err_len, "%s: not a JSON object", j->cfg_label);
 		return -1;
 	}
 	char *text = json_dumps(j->cfg, JSON_COMPACT);
@@ -742,7 +732,7 @@ static int write_json(const char *dir, const char *name, json_t *v, size_t flags
 	char *p = path_join(dir, name);
 	int rc = p ? json_dump_file(v, p, flags) : -1;
 	if (rc)
-		ci_err(err, err_len, "%s/%s: cannot write", dir, name);
+		aah_errf(err, err_len, "%s/%s: cannot write", dir, name);
 	free(p);
 	return rc ? -1 : 0;
 }
@@ -751,7 +741,7 @@ static int write_config(ci_job *j)
 {
 	json_t *c = json_deep_copy(j->cfg);
 	if (!c) {
-		ci_err(j->err, j->err_len, "out of memory");
+		aah_errf(j->err, j->err_len, "out of memory");
 		return -1;
 	}
 	json_object_set_new(c, "tie_word_embeddings", json_boolean(j->plan.tied));
@@ -788,7 +778,7 @@ static int write_safetensors(ci_job *j)
 	free(path);
 	if (!w) {
 		free(ctx);
-		ci_err(j->err, j->err_len, "%s: %s", j->outdir, werr[0] ? werr : "out of memory");
+		aah_errf(j->err, j->err_len, "%s: %s", j->outdir, werr[0] ? werr : "out of memory");
 		return -1;
 	}
 	int rc = st_writer_set_metadata(w, "format", "pt");
@@ -806,7 +796,7 @@ static int write_safetensors(ci_job *j)
 		rc = st_writer_close(w);
 	free(ctx);
 	if (rc)
-		ci_err(j->err, j->err_len, "%s", werr[0] ? werr : "cannot write model.safetensors");
+		aah_errf(j->err, j->err_len, "%s", werr[0] ? werr : "cannot write model.safetensors");
 	return rc ? -1 : 0;
 }
 
@@ -814,12 +804,12 @@ static int copy_file(const char *from, const char *to, char *err, size_t err_len
 {
 	int in = open(from, O_RDONLY | O_CLOEXEC);
 	if (in < 0) {
-		ci_err(err, err_len, "%s: %s", from, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", from, strerror(errno));
 		return -1;
 	}
 	int outfd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (outfd < 0) {
-		ci_err(err, err_len, "%s: %s", to, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", to, strerror(errno));
 		close(in);
 		return -1;
 	}
@@ -844,7 +834,7 @@ static int copy_file(const char *from, const char *to, char *err, size_t err_len
 		rc = -1;
 	close(in);
 	if (rc)
-		ci_err(err, err_len, "%s: cannot copy to %s", from, to);
+		aah_errf(err, err_len, "%s: cannot copy to %s", from, to);
 	return rc;
 }
 
@@ -882,7 +872,7 @@ static int copy_tokenizer(ci_job *j)
 		return 0;
 	}
 	if (j->o->tokenizer_dir) {
-		ci_err(j->err, j->err_len, "%s: holds neither tokenizer.json nor tokenizer.model", j->o->tokenizer_dir);
+		aah_errf(j->err, j->err_len, "%s: holds neither tokenizer.json nor tokenizer.model", j->o->tokenizer_dir);
 		return -1;
 	}
 	return 0;
@@ -898,8 +888,8 @@ static int write_aah(ci_job *j)
 	if (!aah || aah->type == PKL_NONE)
 		return 0;
 	if (aah->type != PKL_DICT) {
-		ci_err(j->err, j->err_len, "%s: 'aah' is a %s, not a dict (or None for a full-attention run)", f->path,
-		       pkl_type_name(aah));
+		aah_errf(j->err, j->err_len, "%s: 'aah' is a %s, not a dict (or None for a full-attention run)", f->path,
+		         pkl_type_name(aah));
 		return -1;
 	}
 	json_t *src = pkl_to_json(aah, "aah", j->err, j->err_len);
@@ -1039,14 +1029,14 @@ int ckpt_import(const char *src, const char *out, const ckpt_import_opts *o, cha
 	while (ol > 1 && out[ol - 1] == '/')
 		ol--;
 	if (ol == 0 || ol >= sizeof outp - 32) {
-		ci_err(err, err_len, "'%s': not a usable output path", out);
+		aah_errf(err, err_len, "'%s': not a usable output path", out);
 		return -1;
 	}
 	memcpy(outp, out, ol);
 	outp[ol] = 0;
 	struct stat st;
 	if (lstat(outp, &st) == 0) {
-		ci_err(err, err_len, "%s: exists already: refusing to overwrite it", outp);
+		aah_errf(err, err_len, "%s: exists already: refusing to overwrite it", outp);
 		return -1;
 	}
 	ci_list list;
@@ -1060,8 +1050,8 @@ int ckpt_import(const char *src, const char *out, const ckpt_import_opts *o, cha
 			if (list.v[i].step == o->step)
 				keep = i;
 		if (!list.run || keep < 0) {
-			ci_err(err, err_len, "%s: %s", src, list.run ? "no checkpoint of that step" :
-			       "--step selects a checkpoint of a run directory, and this is a single checkpoint");
+			aah_errf(err, err_len, "%s: %s", src, list.run ? "no checkpoint of that step" :
+			         "--step selects a checkpoint of a run directory, and this is a single checkpoint");
 			list_free(&list);
 			return -1;
 		}
@@ -1078,7 +1068,7 @@ int ckpt_import(const char *src, const char *out, const ckpt_import_opts *o, cha
 	char tmp[4200];
 	snprintf(tmp, sizeof tmp, "%s.partial-XXXXXX", outp);
 	if (!mkdtemp(tmp)) {
-		ci_err(err, err_len, "%s: cannot make a temporary folder beside it: %s", outp, strerror(errno));
+		aah_errf(err, err_len, "%s: cannot make a temporary folder beside it: %s", outp, strerror(errno));
 		list_free(&list);
 		return -1;
 	}
@@ -1091,7 +1081,7 @@ int ckpt_import(const char *src, const char *out, const ckpt_import_opts *o, cha
 			snprintf(sub, sizeof sub, "%s/checkpoint-%lld", tmp, (long long)list.v[i].step);
 			snprintf(fin, sizeof fin, "%s/checkpoint-%lld", outp, (long long)list.v[i].step);
 			if (mkdir(sub, 0777)) {
-				ci_err(err, err_len, "%s: %s", sub, strerror(errno));
+				aah_errf(err, err_len, "%s: %s", sub, strerror(errno));
 				rc = -1;
 				break;
 			}
@@ -1109,7 +1099,7 @@ int ckpt_import(const char *src, const char *out, const ckpt_import_opts *o, cha
 		    errno == ENOSYS) && lstat(outp, &st) != 0)
 			r = rename(tmp, outp);
 		if (r) {
-			ci_err(err, err_len, "%s: cannot rename %s into place: %s", outp, tmp, strerror(errno));
+			aah_errf(err, err_len, "%s: cannot rename %s into place: %s", outp, tmp, strerror(errno));
 			rc = -1;
 		}
 	}

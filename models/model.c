@@ -2,20 +2,12 @@
  * weight the architecture needs by its Hugging Face name, checking presence, dtype and exact shape. */
 #include "model.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void model_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len) return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
+#include "models/errf.h"
 
 static void model_shape_str(char *buf, size_t len, int32_t n, const int64_t *shape)
 {
@@ -31,12 +23,12 @@ static int model_bind(const model_files *m, const char *name, int32_t n_dims, in
 {
 	const st_tensor *t = st_find(&m->st, name);
 	if (!t) {
-		model_err(err, err_len, "%s: tensor '%s' is missing", m->dir, name);
+		aah_errf(err, err_len, "%s: tensor '%s' is missing", m->dir, name);
 		return -1;
 	}
 	const char *file = m->st.files[t->file].path;
 	if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
-		model_err(err, err_len, "%s: tensor '%s' has an unsupported dtype", file, name);
+		aah_errf(err, err_len, "%s: tensor '%s' has an unsupported dtype", file, name);
 		return -1;
 	}
 	int64_t want[2] = { d0, d1 };
@@ -46,7 +38,7 @@ static int model_bind(const model_files *m, const char *name, int32_t n_dims, in
 		char got_s[128], want_s[64];
 		model_shape_str(got_s, sizeof got_s, t->n_dims, t->shape);
 		model_shape_str(want_s, sizeof want_s, n_dims, want);
-		model_err(err, err_len, "%s: tensor '%s' has shape %s, expected %s", file, name, got_s, want_s);
+		aah_errf(err, err_len, "%s: tensor '%s' has shape %s, expected %s", file, name, got_s, want_s);
 		return -1;
 	}
 	*out = t;
@@ -95,16 +87,16 @@ static int model_check_extra(const model_files *m, char *err, size_t err_len)
 	snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", (int)m->config.n_layers);
 	const st_tensor *t = st_find(&m->st, name);
 	if (t) {
-		model_err(err, err_len, "%s: tensor '%s' is beyond num_hidden_layers %d", m->st.files[t->file].path, name,
-		          (int)m->config.n_layers);
+		aah_errf(err, err_len, "%s: tensor '%s' is beyond num_hidden_layers %d", m->st.files[t->file].path, name,
+		         (int)m->config.n_layers);
 		return -1;
 	}
 	for (int32_t i = 0; i < m->st.n_tensors; i++) {
 		const char *n = m->st.tensors[i].name;
 		size_t len = strlen(n);
 		if (len >= 5 && !strcmp(n + len - 5, ".bias")) {
-			model_err(err, err_len, "%s: tensor '%s' is a bias, which this architecture does not have",
-			          m->st.files[m->st.tensors[i].file].path, n);
+			aah_errf(err, err_len, "%s: tensor '%s' is a bias, which this architecture does not have",
+			         m->st.files[m->st.tensors[i].file].path, n);
 			return -1;
 		}
 	}
@@ -116,14 +108,14 @@ int model_files_load(model_files *m, const char *dir, char *err, size_t err_len)
 	memset(m, 0, sizeof *m);
 	m->dir = strdup(dir);
 	if (!m->dir) {
-		model_err(err, err_len, "%s: out of memory", dir);
+		aah_errf(err, err_len, "%s: out of memory", dir);
 		return -1;
 	}
 	if (model_config_load(&m->config, dir, err, err_len) || st_open_dir(&m->st, dir, err, err_len)) goto fail;
 	const model_config *c = &m->config;
 	m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
 	if (!m->w.layers) {
-		model_err(err, err_len, "%s: out of memory", dir);
+		aah_errf(err, err_len, "%s: out of memory", dir);
 		goto fail;
 	}
 	if (model_bind(m, "model.embed_tokens.weight", 2, c->vocab_size, c->hidden_size, &m->w.embed, err, err_len) ||

@@ -5,23 +5,15 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/errf.h"
+
 #define CFG_MAX_SIZE (1 << 24)
 #define CFG_MAX_VOCAB (1 << 22)
 #define CFG_MAX_LAYERS 1024
-
-static void cfg_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len) return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
 
 static const char *cfg_type_name(const json_t *v)
 {
@@ -52,21 +44,21 @@ static int cfg_int(const cfg_reader *r, const char *key, bool required, int32_t 
 	json_t *v = json_object_get(r->obj, key);
 	if (!v || json_is_null(v)) {
 		if (required) {
-			cfg_err(r->err, r->err_len, "%s: '%s%s' is missing", r->file, r->scope, key);
+			aah_errf(r->err, r->err_len, "%s: '%s%s' is missing", r->file, r->scope, key);
 			return -1;
 		}
 		*out = def;
 		return 0;
 	}
 	if (!json_is_integer(v)) {
-		cfg_err(r->err, r->err_len, "%s: '%s%s' must be an integer, not %s", r->file, r->scope, key,
-		        cfg_type_name(v));
+		aah_errf(r->err, r->err_len, "%s: '%s%s' must be an integer, not %s", r->file, r->scope, key,
+		         cfg_type_name(v));
 		return -1;
 	}
 	json_int_t x = json_integer_value(v);
 	if (x < lo || x > hi) {
-		cfg_err(r->err, r->err_len, "%s: '%s%s' is %lld, must be in %lld..%lld", r->file, r->scope, key,
-		        (long long)x, (long long)lo, (long long)hi);
+		aah_errf(r->err, r->err_len, "%s: '%s%s' is %lld, must be in %lld..%lld", r->file, r->scope, key,
+		         (long long)x, (long long)lo, (long long)hi);
 		return -1;
 	}
 	*out = (int32_t)x;
@@ -79,20 +71,20 @@ static int cfg_num(const cfg_reader *r, const char *key, double def, double *out
 	json_t *v = json_object_get(r->obj, key);
 	if (!v || json_is_null(v)) {
 		if (def < 0) {
-			cfg_err(r->err, r->err_len, "%s: '%s%s' is missing", r->file, r->scope, key);
+			aah_errf(r->err, r->err_len, "%s: '%s%s' is missing", r->file, r->scope, key);
 			return -1;
 		}
 		*out = def;
 		return 0;
 	}
 	if (!json_is_number(v)) {
-		cfg_err(r->err, r->err_len, "%s: '%s%s' must be a number, not %s", r->file, r->scope, key,
-		        cfg_type_name(v));
+		aah_errf(r->err, r->err_len, "%s: '%s%s' must be a number, not %s", r->file, r->scope, key,
+		         cfg_type_name(v));
 		return -1;
 	}
 	double x = json_number_value(v);
 	if (!(x > 0) || !isfinite(x) || x > 3e38) {
-		cfg_err(r->err, r->err_len, "%s: '%s%s' is %g, must be a positive number", r->file, r->scope, key, x);
+		aah_errf(r->err, r->err_len, "%s: '%s%s' is %g, must be a positive number", r->file, r->scope, key, x);
 		return -1;
 	}
 	*out = x;
@@ -108,7 +100,7 @@ static int cfg_bool(const cfg_reader *r, const char *key, bool def, bool *out)
 		return 0;
 	}
 	if (!json_is_boolean(v)) {
-		cfg_err(r->err, r->err_len, "%s: '%s' must be true or false, not %s", r->file, key, cfg_type_name(v));
+		aah_errf(r->err, r->err_len, "%s: '%s' must be true or false, not %s", r->file, key, cfg_type_name(v));
 		return -1;
 	}
 	*out = json_is_true(v);
@@ -123,8 +115,8 @@ static int cfg_token_id(const cfg_reader *r, const char *key, int32_t *out)
 	if (json_is_array(v)) v = json_array_get(v, 0);   /* NULL for an empty list */
 	if (!v || json_is_null(v)) return 0;
 	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-		cfg_err(r->err, r->err_len, "%s: '%s' must be a non-negative integer, a list of them, or null", r->file,
-		        key);
+		aah_errf(r->err, r->err_len, "%s: '%s' must be a non-negative integer, a list of them, or null", r->file,
+		         key);
 		return -1;
 	}
 	*out = (int32_t)json_integer_value(v);
@@ -147,7 +139,7 @@ static int cfg_arch(const cfg_reader *r, model_config *c, bool *is_mistral)
 	*is_mistral = false;
 	if (mt && !json_is_null(mt)) {
 		if (!json_is_string(mt)) {
-			cfg_err(r->err, r->err_len, "%s: 'model_type' must be a string, not %s", r->file, cfg_type_name(mt));
+			aah_errf(r->err, r->err_len, "%s: 'model_type' must be a string, not %s", r->file, cfg_type_name(mt));
 			return -1;
 		}
 		const char *t = json_string_value(mt);
@@ -155,14 +147,14 @@ static int cfg_arch(const cfg_reader *r, model_config *c, bool *is_mistral)
 		else if (!strcmp(t, "llama")) c->arch = MODEL_ARCH_LLAMA;
 		else if (!strcmp(t, "mistral")) c->arch = MODEL_ARCH_LLAMA, *is_mistral = true;
 		else {
-			cfg_err(r->err, r->err_len, "%s: model_type '%.64s' is not supported (only qwen3, llama, mistral)",
-			        r->file, t);
+			aah_errf(r->err, r->err_len, "%s: model_type '%.64s' is not supported (only qwen3, llama, mistral)",
+			         r->file, t);
 			return -1;
 		}
 		return 0;
 	}
 	if (archs && !json_is_array(archs)) {
-		cfg_err(r->err, r->err_len, "%s: 'architectures' must be an array, not %s", r->file, cfg_type_name(archs));
+		aah_errf(r->err, r->err_len, "%s: 'architectures' must be an array, not %s", r->file, cfg_type_name(archs));
 		return -1;
 	}
 	if (cfg_has_arch(archs, "Qwen3ForCausalLM")) c->arch = MODEL_ARCH_QWEN3;
@@ -171,10 +163,10 @@ static int cfg_arch(const cfg_reader *r, model_config *c, bool *is_mistral)
 	else {
 		const char *first = json_string_value(json_array_get(archs, 0));
 		if (first)
-			cfg_err(r->err, r->err_len, "%s: architecture '%.64s' is not supported (only Qwen3ForCausalLM, "
-			        "LlamaForCausalLM, MistralForCausalLM)", r->file, first);
+			aah_errf(r->err, r->err_len, "%s: architecture '%.64s' is not supported (only Qwen3ForCausalLM, "
+			         "LlamaForCausalLM, MistralForCausalLM)", r->file, first);
 		else
-			cfg_err(r->err, r->err_len, "%s: neither 'model_type' nor 'architectures' names the model", r->file);
+			aah_errf(r->err, r->err_len, "%s: neither 'model_type' nor 'architectures' names the model", r->file);
 		return -1;
 	}
 	return 0;
@@ -191,14 +183,14 @@ static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 	c->rope_original_max_pos = 0;
 	if (!rs || json_is_null(rs)) return 0;
 	if (!json_is_object(rs)) {
-		cfg_err(r->err, r->err_len, "%s: 'rope_scaling' must be an object or null, not %s", r->file,
-		        cfg_type_name(rs));
+		aah_errf(r->err, r->err_len, "%s: 'rope_scaling' must be an object or null, not %s", r->file,
+		         cfg_type_name(rs));
 		return -1;
 	}
 	json_t *ty = json_object_get(rs, "rope_type");
 	if (!ty || json_is_null(ty)) ty = json_object_get(rs, "type");
 	if (!json_is_string(ty)) {
-		cfg_err(r->err, r->err_len, "%s: 'rope_scaling' has no string 'rope_type' (or 'type')", r->file);
+		aah_errf(r->err, r->err_len, "%s: 'rope_scaling' has no string 'rope_type' (or 'type')", r->file);
 		return -1;
 	}
 	const char *t = json_string_value(ty);
@@ -219,8 +211,8 @@ static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 		    cfg_int(&sub, "original_max_position_embeddings", true, 0, 1, CFG_MAX_SIZE, &c->rope_original_max_pos))
 			return -1;
 		if (!(high > low)) {
-			cfg_err(r->err, r->err_len, "%s: rope_scaling 'high_freq_factor' %g must exceed 'low_freq_factor' %g",
-			        r->file, high, low);
+			aah_errf(r->err, r->err_len, "%s: rope_scaling 'high_freq_factor' %g must exceed 'low_freq_factor' %g",
+			         r->file, high, low);
 			return -1;
 		}
 		c->rope_scaling = MODEL_ROPE_LLAMA3;
@@ -229,7 +221,7 @@ static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 		c->rope_high_freq_factor = (float)high;
 		return 0;
 	}
-	cfg_err(r->err, r->err_len, "%s: rope_scaling type '%.32s' is not supported (only linear, llama3)", r->file, t);
+	aah_errf(r->err, r->err_len, "%s: rope_scaling type '%.32s' is not supported (only linear, llama3)", r->file, t);
 	return -1;
 }
 
@@ -253,68 +245,68 @@ static int cfg_parse_object(model_config *c, const cfg_reader *r)
 		if (cfg_int(r, "head_dim", true, 0, 1, CFG_MAX_SIZE, &c->head_dim)) return -1;
 	} else {
 		if (c->hidden_size % c->n_heads) {
-			cfg_err(r->err, r->err_len, "%s: 'hidden_size' %d is not a multiple of 'num_attention_heads' %d "
-			        "(and no 'head_dim' is given)", r->file, c->hidden_size, c->n_heads);
+			aah_errf(r->err, r->err_len, "%s: 'hidden_size' %d is not a multiple of 'num_attention_heads' %d "
+			         "(and no 'head_dim' is given)", r->file, c->hidden_size, c->n_heads);
 			return -1;
 		}
 		c->head_dim = c->hidden_size / c->n_heads;
 	}
 	if (c->head_dim % 2) {
-		cfg_err(r->err, r->err_len, "%s: 'head_dim' %d must be even (rotary embedding pairs)", r->file, c->head_dim);
+		aah_errf(r->err, r->err_len, "%s: 'head_dim' %d must be even (rotary embedding pairs)", r->file, c->head_dim);
 		return -1;
 	}
 	if (c->n_heads % c->n_kv_heads) {
-		cfg_err(r->err, r->err_len, "%s: 'num_attention_heads' %d is not a multiple of 'num_key_value_heads' %d",
-		        r->file, c->n_heads, c->n_kv_heads);
+		aah_errf(r->err, r->err_len, "%s: 'num_attention_heads' %d is not a multiple of 'num_key_value_heads' %d",
+		         r->file, c->n_heads, c->n_kv_heads);
 		return -1;
 	}
 	/* Keeps every projection's row count inside int32 arithmetic downstream. */
 	if ((int64_t)c->n_heads * c->head_dim > CFG_MAX_SIZE) {
-		cfg_err(r->err, r->err_len, "%s: 'num_attention_heads' × 'head_dim' = %lld exceeds %d", r->file,
-		        (long long)c->n_heads * c->head_dim, CFG_MAX_SIZE);
+		aah_errf(r->err, r->err_len, "%s: 'num_attention_heads' × 'head_dim' = %lld exceeds %d", r->file,
+		         (long long)c->n_heads * c->head_dim, CFG_MAX_SIZE);
 		return -1;
 	}
 
 	json_t *act = json_object_get(r->obj, "hidden_act");
 	if (act && !json_is_null(act)) {
 		if (!json_is_string(act)) {
-			cfg_err(r->err, r->err_len, "%s: 'hidden_act' must be a string, not %s", r->file, cfg_type_name(act));
+			aah_errf(r->err, r->err_len, "%s: 'hidden_act' must be a string, not %s", r->file, cfg_type_name(act));
 			return -1;
 		}
 		if (strcmp(json_string_value(act), "silu")) {
-			cfg_err(r->err, r->err_len, "%s: hidden_act '%.32s' is not supported (only silu)", r->file,
-			        json_string_value(act));
+			aah_errf(r->err, r->err_len, "%s: hidden_act '%.32s' is not supported (only silu)", r->file,
+			         json_string_value(act));
 			return -1;
 		}
 	}
 	if (cfg_bool(r, "attention_bias", false, &flag)) return -1;
 	if (flag) {
-		cfg_err(r->err, r->err_len, "%s: 'attention_bias' true is not supported", r->file);
+		aah_errf(r->err, r->err_len, "%s: 'attention_bias' true is not supported", r->file);
 		return -1;
 	}
 	if (cfg_bool(r, "mlp_bias", false, &flag)) return -1;
 	if (flag) {
-		cfg_err(r->err, r->err_len, "%s: 'mlp_bias' true is not supported", r->file);
+		aah_errf(r->err, r->err_len, "%s: 'mlp_bias' true is not supported", r->file);
 		return -1;
 	}
 	/* Qwen3 only slides its window when use_sliding_window is set; Mistral whenever sliding_window is set. */
 	if (c->arch == MODEL_ARCH_QWEN3) {
 		if (cfg_bool(r, "use_sliding_window", false, &flag)) return -1;
 		if (flag) {
-			cfg_err(r->err, r->err_len, "%s: 'use_sliding_window' true is not supported", r->file);
+			aah_errf(r->err, r->err_len, "%s: 'use_sliding_window' true is not supported", r->file);
 			return -1;
 		}
 	}
 	json_t *sw = json_object_get(r->obj, "sliding_window");
 	if (mistral && sw && !json_is_null(sw)) {
-		cfg_err(r->err, r->err_len, "%s: mistral 'sliding_window' must be null (sliding-window attention is not "
-		        "supported)", r->file);
+		aah_errf(r->err, r->err_len, "%s: mistral 'sliding_window' must be null (sliding-window attention is not "
+		         "supported)", r->file);
 		return -1;
 	}
 	json_t *q = json_object_get(r->obj, "quantization_config");
 	if (q && !json_is_null(q)) {
-		cfg_err(r->err, r->err_len, "%s: 'quantization_config' is present: quantized models are not supported",
-		        r->file);
+		aah_errf(r->err, r->err_len, "%s: 'quantization_config' is present: quantized models are not supported",
+		         r->file);
 		return -1;
 	}
 
@@ -335,12 +327,12 @@ static int cfg_parse_named(model_config *c, const char *json, size_t len, const 
 	json_error_t jerr;
 	json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		cfg_err(err, err_len, "%s: not valid JSON: %s (line %d, column %d)", file, jerr.text, jerr.line, jerr.column);
+		aah_errf(err, err_len, "%s: not valid JSON: %s (line %d, column %d)", file, jerr.text, jerr.line, jerr.column);
 		return -1;
 	}
 	int rc = -1;
 	if (!json_is_object(root)) {
-		cfg_err(err, err_len, "%s: not a JSON object", file);
+		aah_errf(err, err_len, "%s: not a JSON object", file);
 	} else {
 		cfg_reader r = { root, file, "", err, err_len };
 		rc = cfg_parse_object(c, &r);
@@ -359,7 +351,7 @@ int model_config_load(model_config *c, const char *dir, char *err, size_t err_le
 	size_t dl = strlen(dir);
 	char *path = malloc(dl + sizeof "/config.json");
 	if (!path) {
-		cfg_err(err, err_len, "%s: out of memory", dir);
+		aah_errf(err, err_len, "%s: out of memory", dir);
 		return -1;
 	}
 	memcpy(path, dir, dl);
@@ -368,19 +360,19 @@ int model_config_load(model_config *c, const char *dir, char *err, size_t err_le
 	char *buf = NULL;
 	int rc = -1;
 	if (!f) {
-		cfg_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+		aah_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
 		goto out;
 	}
 	/* A config.json is a few KiB; 16 MiB is far past any real one. */
 	size_t cap = 16u << 20, n = 0;
 	buf = malloc(cap);
 	if (!buf) {
-		cfg_err(err, err_len, "%s: out of memory", path);
+		aah_errf(err, err_len, "%s: out of memory", path);
 		goto out;
 	}
 	n = fread(buf, 1, cap, f);
 	if (ferror(f) || n == cap) {
-		cfg_err(err, err_len, "%s: %s", path, n == cap ? "file is too large" : "read error");
+		aah_errf(err, err_len, "%s: %s", path, n == cap ? "file is too large" : "read error");
 		goto out;
 	}
 	rc = cfg_parse_named(c, buf, n, path, err, err_len);

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,16 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Formats into err without ever overflowing it; err may be NULL or err_len 0. */
-static void st_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len) return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
+#include "models/errf.h"
 
+/* Formats into err without ever overflowing it; err may be NULL or err_len 0. */
 /* Prepends "prefix: " to the message already in err (the parser does not know the file's name). */
 static void st_err_prefix(char *err, size_t err_len, const char *prefix)
 {
@@ -85,27 +77,27 @@ void st_tensors_free(st_tensor *t, int32_t n)
 static int st_parse_entry(const char *name, json_t *v, size_t data_len, st_tensor *t, char *err, size_t err_len)
 {
 	if (!json_is_object(v)) {
-		st_err(err, err_len, "tensor '%s': entry is not a JSON object", name);
+		aah_errf(err, err_len, "tensor '%s': entry is not a JSON object", name);
 		return -1;
 	}
 	json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
 	       *jo = json_object_get(v, "data_offsets");
 	if (!json_is_string(jd)) {
-		st_err(err, err_len, "tensor '%s': 'dtype' is missing or not a string", name);
+		aah_errf(err, err_len, "tensor '%s': 'dtype' is missing or not a string", name);
 		return -1;
 	}
 	if (st_dtype_parse(json_string_value(jd), &t->dtype)) {
-		st_err(err, err_len, "tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16)", name,
-		       json_string_value(jd));
+		aah_errf(err, err_len, "tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16)", name,
+		         json_string_value(jd));
 		return -1;
 	}
 	if (!json_is_array(js)) {
-		st_err(err, err_len, "tensor '%s': 'shape' is missing or not an array", name);
+		aah_errf(err, err_len, "tensor '%s': 'shape' is missing or not an array", name);
 		return -1;
 	}
 	size_t nd = json_array_size(js);
 	if (nd > ST_MAX_DIMS) {
-		st_err(err, err_len, "tensor '%s': %zu dimensions, at most %d are supported", name, nd, ST_MAX_DIMS);
+		aah_errf(err, err_len, "tensor '%s': %zu dimensions, at most %d are supported", name, nd, ST_MAX_DIMS);
 		return -1;
 	}
 	/* A 0-dim scalar holds one element. */
@@ -114,47 +106,47 @@ static int st_parse_entry(const char *name, json_t *v, size_t data_len, st_tenso
 	for (size_t i = 0; i < nd; i++) {
 		json_t *e = json_array_get(js, i);
 		if (!json_is_integer(e) || json_integer_value(e) < 0) {
-			st_err(err, err_len, "tensor '%s': shape entry %zu is not a non-negative integer", name, i);
+			aah_errf(err, err_len, "tensor '%s': shape entry %zu is not a non-negative integer", name, i);
 			return -1;
 		}
 		t->shape[i] = (int64_t)json_integer_value(e);
 		if (__builtin_mul_overflow(count, (uint64_t)t->shape[i], &count)) {
-			st_err(err, err_len, "tensor '%s': shape element count overflows", name);
+			aah_errf(err, err_len, "tensor '%s': shape element count overflows", name);
 			return -1;
 		}
 	}
 	if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
 	    !json_is_integer(json_array_get(jo, 1))) {
-		st_err(err, err_len, "tensor '%s': 'data_offsets' must be an array of two integers", name);
+		aah_errf(err, err_len, "tensor '%s': 'data_offsets' must be an array of two integers", name);
 		return -1;
 	}
 	json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
 	if (b < 0 || e < 0) {
-		st_err(err, err_len, "tensor '%s': data_offsets [%lld, %lld] are negative", name, (long long)b, (long long)e);
+		aah_errf(err, err_len, "tensor '%s': data_offsets [%lld, %lld] are negative", name, (long long)b, (long long)e);
 		return -1;
 	}
 	if (b > e) {
-		st_err(err, err_len, "tensor '%s': data_offsets [%lld, %lld] end before they begin", name, (long long)b,
-		       (long long)e);
+		aah_errf(err, err_len, "tensor '%s': data_offsets [%lld, %lld] end before they begin", name, (long long)b,
+		         (long long)e);
 		return -1;
 	}
 	if ((uint64_t)e > data_len) {
-		st_err(err, err_len, "tensor '%s': data_offsets [%lld, %lld] are outside the %zu data bytes", name,
-		       (long long)b, (long long)e, data_len);
+		aah_errf(err, err_len, "tensor '%s': data_offsets [%lld, %lld] are outside the %zu data bytes", name,
+		         (long long)b, (long long)e, data_len);
 		return -1;
 	}
 	uint64_t nbytes;
 	char sbuf[128];
 	size_t esz = st_dtype_size(t->dtype);
 	if (__builtin_mul_overflow(count, (uint64_t)esz, &nbytes)) {
-		st_err(err, err_len, "tensor '%s': shape %s × %zu bytes overflows", name,
-		       st_shape_str(t->shape, t->n_dims, sbuf, sizeof sbuf), esz);
+		aah_errf(err, err_len, "tensor '%s': shape %s × %zu bytes overflows", name,
+		         st_shape_str(t->shape, t->n_dims, sbuf, sizeof sbuf), esz);
 		return -1;
 	}
 	if (nbytes != (uint64_t)(e - b)) {
-		st_err(err, err_len, "tensor '%s': shape %s × %zu bytes = %llu but data_offsets span %llu", name,
-		       st_shape_str(t->shape, t->n_dims, sbuf, sizeof sbuf), esz, (unsigned long long)nbytes,
-		       (unsigned long long)(e - b));
+		aah_errf(err, err_len, "tensor '%s': shape %s × %zu bytes = %llu but data_offsets span %llu", name,
+		         st_shape_str(t->shape, t->n_dims, sbuf, sizeof sbuf), esz, (unsigned long long)nbytes,
+		         (unsigned long long)(e - b));
 		return -1;
 	}
 	t->data = (const void *)(uintptr_t)b;
@@ -168,12 +160,12 @@ static int st_check_metadata(json_t *m, char *err, size_t err_len)
 	const char *k;
 	json_t *v;
 	if (!json_is_object(m)) {
-		st_err(err, err_len, "'__metadata__' is not an object");
+		aah_errf(err, err_len, "'__metadata__' is not an object");
 		return -1;
 	}
 	json_object_foreach(m, k, v) {
 		if (!json_is_string(v)) {
-			st_err(err, err_len, "'__metadata__' entry '%s' is not a string", k);
+			aah_errf(err, err_len, "'__metadata__' entry '%s' is not a string", k);
 			return -1;
 		}
 	}
@@ -200,21 +192,21 @@ int st_parse_header(const char *json, size_t json_len, size_t data_len, st_tenso
 	*out = NULL;
 	*n_out = 0;
 	if (json_len > ST_MAX_HEADER) {
-		st_err(err, err_len, "header length %zu exceeds the %u-byte limit", json_len, ST_MAX_HEADER);
+		aah_errf(err, err_len, "header length %zu exceeds the %u-byte limit", json_len, ST_MAX_HEADER);
 		return -1;
 	}
 	json_error_t jerr;
 	json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		if (json_error_code(&jerr) == json_error_duplicate_key)
-			st_err(err, err_len, "header names a tensor twice: %s (column %d)", jerr.text, jerr.column);
+			aah_errf(err, err_len, "header names a tensor twice: %s (column %d)", jerr.text, jerr.column);
 		else
-			st_err(err, err_len, "header is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-			       jerr.column);
+			aah_errf(err, err_len, "header is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+			         jerr.column);
 		return -1;
 	}
 	if (!json_is_object(root)) {
-		st_err(err, err_len, "header is not a JSON object");
+		aah_errf(err, err_len, "header is not a JSON object");
 		json_decref(root);
 		return -1;
 	}
@@ -225,7 +217,7 @@ int st_parse_header(const char *json, size_t json_len, size_t data_len, st_tenso
 	const char *name;
 	json_t *v;
 	if (!t) {
-		st_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		goto fail;
 	}
 	json_object_foreach(root, name, v) {
@@ -237,7 +229,7 @@ int st_parse_header(const char *json, size_t json_len, size_t data_len, st_tenso
 		if (st_parse_entry(name, v, data_len, &t[n], err, err_len)) goto fail;
 		t[n].name = strdup(name);
 		if (!t[n].name) {
-			st_err(err, err_len, "out of memory");
+			aah_errf(err, err_len, "out of memory");
 			goto fail;
 		}
 		n++;
@@ -247,9 +239,9 @@ int st_parse_header(const char *json, size_t json_len, size_t data_len, st_tenso
 	for (int32_t i = 1; i < n; i++) {
 		uintptr_t prev_end = (uintptr_t)t[i - 1].data + t[i - 1].nbytes, begin = (uintptr_t)t[i].data;
 		if (begin < prev_end) {
-			st_err(err, err_len, "tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s' [%zu, %zu]",
-			       t[i].name, (size_t)begin, (size_t)begin + t[i].nbytes, t[i - 1].name,
-			       (size_t)(uintptr_t)t[i - 1].data, (size_t)prev_end);
+			aah_errf(err, err_len, "tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s' [%zu, %zu]",
+			         t[i].name, (size_t)begin, (size_t)begin + t[i].nbytes, t[i - 1].name,
+			         (size_t)(uintptr_t)t[i - 1].data, (size_t)prev_end);
 			goto fail;
 		}
 	}
@@ -288,25 +280,25 @@ static int st_add_file(st_set *s, const char *path, char *err, size_t err_len)
 	memset(f, 0, sizeof *f);
 	f->path = strdup(path);
 	if (!f->path) {
-		st_err(err, err_len, "%s: out of memory", path);
+		aah_errf(err, err_len, "%s: out of memory", path);
 		return -1;
 	}
 	s->n_files++;
 
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		st_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+		aah_errf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
 		return -1;
 	}
 	struct stat sb;
 	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-		st_err(err, err_len, "%s: not a regular file", path);
+		aah_errf(err, err_len, "%s: not a regular file", path);
 		close(fd);
 		return -1;
 	}
 	if (sb.st_size < 8) {
-		st_err(err, err_len, "%s: file is %lld bytes, too short for a safetensors header", path,
-		       (long long)sb.st_size);
+		aah_errf(err, err_len, "%s: file is %lld bytes, too short for a safetensors header", path,
+		         (long long)sb.st_size);
 		close(fd);
 		return -1;
 	}
@@ -314,7 +306,7 @@ static int st_add_file(st_set *s, const char *path, char *err, size_t err_len)
 	int map_errno = errno;
 	close(fd);
 	if (map == MAP_FAILED) {
-		st_err(err, err_len, "%s: mmap failed: %s", path, strerror(map_errno));
+		aah_errf(err, err_len, "%s: mmap failed: %s", path, strerror(map_errno));
 		return -1;
 	}
 	f->map = map;
@@ -324,8 +316,8 @@ static int st_add_file(st_set *s, const char *path, char *err, size_t err_len)
 	uint64_t hlen = 0;
 	for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];   /* little-endian u64 */
 	if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
-		st_err(err, err_len, "%s: header length %llu is larger than %s (file is %zu bytes)", path,
-		       (unsigned long long)hlen, hlen > ST_MAX_HEADER ? "the 100 MiB limit" : "the file", f->size);
+		aah_errf(err, err_len, "%s: header length %llu is larger than %s (file is %zu bytes)", path,
+		         (unsigned long long)hlen, hlen > ST_MAX_HEADER ? "the 100 MiB limit" : "the file", f->size);
 		return -1;
 	}
 	st_tensor *t;
@@ -336,13 +328,13 @@ static int st_add_file(st_set *s, const char *path, char *err, size_t err_len)
 		return -1;
 	}
 	if ((int64_t)s->n_tensors + n > INT32_MAX) {
-		st_err(err, err_len, "%s: too many tensors", path);
+		aah_errf(err, err_len, "%s: too many tensors", path);
 		st_tensors_free(t, n);
 		return -1;
 	}
 	st_tensor *all = realloc(s->tensors, ((size_t)s->n_tensors + (size_t)n + 1) * sizeof *all);
 	if (!all) {
-		st_err(err, err_len, "%s: out of memory", path);
+		aah_errf(err, err_len, "%s: out of memory", path);
 		st_tensors_free(t, n);
 		return -1;
 	}
@@ -357,7 +349,7 @@ static int st_add_file(st_set *s, const char *path, char *err, size_t err_len)
 		if ((uintptr_t)t[i].data % es != 0 && t[i].nbytes > 0) {
 			t[i].owned = malloc(t[i].nbytes);
 			if (!t[i].owned) {
-				st_err(err, err_len, "%s: out of memory copying misaligned tensor '%s'", path, t[i].name);
+				aah_errf(err, err_len, "%s: out of memory copying misaligned tensor '%s'", path, t[i].name);
 				for (int32_t j = i; j < n; j++) {
 					free(t[j].name);
 					t[j].name = NULL;
@@ -380,8 +372,8 @@ static int st_finish(st_set *s, char *err, size_t err_len)
 	qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, st_cmp_name);
 	for (int32_t i = 1; i < s->n_tensors; i++) {
 		if (!strcmp(s->tensors[i - 1].name, s->tensors[i].name)) {
-			st_err(err, err_len, "%s: tensor '%s' is also in %s", s->files[s->tensors[i].file].path,
-			       s->tensors[i].name, s->files[s->tensors[i - 1].file].path);
+			aah_errf(err, err_len, "%s: tensor '%s' is also in %s", s->files[s->tensors[i].file].path,
+			         s->tensors[i].name, s->files[s->tensors[i - 1].file].path);
 			return -1;
 		}
 	}
@@ -393,7 +385,7 @@ int st_open_file(st_set *s, const char *path, char *err, size_t err_len)
 	memset(s, 0, sizeof *s);
 	s->files = calloc(1, sizeof *s->files);
 	if (!s->files) {
-		st_err(err, err_len, "%s: out of memory", path);
+		aah_errf(err, err_len, "%s: out of memory", path);
 		return -1;
 	}
 	if (st_add_file(s, path, err, err_len) || st_finish(s, err, err_len)) {
@@ -416,19 +408,19 @@ static int st_open_index(st_set *s, const char *dir, const char *index_path, cha
 	const char **shards = NULL;
 	int rc = -1;
 	if (!root) {
-		st_err(err, err_len, "%s: not valid JSON: %s (line %d, column %d)", index_path, jerr.text, jerr.line,
-		       jerr.column);
+		aah_errf(err, err_len, "%s: not valid JSON: %s (line %d, column %d)", index_path, jerr.text, jerr.line,
+		         jerr.column);
 		return -1;
 	}
 	json_t *wm = json_object_get(root, "weight_map");
 	if (!json_is_object(root) || !json_is_object(wm)) {
-		st_err(err, err_len, "%s: 'weight_map' is missing or not an object", index_path);
+		aah_errf(err, err_len, "%s: 'weight_map' is missing or not an object", index_path);
 		goto out;
 	}
 	size_t n_map = json_object_size(wm), n_shards = 0;
 	shards = malloc((n_map ? n_map : 1) * sizeof *shards);
 	if (!shards) {
-		st_err(err, err_len, "%s: out of memory", index_path);
+		aah_errf(err, err_len, "%s: out of memory", index_path);
 		goto out;
 	}
 	const char *name;
@@ -436,18 +428,18 @@ static int st_open_index(st_set *s, const char *dir, const char *index_path, cha
 	json_object_foreach(wm, name, v) {
 		const char *sh = json_string_value(v);
 		if (!sh) {
-			st_err(err, err_len, "%s: tensor '%s': shard name is not a string", index_path, name);
+			aah_errf(err, err_len, "%s: tensor '%s': shard name is not a string", index_path, name);
 			goto out;
 		}
 		/* A shard must lie in dir itself: no paths, no way up. */
 		if (!*sh || strchr(sh, '/') || strstr(sh, "..") || !strcmp(sh, ".")) {
-			st_err(err, err_len, "%s: tensor '%s': shard '%s' is not a plain file name", index_path, name, sh);
+			aah_errf(err, err_len, "%s: tensor '%s': shard '%s' is not a plain file name", index_path, name, sh);
 			goto out;
 		}
 		shards[n_shards++] = sh;
 	}
 	if (!n_shards) {
-		st_err(err, err_len, "%s: 'weight_map' is empty", index_path);
+		aah_errf(err, err_len, "%s: 'weight_map' is empty", index_path);
 		goto out;
 	}
 	qsort(shards, n_shards, sizeof *shards, st_cmp_str);
@@ -458,13 +450,13 @@ static int st_open_index(st_set *s, const char *dir, const char *index_path, cha
 
 	s->files = calloc(n_shards, sizeof *s->files);
 	if (!s->files) {
-		st_err(err, err_len, "%s: out of memory", index_path);
+		aah_errf(err, err_len, "%s: out of memory", index_path);
 		goto out;
 	}
 	for (size_t i = 0; i < n_shards; i++) {
 		char *path = st_path_join(dir, shards[i]);
 		int bad = !path || st_add_file(s, path, err, err_len);
-		if (!path) st_err(err, err_len, "%s: out of memory", index_path);
+		if (!path) aah_errf(err, err_len, "%s: out of memory", index_path);
 		free(path);
 		if (bad) goto out;
 	}
@@ -475,13 +467,13 @@ static int st_open_index(st_set *s, const char *dir, const char *index_path, cha
 		const char **at = bsearch(&sh, shards, n_shards, sizeof *shards, st_cmp_str);
 		int32_t want = (int32_t)(at - shards);   /* files were added in the order of shards[] */
 		if (!t) {
-			st_err(err, err_len, "%s: tensor '%s' is missing (the index maps it to this file)",
-			       s->files[want].path, name);
+			aah_errf(err, err_len, "%s: tensor '%s' is missing (the index maps it to this file)",
+			         s->files[want].path, name);
 			goto out;
 		}
 		if (t->file != want) {
-			st_err(err, err_len, "%s: tensor '%s' is missing (the index maps it here, but %s holds it)",
-			       s->files[want].path, name, s->files[t->file].path);
+			aah_errf(err, err_len, "%s: tensor '%s' is missing (the index maps it here, but %s holds it)",
+			         s->files[want].path, name, s->files[t->file].path);
 			goto out;
 		}
 	}
@@ -500,13 +492,13 @@ int st_open_dir(st_set *s, const char *dir, char *err, size_t err_len)
 	int rc = -1;
 	struct stat sb;
 	if (!index || !single) {
-		st_err(err, err_len, "%s: out of memory", dir);
+		aah_errf(err, err_len, "%s: out of memory", dir);
 	} else if (stat(index, &sb) == 0) {
 		rc = st_open_index(s, dir, index, err, err_len);
 	} else if (stat(single, &sb) == 0) {
 		rc = st_open_file(s, single, err, err_len);
 	} else {
-		st_err(err, err_len, "%s: no model.safetensors and no model.safetensors.index.json", dir);
+		aah_errf(err, err_len, "%s: no model.safetensors and no model.safetensors.index.json", dir);
 	}
 	if (rc) st_close(s);
 	free(index);

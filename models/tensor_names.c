@@ -2,20 +2,11 @@
  * slot of the model (global or per layer), then the slots become output tensors with the config's shapes. */
 #include "models/tensor_names.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void tn_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
+#include "models/errf.h"
 
 /* The slots of one layer, and of the model. The last four are nanoGPT's fused or differently split matrices. */
 enum {
@@ -116,8 +107,8 @@ static void note_unknown(tn_build *b, int32_t i)
 static int set_slot(tn_build *b, int32_t *slot, int32_t i)
 {
 	if (*slot >= 0) {
-		tn_err(b->err, b->err_len, "tensors '%s' and '%s' both map to the same weight", src_name(b, *slot),
-		       src_name(b, i));
+		aah_errf(b->err, b->err_len, "tensors '%s' and '%s' both map to the same weight", src_name(b, *slot),
+		         src_name(b, i));
 		return -1;
 	}
 	*slot = i;
@@ -127,8 +118,8 @@ static int set_slot(tn_build *b, int32_t *slot, int32_t i)
 static int set_style(tn_build *b, int style, int32_t i)
 {
 	if (b->style && b->style != style) {
-		tn_err(b->err, b->err_len, "the state dict mixes Hugging Face names (model.…) and nanoGPT names "
-		       "(transformer.…), e.g. '%s': refused", src_name(b, i));
+		aah_errf(b->err, b->err_len, "the state dict mixes Hugging Face names (model.…) and nanoGPT names "
+		         "(transformer.…), e.g. '%s': refused", src_name(b, i));
 		return -1;
 	}
 	b->style = style;
@@ -140,12 +131,12 @@ static int classify(tn_build *b, int32_t i)
 {
 	const char *s = b->names[i] + b->strip, *rest;
 	if (ends_with(s, ".bias") && !(strncmp(s, "transformer.h.", 14) == 0 && ends_with(s, ".attn.bias"))) {
-		tn_err(b->err, b->err_len, "tensor '%s' is a bias: aahd's architectures (Qwen3, Llama) have none", s);
+		aah_errf(b->err, b->err_len, "tensor '%s' is a bias: aahd's architectures (Qwen3, Llama) have none", s);
 		return -1;
 	}
 	if (!strcmp(s, "transformer.wpe.weight")) {
-		tn_err(b->err, b->err_len, "tensor 'transformer.wpe.weight' is a learned position embedding: a GPT-2 model, "
-		       "which aahd's model family (rotary positions) cannot run");
+		aah_errf(b->err, b->err_len, "tensor 'transformer.wpe.weight' is a learned position embedding: a GPT-2 model, "
+		         "which aahd's model family (rotary positions) cannot run");
 		return -1;
 	}
 	for (int k = 0; k < G_N; k++) {
@@ -174,8 +165,8 @@ static int classify(tn_build *b, int32_t i)
 	if (set_style(b, style, i))
 		return -1;
 	if (l >= b->c->n_layers) {
-		tn_err(b->err, b->err_len, "tensor '%s' belongs to layer %lld, beyond the config's num_hidden_layers %d",
-		       b->names[i] + b->strip, (long long)l, (int)b->c->n_layers);
+		aah_errf(b->err, b->err_len, "tensor '%s' belongs to layer %lld, beyond the config's num_hidden_layers %d",
+		         b->names[i] + b->strip, (long long)l, (int)b->c->n_layers);
 		return -1;
 	}
 	for (int k = 0; k < L_N; k++)
@@ -189,8 +180,8 @@ static int classify(tn_build *b, int32_t i)
 		return 0;
 	}
 	if (style == 2 && ends_with(rest, ".bias")) {
-		tn_err(b->err, b->err_len, "tensor '%s' is a bias: aahd's architectures (Qwen3, Llama) have none",
-		       b->names[i] + b->strip);
+		aah_errf(b->err, b->err_len, "tensor '%s' is a bias: aahd's architectures (Qwen3, Llama) have none",
+		         b->names[i] + b->strip);
 		return -1;
 	}
 	note_unknown(b, i);
@@ -211,9 +202,9 @@ static int check_src(tn_build *b, int32_t i, int32_t n_dims, int64_t d0, int64_t
 {
 	const tc_tensor *t = &b->t[i];
 	if (!tc_dtype_is_float(t->dtype) || (t->dtype == PKL_DT_F64 && !allow_f64)) {
-		tn_err(b->err, b->err_len, "tensor '%s' is %s: weights must be float32, float16 or bfloat16%s",
-		       src_name(b, i), pkl_dtype_name(t->dtype),
-		       t->dtype == PKL_DT_F64 ? " (pass --dtype to convert float64)" : "");
+		aah_errf(b->err, b->err_len, "tensor '%s' is %s: weights must be float32, float16 or bfloat16%s",
+		         src_name(b, i), pkl_dtype_name(t->dtype),
+		         t->dtype == PKL_DT_F64 ? " (pass --dtype to convert float64)" : "");
 		return -1;
 	}
 	int64_t want[2] = { d0, d1 };
@@ -224,7 +215,7 @@ static int check_src(tn_build *b, int32_t i, int32_t n_dims, int64_t d0, int64_t
 		char got_s[128], want_s[64];
 		shape_str(got_s, sizeof got_s, t->n_dims, t->shape);
 		shape_str(want_s, sizeof want_s, n_dims, want);
-		tn_err(b->err, b->err_len, "tensor '%s' has shape %s; the config wants %s", src_name(b, i), got_s, want_s);
+		aah_errf(b->err, b->err_len, "tensor '%s' has shape %s; the config wants %s", src_name(b, i), got_s, want_s);
 		return -1;
 	}
 	return 0;
@@ -291,14 +282,14 @@ static int plan_layer(tn_build *b, tn_plan *p, int32_t cap, int32_t l, bool allo
 		}
 		bool fc = s[L_C_FC] >= 0, fc1 = s[L_C_FC1] >= 0, fc2 = s[L_C_FC2] >= 0;
 		if (fc && fc1) {
-			tn_err(b->err, b->err_len, "layer %d has both mlp.c_fc and mlp.c_fc1: which is the gate is ambiguous",
-			       (int)l);
+			aah_errf(b->err, b->err_len, "layer %d has both mlp.c_fc and mlp.c_fc1: which is the gate is ambiguous",
+			         (int)l);
 			return -1;
 		}
 		if ((fc || fc1) && !fc2) {
-			tn_err(b->err, b->err_len, "layer %d has %s.%d.mlp.%s without mlp.c_fc2: an ungated (GELU) MLP, as in "
-			       "GPT-2, which aahd's SwiGLU model family cannot run", (int)l, pre, (int)l,
-			       fc ? "c_fc.weight" : "c_fc1.weight");
+			aah_errf(b->err, b->err_len, "layer %d has %s.%d.mlp.%s without mlp.c_fc2: an ungated (GELU) MLP, as in "
+			         "GPT-2, which aahd's SwiGLU model family cannot run", (int)l, pre, (int)l,
+			         fc ? "c_fc.weight" : "c_fc1.weight");
 			return -1;
 		}
 		if (fc) {            /* llm.c's Llama 3: silu(c_fc2(x)) * c_fc(x) */
@@ -317,16 +308,16 @@ static int plan_layer(tn_build *b, tn_plan *p, int32_t cap, int32_t l, bool allo
 		bool norm_qk = k == L_Q_NORM || k == L_K_NORM;
 		if (norm_qk && !c->qk_norm) {
 			if (s[k] >= 0) {
-				tn_err(b->err, b->err_len, "tensor '%s' is a q/k norm, which the config's architecture (Llama "
-				       "family) does not have", src_name(b, s[k]));
+				aah_errf(b->err, b->err_len, "tensor '%s' is a q/k norm, which the config's architecture (Llama "
+				         "family) does not have", src_name(b, s[k]));
 				return -1;
 			}
 			continue;
 		}
 		if (s[k] < 0) {
 			const char *what = b->style == 2 ? (nano_layer[k] ? nano_layer[k] : nano_need[k]) : hf_layer[k];
-			tn_err(b->err, b->err_len, "tensor '%s.%d.%s' is missing (the config has %d layers)", pre, (int)l, what,
-			       (int)c->n_layers);
+			aah_errf(b->err, b->err_len, "tensor '%s.%d.%s' is missing (the config has %d layers)", pre, (int)l, what,
+			         (int)c->n_layers);
 			return -1;
 		}
 	}
@@ -354,8 +345,8 @@ static int plan_head(tn_build *b, tn_plan *p, int32_t cap, bool allow_f64)
 	int32_t e = b->global[G_EMBED], hd = b->global[G_HEAD];
 	if (hd < 0) {
 		if (!c->tie_word_embeddings) {
-			tn_err(b->err, b->err_len, "lm_head.weight is missing and the config does not tie the embeddings "
-			       "(tie_word_embeddings false)");
+			aah_errf(b->err, b->err_len, "lm_head.weight is missing and the config does not tie the embeddings "
+			         "(tie_word_embeddings false)");
 			return -1;
 		}
 		p->tied = true;
@@ -372,8 +363,8 @@ static int plan_head(tn_build *b, tn_plan *p, int32_t cap, bool allow_f64)
 		return 0;
 	}
 	if (c->tie_word_embeddings) {
-		tn_err(b->err, b->err_len, "the config ties the embeddings (tie_word_embeddings true) but '%s' differs from "
-		       "'%s'", src_name(b, hd), src_name(b, e));
+		aah_errf(b->err, b->err_len, "the config ties the embeddings (tie_word_embeddings true) but '%s' differs from "
+		         "'%s'", src_name(b, hd), src_name(b, e));
 		return -1;
 	}
 	return add_out(p, cap, "lm_head.weight", hd, 0, c->vocab_size, 2, c->hidden_size);
@@ -391,7 +382,7 @@ int tn_plan_build(tn_plan *p, const char *const *names, const tc_tensor *tensors
 	int32_t cap = 3 + 11 * c->n_layers;
 	p->out = calloc((size_t)cap, sizeof *p->out);
 	if (!b.layer || !p->out) {
-		tn_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		goto fail;
 	}
 	for (int32_t l = 0; l < c->n_layers; l++)
@@ -406,9 +397,9 @@ int tn_plan_build(tn_plan *p, const char *const *names, const tc_tensor *tensors
 		list[0] = 0;
 		for (int32_t i = 0; i < b.n_unknown && i < MAX_UNKNOWN && at < sizeof list; i++)
 			at += (size_t)snprintf(list + at, sizeof list - at, "%s'%s'", i ? ", " : "", b.unknown[i]);
-		tn_err(err, err_len, "%d tensor name%s that map%s to nothing in aahd's model family (Hugging Face Qwen3/Llama "
-		       "names or nanoGPT names): %s%s", (int)b.n_unknown, b.n_unknown == 1 ? "" : "s",
-		       b.n_unknown == 1 ? "s" : "", list, b.n_unknown > MAX_UNKNOWN ? ", …" : "");
+		aah_errf(err, err_len, "%d tensor name%s that map%s to nothing in aahd's model family (Hugging Face Qwen3/Llama "
+		         "names or nanoGPT names): %s%s", (int)b.n_unknown, b.n_unknown == 1 ? "" : "s",
+		         b.n_unknown == 1 ? "s" : "", list, b.n_unknown > MAX_UNKNOWN ? ", …" : "");
 		goto fail;
 	}
 	p->style = b.style == 2 ? "nanogpt" : "hugging face";
@@ -416,7 +407,7 @@ int tn_plan_build(tn_plan *p, const char *const *names, const tc_tensor *tensors
 	const char *const *g = b.style == 2 ? nano_global : hf_global;
 	for (int k = 0; k < G_HEAD; k++)
 		if (b.global[k] < 0) {
-			tn_err(err, err_len, "tensor '%s' is missing", g[k]);
+			aah_errf(err, err_len, "tensor '%s' is missing", g[k]);
 			goto fail;
 		}
 	if (check_src(&b, b.global[G_EMBED], 2, c->vocab_size, c->hidden_size, allow_f64) ||

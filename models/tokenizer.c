@@ -3,21 +3,13 @@
 #include "models/tokenizer_internal.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <utf8proc.h>
 
-void tok_set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len) return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
+#include "models/errf.h"
 
 /* ---- UTF-8 ---- */
 
@@ -110,7 +102,7 @@ int tok_tables_build(tokenizer *t, int32_t n, const char *const *text, const uin
 	size_t total = 0;
 	for (int32_t i = 0; i < n; i++) total += (text[i] ? len[i] : 0) + 1;
 	if (total + 8u * (size_t)n >= UINT32_MAX) {
-		tok_set_err(err, err_len, "vocabulary too large");
+		aah_errf(err, err_len, "vocabulary too large");
 		return -1;
 	}
 	t->n_vocab = n;
@@ -120,7 +112,7 @@ int tok_tables_build(tokenizer *t, int32_t n, const char *const *text, const uin
 	t->bytes_off = malloc(((size_t)n + 1) * sizeof *t->bytes_off);
 	t->flags = calloc((size_t)n ? (size_t)n : 1, 1);
 	if (!t->text || !t->text_off || !t->bytes || !t->bytes_off || !t->flags) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	uint32_t to = 0, bo = 0;
@@ -171,7 +163,7 @@ static int matcher_build(tokenizer *t, tok_matcher *m, bool normalized)
 int tok_matchers_build(tokenizer *t, char *err, size_t err_len)
 {
 	if (matcher_build(t, &t->match_raw, false) || matcher_build(t, &t->match_norm, true)) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	return 0;
@@ -291,7 +283,7 @@ static int spm_load(tokenizer *t, const char *path, char *err, size_t err_len)
 	uint32_t *len = calloc((size_t)n + 1, sizeof *len);
 	int rc = -1;
 	if (!text || !len) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		goto out;
 	}
 	int32_t n_control = 0;
@@ -306,7 +298,7 @@ static int spm_load(tokenizer *t, const char *path, char *err, size_t err_len)
 	 * sentencepiece itself would spell them out piece by piece. */
 	t->added = calloc((size_t)n_control + 1, sizeof *t->added);
 	if (!t->added) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		goto out;
 	}
 	for (int32_t i = 0; i < n; i++) {
@@ -314,7 +306,7 @@ static int spm_load(tokenizer *t, const char *path, char *err, size_t err_len)
 		tok_added *a = &t->added[t->n_added++];
 		a->content = strndup(text[i], len[i]);
 		if (!a->content) {
-			tok_set_err(err, err_len, "out of memory");
+			aah_errf(err, err_len, "out of memory");
 			goto out;
 		}
 		a->len = len[i];
@@ -356,13 +348,13 @@ static int config_token(const tokenizer *t, json_t *cfg, const char *key, int32_
 	}
 	if (json_is_object(v)) v = json_object_get(v, "content");
 	if (!json_is_string(v)) {
-		tok_set_err(err, err_len, "tokenizer_config.json: %s is neither a string nor null", key);
+		aah_errf(err, err_len, "tokenizer_config.json: %s is neither a string nor null", key);
 		return -1;
 	}
 	int32_t found = token_id_of(t, json_string_value(v));
 	if (found < 0) {
-		tok_set_err(err, err_len, "tokenizer_config.json: %s \"%s\" is not in the vocabulary", key,
-		            json_string_value(v));
+		aah_errf(err, err_len, "tokenizer_config.json: %s \"%s\" is not in the vocabulary", key,
+		         json_string_value(v));
 		return -1;
 	}
 	*id = found;
@@ -374,12 +366,12 @@ static int config_load(tokenizer *t, const char *path, char *err, size_t err_len
 	json_error_t jerr;
 	json_t *cfg = json_load_file(path, 0, &jerr);
 	if (!cfg) {
-		tok_set_err(err, err_len, "%s:%d: %s", path, jerr.line, jerr.text);
+		aah_errf(err, err_len, "%s:%d: %s", path, jerr.line, jerr.text);
 		return -1;
 	}
 	int rc = -1;
 	if (!json_is_object(cfg)) {
-		tok_set_err(err, err_len, "%s: not a JSON object", path);
+		aah_errf(err, err_len, "%s: not a JSON object", path);
 		goto out;
 	}
 	if (config_token(t, cfg, "bos_token", &t->bos, err, err_len) ||
@@ -424,12 +416,12 @@ static int json_tokenizer_load(tokenizer *t, const char *path, char *err, size_t
 	json_error_t jerr;
 	json_t *root = json_load_file(path, 0, &jerr);
 	if (!root) {
-		tok_set_err(err, err_len, "%s:%d: %s", path, jerr.line, jerr.text);
+		aah_errf(err, err_len, "%s:%d: %s", path, jerr.line, jerr.text);
 		return -1;
 	}
 	char msg[512] = "";
 	int rc = tok_bpe_load(t, root, msg, sizeof msg);
-	if (rc) tok_set_err(err, err_len, "%s: %s", path, msg);
+	if (rc) aah_errf(err, err_len, "%s: %s", path, msg);
 	json_decref(root);
 	return rc;
 }
@@ -437,7 +429,7 @@ static int json_tokenizer_load(tokenizer *t, const char *path, char *err, size_t
 tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 {
 	if (!dir) {
-		tok_set_err(err, err_len, "no tokenizer directory given");
+		aah_errf(err, err_len, "no tokenizer directory given");
 		return NULL;
 	}
 	size_t dl = strlen(dir);
@@ -446,7 +438,7 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	if (!path || !t) {
 		free(path);
 		free(t);
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return NULL;
 	}
 	tokenizer_clear(t);
@@ -466,7 +458,7 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	} else if (have_model) {
 		rc = spm_load(t, model_path, err, err_len);
 	} else {
-		tok_set_err(err, err_len, "%s: neither tokenizer.json nor tokenizer.model", dir);
+		aah_errf(err, err_len, "%s: neither tokenizer.json nor tokenizer.model", dir);
 	}
 	if (rc == 0) {
 		snprintf(path, dl + 32, "%s/tokenizer_config.json", dir);
@@ -497,12 +489,12 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
                          int64_t cap, char *err, size_t err_len)
 {
 	if (!t || (!text && len) || cap < 0 || (!ids && cap > 0)) {
-		tok_set_err(err, err_len, "bad arguments");
+		aah_errf(err, err_len, "bad arguments");
 		return -1;
 	}
 	size_t bad = tok_utf8_check((const unsigned char *)text, len);
 	if (bad) {
-		tok_set_err(err, err_len, "text is not valid UTF-8 (byte %zu)", bad - 1);
+		aah_errf(err, err_len, "text is not valid UTF-8 (byte %zu)", bad - 1);
 		return -1;
 	}
 	tok_sink sink = {ids, cap, 0};

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "models/errf.h"
+
 /* How a Split step turns its matches into pieces (Hugging Face's SplitDelimiterBehavior). */
 enum bpe_behavior {
 	BPE_ISOLATED,
@@ -240,7 +242,7 @@ static pcre2_code *regex_compile(const char *pattern, size_t n, bool literal, ch
 {
 	char *rewritten = literal ? NULL : regex_rewrite_space(pattern, n);
 	if (!literal && !rewritten) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return NULL;
 	}
 	int code;
@@ -251,7 +253,7 @@ static pcre2_code *regex_compile(const char *pattern, size_t n, bool literal, ch
 	if (!re) {
 		PCRE2_UCHAR msg[256];
 		pcre2_get_error_message(code, msg, sizeof msg);
-		tok_set_err(err, err_len, "split pattern /%.*s/: %s", (int)(n < 200 ? n : 200), pattern, (char *)msg);
+		aah_errf(err, err_len, "split pattern /%.*s/: %s", (int)(n < 200 ? n : 200), pattern, (char *)msg);
 		return NULL;
 	}
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   /* without JIT (unsupported CPU) matching is slower, not wrong */
@@ -262,7 +264,7 @@ static int step_add(tok_bpe *b, bpe_step s, char *err, size_t err_len)
 {
 	if (b->n_steps == BPE_MAX_STEPS) {
 		pcre2_code_free(s.re);
-		tok_set_err(err, err_len, "pre_tokenizer: more than %d steps", BPE_MAX_STEPS);
+		aah_errf(err, err_len, "pre_tokenizer: more than %d steps", BPE_MAX_STEPS);
 		return -1;
 	}
 	b->steps[b->n_steps++] = s;
@@ -274,7 +276,7 @@ static int pretok_parse(tok_bpe *b, json_t *p, bool *bytelevel, char *err, size_
 	if (!p || json_is_null(p)) return 0;
 	const char *type = json_string_value(json_object_get(p, "type"));
 	if (!type) {
-		tok_set_err(err, err_len, "pre_tokenizer without a type");
+		aah_errf(err, err_len, "pre_tokenizer without a type");
 		return -1;
 	}
 	if (strcmp(type, "Sequence") == 0) {
@@ -300,7 +302,7 @@ static int pretok_parse(tok_bpe *b, json_t *p, bool *bytelevel, char *err, size_
 		json_t *rx = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
 		json_t *src = json_is_string(rx) ? rx : str;
 		if (!json_is_string(src)) {
-			tok_set_err(err, err_len, "Split pre_tokenizer without a Regex or String pattern");
+			aah_errf(err, err_len, "Split pre_tokenizer without a Regex or String pattern");
 			return -1;
 		}
 		static const char *const names[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
@@ -312,14 +314,14 @@ static int pretok_parse(tok_bpe *b, json_t *p, bool *bytelevel, char *err, size_
 		for (int i = 0; i < 5 && beh; i++)
 			if (strcmp(beh, names[i]) == 0) k = i;
 		if (k < 0) {
-			tok_set_err(err, err_len, "Split pre_tokenizer: unsupported behavior %s", beh ? beh : "(none)");
+			aah_errf(err, err_len, "Split pre_tokenizer: unsupported behavior %s", beh ? beh : "(none)");
 			return -1;
 		}
 		pcre2_code *re = regex_compile(json_string_value(src), json_string_length(src), src == str, err, err_len);
 		if (!re) return -1;
 		return step_add(b, (bpe_step){BPE_STEP_SPLIT, re, kinds[k], json_flag(p, "invert", false)}, err, err_len);
 	}
-	tok_set_err(err, err_len, "unsupported pre_tokenizer type %s", type);
+	aah_errf(err, err_len, "unsupported pre_tokenizer type %s", type);
 	return -1;
 }
 
@@ -340,7 +342,7 @@ static int normalizer_parse(tok_bpe *b, json_t *n, char *err, size_t err_len)
 	else if (type && strcmp(type, "NFD") == 0) opt = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
 	else if (type && strcmp(type, "NFKD") == 0) opt = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
 	if (opt < 0 || b->n_norm == BPE_MAX_NORM) {
-		tok_set_err(err, err_len, "unsupported normalizer %s", type ? type : "(no type)");
+		aah_errf(err, err_len, "unsupported normalizer %s", type ? type : "(no type)");
 		return -1;
 	}
 	b->norm[b->n_norm++] = opt;
@@ -378,7 +380,7 @@ static int merges_load(tok_bpe *b, json_t *merges, const str_map *spell, char *e
 	b->pair_mask = table_size(n) - 1;
 	b->pairs = malloc((b->pair_mask + 1) * sizeof *b->pairs);
 	if (!b->pairs) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	for (uint64_t i = 0; i <= b->pair_mask; i++) b->pairs[i].key = UINT64_MAX;
@@ -388,7 +390,7 @@ static int merges_load(tok_bpe *b, json_t *merges, const str_map *spell, char *e
 		const char *a, *c;
 		size_t al, cl;
 		if (merge_halves(json_array_get(merges, r), &a, &al, &c, &cl)) {
-			tok_set_err(err, err_len, "merge %zu is neither \"a b\" nor [\"a\", \"b\"]", r);
+			aah_errf(err, err_len, "merge %zu is neither \"a b\" nor [\"a\", \"b\"]", r);
 			free(buf);
 			return -1;
 		}
@@ -397,7 +399,7 @@ static int merges_load(tok_bpe *b, json_t *merges, const str_map *spell, char *e
 			char *nb = realloc(buf, buf_cap);
 			if (!nb) {
 				free(buf);
-				tok_set_err(err, err_len, "out of memory");
+				aah_errf(err, err_len, "out of memory");
 				return -1;
 			}
 			buf = nb;
@@ -406,8 +408,8 @@ static int merges_load(tok_bpe *b, json_t *merges, const str_map *spell, char *e
 		memcpy(buf + al, c, cl);
 		int32_t ia = str_map_get(spell, a, al), ic = str_map_get(spell, c, cl), im = str_map_get(spell, buf, al + cl);
 		if (ia < 0 || ic < 0 || im < 0) {   /* Hugging Face refuses such a file too */
-			tok_set_err(err, err_len, "merge %zu (%.*s %.*s) names a token not in the vocabulary", r, (int)al, a,
-			            (int)cl, c);
+			aah_errf(err, err_len, "merge %zu (%.*s %.*s) names a token not in the vocabulary", r, (int)al, a,
+			         (int)cl, c);
 			free(buf);
 			return -1;
 		}
@@ -430,20 +432,20 @@ static int added_load(tokenizer *t, json_t *list, char *err, size_t err_len)
 	json_t *a;
 	t->added = calloc(n + 1, sizeof *t->added);
 	if (!t->added) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	json_array_foreach(list, i, a) {
 		json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
 		if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= INT32_MAX ||
 		    !json_is_string(content)) {
-			tok_set_err(err, err_len, "added_tokens[%zu] lacks an id or a content", i);
+			aah_errf(err, err_len, "added_tokens[%zu] lacks an id or a content", i);
 			return -1;
 		}
 		tok_added *d = &t->added[t->n_added++];
 		d->content = strndup(json_string_value(content), json_string_length(content));
 		if (!d->content) {
-			tok_set_err(err, err_len, "out of memory");
+			aah_errf(err, err_len, "out of memory");
 			return -1;
 		}
 		d->len = (uint32_t)json_string_length(content);
@@ -486,7 +488,7 @@ static int added_normalize(tokenizer *t, char *err, size_t err_len)
 		size_t n = a->len;
 		char *s = normalize(t->bpe, a->content, &n);
 		if (!s) {
-			tok_set_err(err, err_len, "added token %d: cannot normalize", a->id);
+			aah_errf(err, err_len, "added token %d: cannot normalize", a->id);
 			return -1;
 		}
 		free(a->content);
@@ -527,19 +529,19 @@ int tok_bpe_load(tokenizer *t, void *json_root, char *err, size_t err_len)
 	const char *type = json_string_value(json_object_get(model, "type"));
 	if (!json_is_object(model) || (type && strcmp(type, "BPE") != 0) || !json_is_object(vocab) ||
 	    !json_is_array(merges)) {
-		tok_set_err(err, err_len, "model is not BPE with a vocab and merges (type %s)", type ? type : "none");
+		aah_errf(err, err_len, "model is not BPE with a vocab and merges (type %s)", type ? type : "none");
 		return -1;
 	}
 	const char *cs = json_string_value(json_object_get(model, "continuing_subword_prefix"));
 	const char *ws = json_string_value(json_object_get(model, "end_of_word_suffix"));
 	if ((cs && *cs) || (ws && *ws)) {
-		tok_set_err(err, err_len, "BPE continuing_subword_prefix / end_of_word_suffix are not supported");
+		aah_errf(err, err_len, "BPE continuing_subword_prefix / end_of_word_suffix are not supported");
 		return -1;
 	}
 	t->kind = TOK_KIND_BPE;
 	tok_bpe *b = t->bpe = calloc(1, sizeof *b);
 	if (!b) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	b->t = t;
@@ -551,13 +553,13 @@ int tok_bpe_load(tokenizer *t, void *json_root, char *err, size_t err_len)
 	json_t *dec = json_object_get(root, "decoder");
 	const char *dtype = json_string_value(json_object_get(dec, "type"));
 	if (!bytelevel || (dtype && strcmp(dtype, "ByteLevel") != 0)) {
-		tok_set_err(err, err_len, "only byte-level BPE is supported (pre_tokenizer ByteLevel, decoder %s)",
-		            dtype ? dtype : "none");
+		aah_errf(err, err_len, "only byte-level BPE is supported (pre_tokenizer ByteLevel, decoder %s)",
+		         dtype ? dtype : "none");
 		return -1;
 	}
 	json_t *added = json_object_get(root, "added_tokens");
 	if (added && !json_is_array(added)) {
-		tok_set_err(err, err_len, "added_tokens is not an array");
+		aah_errf(err, err_len, "added_tokens is not an array");
 		return -1;
 	}
 	if (added_load(t, added, err, err_len)) return -1;
@@ -568,7 +570,7 @@ int tok_bpe_load(tokenizer *t, void *json_root, char *err, size_t err_len)
 	json_t *v;
 	json_object_foreach(vocab, key, v) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT32_MAX - 1) {
-			tok_set_err(err, err_len, "vocab entry \"%.64s\" has no valid id", key);
+			aah_errf(err, err_len, "vocab entry \"%.64s\" has no valid id", key);
 			return -1;
 		}
 		if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
@@ -582,7 +584,7 @@ int tok_bpe_load(tokenizer *t, void *json_root, char *err, size_t err_len)
 	spell.slot = calloc(spell.mask + 1, sizeof *spell.slot);
 	int rc = -1;
 	if (!text || !len || !spell.slot) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		goto out;
 	}
 	json_object_foreach(vocab, key, v) {
@@ -606,7 +608,7 @@ int tok_bpe_load(tokenizer *t, void *json_root, char *err, size_t err_len)
 	b->vocab_mask = table_size((uint64_t)n) - 1;
 	b->vocab = malloc((b->vocab_mask + 1) * sizeof *b->vocab);
 	if (!b->vocab) {
-		tok_set_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		goto out;
 	}
 	memset(b->vocab, 0xFF, (b->vocab_mask + 1) * sizeof *b->vocab);
@@ -761,7 +763,7 @@ static int bpe_word(const tokenizer *t, tok_scratch *sc, const unsigned char *w,
 		return 0;
 	}
 	if (scratch_reserve(s, n)) {
-		tok_set_err(sc->err, sc->err_len, "out of memory");
+		aah_errf(sc->err, sc->err_len, "out of memory");
 		return -1;
 	}
 	int32_t m = 0;
@@ -862,7 +864,7 @@ static int split_step(const tokenizer *t, tok_scratch *sc, int step, const char 
 	const bpe_step *bs = &t->bpe->steps[step];
 	bpe_scratch *scr = sc->bpe;
 	if (!scr->md[step] && !(scr->md[step] = pcre2_match_data_create_from_pattern(bs->re, NULL))) {
-		tok_set_err(sc->err, sc->err_len, "out of memory");
+		aah_errf(sc->err, sc->err_len, "out of memory");
 		return -1;
 	}
 	pcre2_match_data *md = scr->md[step];
@@ -877,7 +879,7 @@ static int split_step(const tokenizer *t, tok_scratch *sc, int step, const char 
 		if (rc < 0) {
 			PCRE2_UCHAR msg[256];
 			pcre2_get_error_message(rc, msg, sizeof msg);
-			tok_set_err(sc->err, sc->err_len, "pre-tokenizer regex: %s", (char *)msg);
+			aah_errf(sc->err, sc->err_len, "pre-tokenizer regex: %s", (char *)msg);
 			return -1;
 		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -907,7 +909,7 @@ static int pretok(const tokenizer *t, tok_scratch *sc, int step, const char *s, 
 	if (n + 1 > scr->prefix_cap[step]) {
 		char *p = realloc(scr->prefix[step], n + 1);
 		if (!p) {
-			tok_set_err(sc->err, sc->err_len, "out of memory");
+			aah_errf(sc->err, sc->err_len, "out of memory");
 			return -1;
 		}
 		scr->prefix[step] = p;
@@ -927,7 +929,7 @@ static int pretok_text(const tokenizer *t, tok_scratch *sc, const char *s, size_
 int tok_bpe_encode_text(const tokenizer *t, tok_scratch *sc, const char *s, size_t n, tok_sink *sink)
 {
 	if (!sc->bpe && !(sc->bpe = calloc(1, sizeof(bpe_scratch)))) {
-		tok_set_err(sc->err, sc->err_len, "out of memory");
+		aah_errf(sc->err, sc->err_len, "out of memory");
 		return -1;
 	}
 	char *norm = NULL;
@@ -937,7 +939,7 @@ int tok_bpe_encode_text(const tokenizer *t, tok_scratch *sc, const char *s, size
 		if (!ascii) {
 			norm = normalize(t->bpe, s, &n);
 			if (!norm) {
-				tok_set_err(sc->err, sc->err_len, "normalization failed");
+				aah_errf(sc->err, sc->err_len, "normalization failed");
 				return -1;
 			}
 			s = norm;

@@ -75,7 +75,6 @@ typedef struct tok_scratch {
 typedef int (*tok_text_fn)(const tokenizer *t, tok_scratch *sc, const char *s, size_t n, tok_sink *sink);
 
 /* tokenizer.c */
-void tok_set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* 0 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF), else the 1-based
  * offset of the first bad byte. */
 size_t tok_utf8_check(const unsigned char *s, size_t n);

@@ -1,5 +1,6 @@
 /* models/tokenizer_spm.cc — the one C++ file: a thin extern "C" shim over Debian's libsentencepiece
  * (sentencepiece::SentencePieceProcessor) for tokenizer.model files. No exception leaves it. */
+#include "models/errf.h"
 #include "models/tokenizer_internal.h"
 
 #include <sentencepiece_processor.h>
@@ -22,7 +23,7 @@ tok_spm *tok_spm_open(const char *path, char *err, size_t err_len)
 		tok_spm *p = new tok_spm();
 		auto st = p->sp.Load(path);
 		if (!st.ok()) {
-			tok_set_err(err, err_len, "%s: %s", path, st.ToString().c_str());
+			aah_errf(err, err_len, "%s: %s", path, st.ToString().c_str());
 			delete p;
 			return nullptr;
 		}
@@ -32,7 +33,7 @@ tok_spm *tok_spm_open(const char *path, char *err, size_t err_len)
 		                  pieces[0].compare(0, 3, "\xE2\x96\x81") == 0;
 		return p;
 	} catch (const std::exception &e) {
-		tok_set_err(err, err_len, "%s: %s", path, e.what());
+		aah_errf(err, err_len, "%s: %s", path, e.what());
 		return nullptr;
 	}
 }
@@ -65,13 +66,13 @@ int64_t tok_spm_encode(const tok_spm *p, const char *s, size_t n, int32_t *ids, 
 		std::vector<int> out;
 		auto st = p->sp.Encode(std::string_view(s, n), &out);   /* const, so safe from several threads */
 		if (!st.ok()) {
-			tok_set_err(err, err_len, "sentencepiece: %s", st.ToString().c_str());
+			aah_errf(err, err_len, "sentencepiece: %s", st.ToString().c_str());
 			return -1;
 		}
 		for (size_t i = 0; i < out.size() && (int64_t)i < cap; i++) ids[i] = out[i];
 		return (int64_t)out.size();
 	} catch (const std::exception &e) {
-		tok_set_err(err, err_len, "sentencepiece: %s", e.what());
+		aah_errf(err, err_len, "sentencepiece: %s", e.what());
 		return -1;
 	}
 }

@@ -4,24 +4,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "models/errf.h"
 #include "models/safetensors_write.h"
-
-static void tc_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
 
 /* What a file that is not a zip archive is, from its first bytes. */
 static const char *not_zip_reason(const uint8_t *d, uint64_t n)
@@ -39,7 +29,7 @@ static int tc_setup(tc_file *f, char *err, size_t err_len)
 {
 	const zip_archive *z = &f->zip;
 	if (z->size < 4 || memcmp(z->data, "PK\x03\x04", 4)) {
-		tc_err(err, err_len, "%s: %s", f->path, not_zip_reason(z->data, z->size));
+		aah_errf(err, err_len, "%s: %s", f->path, not_zip_reason(z->data, z->size));
 		return -1;
 	}
 	/* One folder holds every record; NAME/data.pkl is the pickle. */
@@ -50,25 +40,25 @@ static int tc_setup(tc_file *f, char *err, size_t err_len)
 			pkl = &z->entries[i];
 	}
 	if (!pkl) {
-		tc_err(err, err_len, "%s: a zip archive without NAME/data.pkl: not a torch.save checkpoint", f->path);
+		aah_errf(err, err_len, "%s: a zip archive without NAME/data.pkl: not a torch.save checkpoint", f->path);
 		return -1;
 	}
 	size_t plen = (size_t)(strchr(pkl->name, '/') - pkl->name) + 1;
 	f->prefix = strndup(pkl->name, plen);
 	if (!f->prefix) {
-		tc_err(err, err_len, "%s: out of memory", f->path);
+		aah_errf(err, err_len, "%s: out of memory", f->path);
 		return -1;
 	}
 	for (int32_t i = 0; i < z->n_entries; i++) {
 		const char *n = z->entries[i].name;
 		if (strncmp(n, f->prefix, plen) != 0) {
-			tc_err(err, err_len, "%s: record '%s' lies outside the archive's folder '%s': not one torch.save "
-			       "checkpoint", f->path, n, f->prefix);
+			aah_errf(err, err_len, "%s: record '%s' lies outside the archive's folder '%s': not one torch.save "
+			         "checkpoint", f->path, n, f->prefix);
 			return -1;
 		}
 		if (!strcmp(n + plen, "constants.pkl") || !strncmp(n + plen, "code/", 5)) {
-			tc_err(err, err_len, "%s: a TorchScript archive (torch.jit.save), not a torch.save checkpoint",
-			       f->path);
+			aah_errf(err, err_len, "%s: a TorchScript archive (torch.jit.save), not a torch.save checkpoint",
+			         f->path);
 			return -1;
 		}
 	}
@@ -76,20 +66,20 @@ static int tc_setup(tc_file *f, char *err, size_t err_len)
 	snprintf(name, sizeof name, "%sbyteorder", f->prefix);
 	const zip_entry *bo = zip_find(z, name);
 	if (bo && !(bo->size == 6 && !memcmp(zip_entry_data(z, bo), "little", 6))) {
-		tc_err(err, err_len, "%s: the checkpoint's byte order is not 'little' (a big-endian save is not read)",
-		       f->path);
+		aah_errf(err, err_len, "%s: the checkpoint's byte order is not 'little' (a big-endian save is not read)",
+		         f->path);
 		return -1;
 	}
 	if (zip_entry_check(z, pkl, err, err_len))
 		return -1;
 	f->storage_state = calloc((size_t)z->n_entries, 1);
 	if (!f->storage_state) {
-		tc_err(err, err_len, "%s: out of memory", f->path);
+		aah_errf(err, err_len, "%s: out of memory", f->path);
 		return -1;
 	}
 	char perr[768];
 	if (pkl_load(&f->doc, zip_entry_data(z, pkl), (size_t)pkl->size, NULL, perr, sizeof perr)) {
-		tc_err(err, err_len, "%s: %s: %s", f->path, pkl->name, perr);
+		aah_errf(err, err_len, "%s: %s: %s", f->path, pkl->name, perr);
 		return -1;
 	}
 	return 0;
@@ -99,20 +89,20 @@ int tc_open(tc_file *f, const char *path, char *err, size_t err_len)
 {
 	memset(f, 0, sizeof *f);
 	if (!(f->path = strdup(path))) {
-		tc_err(err, err_len, "%s: out of memory", path);
+		aah_errf(err, err_len, "%s: out of memory", path);
 		return -1;
 	}
 	/* Say what a non-zip file is before the zip reader calls it "no end record". */
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		tc_err(err, err_len, "%s: %s", path, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", path, strerror(errno));
 		goto fail;
 	}
 	uint8_t head[512];
 	ssize_t got = read(fd, head, sizeof head);
 	close(fd);
 	if (got < 4 || memcmp(head, "PK\x03\x04", 4)) {
-		tc_err(err, err_len, "%s: %s", path, not_zip_reason(head, got > 0 ? (uint64_t)got : 0));
+		aah_errf(err, err_len, "%s: %s", path, not_zip_reason(head, got > 0 ? (uint64_t)got : 0));
 		goto fail;
 	}
 	if (zip_open_file(&f->zip, path, err, err_len) || tc_setup(f, err, err_len))
@@ -127,7 +117,7 @@ int tc_open_mem(tc_file *f, const void *data, size_t size, const char *label, ch
 {
 	memset(f, 0, sizeof *f);
 	if (!(f->path = strdup(label ? label : "checkpoint"))) {
-		tc_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	if (zip_open_mem(&f->zip, data, size, f->path, err, err_len) || tc_setup(f, err, err_len)) {
@@ -162,7 +152,7 @@ st_dtype tc_dtype_to_st(pkl_dtype d)
 int tc_tensor_bind(tc_file *f, const pkl_value *v, tc_tensor *out, char *err, size_t err_len)
 {
 	if (!v || v->type != PKL_TENSOR) {
-		tc_err(err, err_len, "%s: a %s where a tensor was expected", f->path, pkl_type_name(v));
+		aah_errf(err, err_len, "%s: a %s where a tensor was expected", f->path, pkl_type_name(v));
 		return -1;
 	}
 	const pkl_tensor *t = v->u.tensor;
@@ -171,15 +161,15 @@ int tc_tensor_bind(tc_file *f, const pkl_value *v, tc_tensor *out, char *err, si
 	snprintf(name, sizeof name, "%sdata/%s", f->prefix, s->u.storage.key);
 	const zip_entry *e = zip_find(&f->zip, name);
 	if (!e) {
-		tc_err(err, err_len, "%s: storage record '%s' is missing", f->path, name);
+		aah_errf(err, err_len, "%s: storage record '%s' is missing", f->path, name);
 		return -1;
 	}
 	size_t es = pkl_dtype_size(s->u.storage.dtype);
 	uint64_t want = (uint64_t)s->u.storage.numel * es;
 	if (e->size != want) {
-		tc_err(err, err_len, "%s: storage record '%s' holds %llu bytes; the pickle says %lld × %s = %llu "
-		       "(a storage shorter or longer than its tensors)", f->path, name, (unsigned long long)e->size,
-		       (long long)s->u.storage.numel, pkl_dtype_name(s->u.storage.dtype), (unsigned long long)want);
+		aah_errf(err, err_len, "%s: storage record '%s' holds %llu bytes; the pickle says %lld × %s = %llu "
+		         "(a storage shorter or longer than its tensors)", f->path, name, (unsigned long long)e->size,
+		         (long long)s->u.storage.numel, pkl_dtype_name(s->u.storage.dtype), (unsigned long long)want);
 		return -1;
 	}
 	int32_t id = (int32_t)(e - f->zip.entries);
@@ -189,8 +179,8 @@ int tc_tensor_bind(tc_file *f, const pkl_value *v, tc_tensor *out, char *err, si
 			return -1;
 		*state = (uint8_t)(1 + s->u.storage.dtype);
 	} else if (*state != 1 + s->u.storage.dtype) {
-		tc_err(err, err_len, "%s: storage record '%s' is read both as %s and as %s", f->path, name,
-		       pkl_dtype_name((pkl_dtype)(*state - 1)), pkl_dtype_name(s->u.storage.dtype));
+		aah_errf(err, err_len, "%s: storage record '%s' is read both as %s and as %s", f->path, name,
+		         pkl_dtype_name((pkl_dtype)(*state - 1)), pkl_dtype_name(s->u.storage.dtype));
 		return -1;
 	}
 	memset(out, 0, sizeof *out);

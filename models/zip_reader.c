@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "models/errf.h"
+
 #define SIG_LOCAL 0x04034b50u
 #define SIG_CENTRAL 0x02014b50u
 #define SIG_EOCD 0x06054b50u
 #define SIG_EOCD64 0x06064b50u
 #define SIG_LOCATOR64 0x07064b50u
-
-static void zip_err(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
 
 static uint16_t rd16(const uint8_t *p)
 {
@@ -143,8 +134,8 @@ static int find_end(const zip_archive *z, zip_end *e, char *err, size_t err_len)
 {
 	const uint8_t *d = z->data;
 	if (z->size < 22) {
-		zip_err(err, err_len, "%s: %llu bytes: too short to be a zip archive (truncated?)", z->label,
-		        (unsigned long long)z->size);
+		aah_errf(err, err_len, "%s: %llu bytes: too short to be a zip archive (truncated?)", z->label,
+		         (unsigned long long)z->size);
 		return -1;
 	}
 	/* The end record is the last 22 bytes plus its comment; search back over the longest comment possible. */
@@ -153,8 +144,8 @@ static int find_end(const zip_archive *z, zip_end *e, char *err, size_t err_len)
 		if (rd32(d + pos) == SIG_EOCD && rd16(d + pos + 20) == z->size - pos - 22)
 			break;
 		if (pos == lo) {
-			zip_err(err, err_len, "%s: no end-of-central-directory record: not a zip archive, or truncated",
-			        z->label);
+			aah_errf(err, err_len, "%s: no end-of-central-directory record: not a zip archive, or truncated",
+			         z->label);
 			return -1;
 		}
 	}
@@ -166,18 +157,18 @@ static int find_end(const zip_archive *z, zip_end *e, char *err, size_t err_len)
 		const uint8_t *l = d + pos - 20;
 		uint64_t off64 = rd64(l + 8);
 		if (rd32(l + 4) != 0 || rd32(l + 16) > 1) {
-			zip_err(err, err_len, "%s: a multi-disk archive is not supported", z->label);
+			aah_errf(err, err_len, "%s: a multi-disk archive is not supported", z->label);
 			return -1;
 		}
 		if (off64 > pos - 20 || pos - 20 - off64 < 56 || rd32(d + off64) != SIG_EOCD64) {
-			zip_err(err, err_len, "%s: the zip64 end record the locator points to is missing or truncated",
-			        z->label);
+			aah_errf(err, err_len, "%s: the zip64 end record the locator points to is missing or truncated",
+			         z->label);
 			return -1;
 		}
 		const uint8_t *r64 = d + off64;
 		uint64_t rec = rd64(r64 + 4);
 		if (rec < 44 || rec > pos - 20 - off64 - 12) {
-			zip_err(err, err_len, "%s: the zip64 end record has a bad length", z->label);
+			aah_errf(err, err_len, "%s: the zip64 end record has a bad length", z->label);
 			return -1;
 		}
 		uint32_t disk64 = rd32(r64 + 16), cd_disk64 = rd32(r64 + 20);
@@ -186,7 +177,7 @@ static int find_end(const zip_archive *z, zip_end *e, char *err, size_t err_len)
 		if ((disk != 0xffff && disk != disk64) || (cd_disk != 0xffff && cd_disk != cd_disk64) ||
 		    (n_disk != 0xffff && n_disk != nd64) || (n_total != 0xffff && n_total != nt64) ||
 		    (cd_size != 0xffffffffu && cd_size != cs64) || (cd_off != 0xffffffffu && cd_off != co64)) {
-			zip_err(err, err_len, "%s: the end record and the zip64 end record disagree", z->label);
+			aah_errf(err, err_len, "%s: the end record and the zip64 end record disagree", z->label);
 			return -1;
 		}
 		disk = disk64;
@@ -198,18 +189,18 @@ static int find_end(const zip_archive *z, zip_end *e, char *err, size_t err_len)
 		e->end_of_cd = off64;
 	}
 	if (disk != 0 || cd_disk != 0 || n_disk != n_total) {
-		zip_err(err, err_len, "%s: a multi-disk archive is not supported", z->label);
+		aah_errf(err, err_len, "%s: a multi-disk archive is not supported", z->label);
 		return -1;
 	}
 	if (n_total > ZIP_MAX_ENTRIES) {
-		zip_err(err, err_len, "%s: %llu entries (more than %d)", z->label, (unsigned long long)n_total,
-		        ZIP_MAX_ENTRIES);
+		aah_errf(err, err_len, "%s: %llu entries (more than %d)", z->label, (unsigned long long)n_total,
+		         ZIP_MAX_ENTRIES);
 		return -1;
 	}
 	if (cd_off > e->end_of_cd || cd_size != e->end_of_cd - cd_off) {
-		zip_err(err, err_len, "%s: the central directory (%llu bytes at %llu) does not end where the end record "
-		        "begins (%llu): truncated or not one archive", z->label, (unsigned long long)cd_size,
-		        (unsigned long long)cd_off, (unsigned long long)e->end_of_cd);
+		aah_errf(err, err_len, "%s: the central directory (%llu bytes at %llu) does not end where the end record "
+		         "begins (%llu): truncated or not one archive", z->label, (unsigned long long)cd_size,
+		         (unsigned long long)cd_off, (unsigned long long)e->end_of_cd);
 		return -1;
 	}
 	e->n_entries = n_total;
@@ -260,7 +251,7 @@ static int read_entry(zip_archive *z, const zip_end *end, uint64_t *at, int32_t 
 	const uint8_t *d = z->data;
 	uint64_t cd_end = end->cd_offset + end->cd_size;
 	if (cd_end - *at < 46 || rd32(d + *at) != SIG_CENTRAL) {
-		zip_err(err, err_len, "%s: central directory entry %d is missing or truncated", z->label, (int)i);
+		aah_errf(err, err_len, "%s: central directory entry %d is missing or truncated", z->label, (int)i);
 		return -1;
 	}
 	const uint8_t *c = d + *at;
@@ -269,74 +260,74 @@ static int read_entry(zip_archive *z, const zip_end *end, uint64_t *at, int32_t 
 	uint32_t crc = rd32(c + 16);
 	uint64_t csize = rd32(c + 20), usize = rd32(c + 24), off = rd32(c + 42);
 	if (cd_end - *at - 46 < (uint64_t)nlen + elen + clen) {
-		zip_err(err, err_len, "%s: central directory entry %d runs past the directory", z->label, (int)i);
+		aah_errf(err, err_len, "%s: central directory entry %d runs past the directory", z->label, (int)i);
 		return -1;
 	}
 	const uint8_t *name = c + 46;
 	const char *why = NULL;
 	if (name_check(name, nlen, &why)) {
-		zip_err(err, err_len, "%s: entry %d ('%.*s') has %s: refused", z->label, (int)i,
-		        (int)(nlen > 200 ? 200 : nlen), (const char *)name, why);
+		aah_errf(err, err_len, "%s: entry %d ('%.*s') has %s: refused", z->label, (int)i,
+		         (int)(nlen > 200 ? 200 : nlen), (const char *)name, why);
 		return -1;
 	}
 	e->name = malloc((size_t)nlen + 1);
 	if (!e->name) {
-		zip_err(err, err_len, "%s: out of memory", z->label);
+		aah_errf(err, err_len, "%s: out of memory", z->label);
 		return -1;
 	}
 	memcpy(e->name, name, nlen);
 	e->name[nlen] = 0;
 	if (read_zip64_extra(name + nlen, elen, &usize, &csize, &off, usize == 0xffffffffu, csize == 0xffffffffu,
 	                     off == 0xffffffffu)) {
-		zip_err(err, err_len, "%s: entry '%s' has a malformed zip64 extra field", z->label, e->name);
+		aah_errf(err, err_len, "%s: entry '%s' has a malformed zip64 extra field", z->label, e->name);
 		return -1;
 	}
 	*at += 46 + (uint64_t)nlen + elen + clen;
 	if (disk != 0 && disk != 0xffff) {
-		zip_err(err, err_len, "%s: entry '%s' starts on another disk", z->label, e->name);
+		aah_errf(err, err_len, "%s: entry '%s' starts on another disk", z->label, e->name);
 		return -1;
 	}
 	if (flags & 0x41) {
-		zip_err(err, err_len, "%s: entry '%s' is encrypted", z->label, e->name);
+		aah_errf(err, err_len, "%s: entry '%s' is encrypted", z->label, e->name);
 		return -1;
 	}
 	if (method != 0) {
-		zip_err(err, err_len, "%s: entry '%s' is compressed (method %u): torch.save stores entries uncompressed, "
-		        "and compressed ones are refused rather than inflated", z->label, e->name, method);
+		aah_errf(err, err_len, "%s: entry '%s' is compressed (method %u): torch.save stores entries uncompressed, "
+		         "and compressed ones are refused rather than inflated", z->label, e->name, method);
 		return -1;
 	}
 	if (csize != usize) {
-		zip_err(err, err_len, "%s: stored entry '%s' declares %llu bytes stored but %llu bytes of content", z->label,
-		        e->name, (unsigned long long)csize, (unsigned long long)usize);
+		aah_errf(err, err_len, "%s: stored entry '%s' declares %llu bytes stored but %llu bytes of content", z->label,
+		         e->name, (unsigned long long)csize, (unsigned long long)usize);
 		return -1;
 	}
 	/* the local header: inside the data area, same name and method */
 	if (off > end->cd_offset || end->cd_offset - off < 30 || rd32(d + off) != SIG_LOCAL) {
-		zip_err(err, err_len, "%s: entry '%s': no local header at offset %llu", z->label, e->name,
-		        (unsigned long long)off);
+		aah_errf(err, err_len, "%s: entry '%s': no local header at offset %llu", z->label, e->name,
+		         (unsigned long long)off);
 		return -1;
 	}
 	const uint8_t *l = d + off;
 	uint16_t lflags = rd16(l + 6), lmethod = rd16(l + 8), lnlen = rd16(l + 26), lelen = rd16(l + 28);
 	uint64_t data_off = off + 30 + (uint64_t)lnlen + lelen;
 	if (data_off > end->cd_offset || lnlen != nlen || memcmp(l + 30, name, nlen) != 0 || lmethod != method) {
-		zip_err(err, err_len, "%s: entry '%s': its local header disagrees with the central directory", z->label,
-		        e->name);
+		aah_errf(err, err_len, "%s: entry '%s': its local header disagrees with the central directory", z->label,
+		         e->name);
 		return -1;
 	}
 	/* Without a data descriptor (flag bit 3) the local header carries crc and sizes; they must agree too. */
 	if (!(lflags & 0x08)) {
 		uint64_t lc = rd32(l + 18), lu = rd32(l + 22);
 		if (rd32(l + 14) != crc || (lc != 0xffffffffu && lc != csize) || (lu != 0xffffffffu && lu != usize)) {
-			zip_err(err, err_len, "%s: entry '%s': its local header's size or CRC disagrees with the central "
-			        "directory", z->label, e->name);
+			aah_errf(err, err_len, "%s: entry '%s': its local header's size or CRC disagrees with the central "
+			         "directory", z->label, e->name);
 			return -1;
 		}
 	}
 	if (usize > end->cd_offset - data_off) {
-		zip_err(err, err_len, "%s: entry '%s' declares %llu bytes, which run past the archive's data (%llu bytes "
-		        "left): truncated or forged", z->label, e->name, (unsigned long long)usize,
-		        (unsigned long long)(end->cd_offset - data_off));
+		aah_errf(err, err_len, "%s: entry '%s' declares %llu bytes, which run past the archive's data (%llu bytes "
+		         "left): truncated or forged", z->label, e->name, (unsigned long long)usize,
+		         (unsigned long long)(end->cd_offset - data_off));
 		return -1;
 	}
 	e->header_offset = off;
@@ -354,7 +345,7 @@ static int check_set(zip_archive *z, char *err, size_t err_len)
 	z->by_name = malloc(sizeof(*z->by_name) * (size_t)(n ? n : 1));
 	if (!v || !z->by_name) {
 		free(v);
-		zip_err(err, err_len, "%s: out of memory", z->label);
+		aah_errf(err, err_len, "%s: out of memory", z->label);
 		return -1;
 	}
 	for (int32_t i = 0; i < n; i++)
@@ -364,13 +355,13 @@ static int check_set(zip_archive *z, char *err, size_t err_len)
 	memcpy(z->by_name, v, sizeof(*v) * (size_t)n);
 	for (int32_t i = 1; i < n && !rc; i++)
 		if (!strcmp(v[i - 1]->name, v[i]->name)) {
-			zip_err(err, err_len, "%s: two entries are named '%s'", z->label, v[i]->name);
+			aah_errf(err, err_len, "%s: two entries are named '%s'", z->label, v[i]->name);
 			rc = -1;
 		}
 	qsort(v, (size_t)n, sizeof(*v), cmp_offset);
 	for (int32_t i = 1; i < n && !rc; i++)
 		if (v[i]->header_offset < v[i - 1]->data_offset + v[i - 1]->size) {
-			zip_err(err, err_len, "%s: entries '%s' and '%s' overlap", z->label, v[i - 1]->name, v[i]->name);
+			aah_errf(err, err_len, "%s: entries '%s' and '%s' overlap", z->label, v[i - 1]->name, v[i]->name);
 			rc = -1;
 		}
 	free(v);
@@ -382,7 +373,7 @@ int zip_open_mem(zip_archive *z, const void *data, uint64_t size, const char *la
 	memset(z, 0, sizeof *z);
 	z->label = strdup(label ? label : "zip");
 	if (!z->label) {
-		zip_err(err, err_len, "out of memory");
+		aah_errf(err, err_len, "out of memory");
 		return -1;
 	}
 	z->data = data;
@@ -391,13 +382,13 @@ int zip_open_mem(zip_archive *z, const void *data, uint64_t size, const char *la
 	if (find_end(z, &end, err, err_len))
 		goto fail;
 	if (end.n_entries > end.cd_size / 46) {
-		zip_err(err, err_len, "%s: %llu entries cannot fit in a %llu-byte central directory", z->label,
-		        (unsigned long long)end.n_entries, (unsigned long long)end.cd_size);
+		aah_errf(err, err_len, "%s: %llu entries cannot fit in a %llu-byte central directory", z->label,
+		         (unsigned long long)end.n_entries, (unsigned long long)end.cd_size);
 		goto fail;
 	}
 	z->entries = calloc(end.n_entries ? (size_t)end.n_entries : 1, sizeof *z->entries);
 	if (!z->entries) {
-		zip_err(err, err_len, "%s: out of memory", z->label);
+		aah_errf(err, err_len, "%s: out of memory", z->label);
 		goto fail;
 	}
 	uint64_t at = end.cd_offset;
@@ -407,8 +398,8 @@ int zip_open_mem(zip_archive *z, const void *data, uint64_t size, const char *la
 			goto fail;
 	}
 	if (at != end.cd_offset + end.cd_size) {
-		zip_err(err, err_len, "%s: the central directory holds more than the %llu entries the end record counts",
-		        z->label, (unsigned long long)end.n_entries);
+		aah_errf(err, err_len, "%s: the central directory holds more than the %llu entries the end record counts",
+		         z->label, (unsigned long long)end.n_entries);
 		goto fail;
 	}
 	if (check_set(z, err, err_len))
@@ -424,12 +415,12 @@ int zip_open_file(zip_archive *z, const char *path, char *err, size_t err_len)
 	memset(z, 0, sizeof *z);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		zip_err(err, err_len, "%s: %s", path, strerror(errno));
+		aah_errf(err, err_len, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	struct stat sb;
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		zip_err(err, err_len, "%s: not a regular file", path);
+		aah_errf(err, err_len, "%s: not a regular file", path);
 		close(fd);
 		return -1;
 	}
@@ -437,7 +428,7 @@ int zip_open_file(zip_archive *z, const char *path, char *err, size_t err_len)
 	if (sb.st_size > 0) {
 		map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (map == MAP_FAILED) {
-			zip_err(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
+			aah_errf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
 			close(fd);
 			return -1;
 		}
@@ -499,8 +490,8 @@ int zip_entry_check(const zip_archive *z, const zip_entry *e, char *err, size_t 
 		done += n;
 	}
 	if (crc != e->crc32) {
-		zip_err(err, err_len, "%s: entry '%s' fails its CRC-32 check (0x%08x, the directory says 0x%08x): the "
-		        "archive is corrupt", z->label, e->name, crc, e->crc32);
+		aah_errf(err, err_len, "%s: entry '%s' fails its CRC-32 check (0x%08x, the directory says 0x%08x): the "
+		         "archive is corrupt", z->label, e->name, crc, e->crc32);
 		return -1;
 	}
 	return 0;
