@@ -13,12 +13,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "models/aah_config.h"
 #include "models/model.h"
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
+#include "tests/test_env.h"
 
 /* The backend the engine tests run on: AAH_TEST_BACKEND (cpu, the default, or cuda: `make test-gpu`). */
 static const char *test_backend(void)

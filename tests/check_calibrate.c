@@ -19,19 +19,9 @@
 #include "models/model_config.h"
 #include "models/safetensors_write.h"
 #include "models/sha256.h"
+#define TEST_TMPDIR "calibrate"
+#include "tests/test_env.h"
 #include "tools/convert/calib_assign.h"
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
-
-static const char *build_dir(void)
-{
-	const char *b = getenv("AAH_BUILD");
-	return b && *b ? b : "build";
-}
 
 /* ---- hand-made measurements: T = 64, candidates 8/16/32/64, bands cut at 8, 16, 32 ---- */
 
@@ -302,24 +292,6 @@ START_TEST(test_assign_regimes)
 END_TEST
 
 /* ---- the tool through its command line ---- */
-
-static char tmpdir[256];
-
-static void tmp_setup(void)
-{
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/aah-check-calibrate-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void tmp_teardown(void)
-{
-	nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* Runs argv (NULL-terminated) with stdout and stderr into tmpdir/log; returns the exit status, -1 when it did not exit
  * normally. The log's text is in log_text afterwards. */

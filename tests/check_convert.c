@@ -19,6 +19,8 @@
 #include "models/aah_config.h"
 #include "models/safetensors.h"
 #include "models/sha256.h"
+#define TEST_TMPDIR "convert"
+#include "tests/test_env.h"
 
 /* Engine logits (f32) against the float64 torch forward of the same weights. */
 #define LOGIT_TOL 1e-4
@@ -27,38 +29,14 @@ static char fx[256];             /* the fixtures, made by main() */
 static bool fx_ok;
 static json_t *expect;           /* fx/expect.json */
 
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
-
-static const char *build_dir(void)
-{
-	const char *b = getenv("AAH_BUILD");
-	return b && *b ? b : "build";
-}
-
 /* ---- temp dir per test ---- */
 
-static char tmpdir[256];
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void tmp_setup(void)
+/* the temp dir, once the fixtures are known to be there */
+static void convert_setup(void)
 {
 	ck_assert_msg(fx_ok, "the torch fixtures were not generated: is python3-torch installed (deploy/deps.sh)? "
 	              "see %s.log", fx);
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/aah-check-convert-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void tmp_teardown(void)
-{
-	nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tmp_setup();
 }
 
 /* A formatted path in one of 64 rotating buffers (long-lived paths are copied by the tests). */
@@ -512,7 +490,7 @@ static Suite *convert_suite(void)
 	Suite *s = suite_create("convert");
 	TCase *t = tcase_create("import");
 	tcase_set_timeout(t, 300);
-	tcase_add_checked_fixture(t, tmp_setup, tmp_teardown);
+	tcase_add_checked_fixture(t, convert_setup, tmp_teardown);
 	tcase_add_test(t, test_same_bytes_every_layout);
 	tcase_add_test(t, test_dtypes);
 	tcase_add_test(t, test_tied_heads);
@@ -550,7 +528,7 @@ int main(void)
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	json_decref(expect);
-	nftw(fx, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	nftw(fx, tmp_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	if (fx_ok)
 		unlink(pathf("%s.log", fx));
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -9,15 +9,10 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "tests/test_env.h"
 
 #define LOGIT_TOL 0.01
 #define MARGIN_MIN 0.05
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
 
 /* The backend the engine tests run on: AAH_TEST_BACKEND (cpu, the default, or cuda: `make test-gpu`). */
 static const char *test_backend(void)

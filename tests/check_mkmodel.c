@@ -16,12 +16,8 @@
 #include "models/model.h"
 #include "models/safetensors.h"
 #include "models/safetensors_write.h"
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
+#define TEST_TMPDIR "mkmodel"
+#include "tests/test_env.h"
 
 static const char *tool_path(void)
 {
@@ -29,26 +25,6 @@ static const char *tool_path(void)
 	const char *b = getenv("AAH_BUILD");
 	snprintf(path, sizeof path, "%s/aah-mkmodel", b && *b ? b : "build");
 	return path;
-}
-
-/* ---- temp dir fixture: a fresh directory per test, removed afterwards ---- */
-
-static char tmpdir[256];
-
-static void tmp_setup(void)
-{
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/aah-check-mkmodel-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void tmp_teardown(void)
-{
-	nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* "tmpdir/name" in one of 16 rotating static buffers: copy it to keep it across many calls. */

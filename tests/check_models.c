@@ -12,32 +12,8 @@
 #include "models/model.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
-
-/* ---- temp dir fixture: each test that writes files gets a fresh directory, removed afterwards ---- */
-
-static char tmpdir[256];
-
-static void tmp_setup(void)
-{
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/aah-check-models-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void tmp_teardown(void)
-{
-	nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+#define TEST_TMPDIR "models"
+#include "tests/test_env.h"
 
 /* Returns a static "tmpdir/name" (one at a time is enough here). */
 static const char *tmp_path(const char *name)

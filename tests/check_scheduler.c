@@ -17,15 +17,10 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "models/tokenizer.h"
+#include "tests/test_env.h"
 
 #define CTX 256
 #define SLOTS 4
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
 
 static const char *model_dir(void)
 {

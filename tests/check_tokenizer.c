@@ -12,12 +12,7 @@
 #include <utf8proc.h>
 
 #include "models/tokenizer.h"
-
-static const char *testdata(void)
-{
-	const char *d = getenv("AAH_TESTDATA");
-	return d && *d ? d : "tests/data";
-}
+#include "tests/test_env.h"
 
 static const char *cache_dir(void)
 {
