@@ -87,6 +87,20 @@ static void put(char *out, size_t *at, const void *p, size_t n)
 	*at += n;
 }
 
+/* Body bytes (of a Content-Length body or of a chunk): as many of the n at in as the body still has and out has room
+ * for, into out; returns how many (0: none fit, or none are left). */
+static size_t take_body(http_framing *f, const char *in, size_t n, char *out, size_t out_cap, size_t *out_len)
+{
+	size_t take = n;
+	if (take > f->remaining)
+		take = (size_t)f->remaining;
+	if (take > out_cap - *out_len)
+		take = out_cap - *out_len;
+	put(out, out_len, in, take);
+	f->remaining -= take;
+	return take;
+}
+
 /* Content-Length: digits only, below 2^64. */
 static bool parse_length(const char *v, size_t n, uint64_t *out)
 {
@@ -334,16 +348,10 @@ size_t http_framing_feed(http_framing *f, const char *in, size_t n, char *out, s
 			break;
 		}
 		case S_BODY: {
-			size_t take = n - i;
-			if (take > f->remaining)
-				take = (size_t)f->remaining;
-			if (take > out_cap - *out_len)
-				take = out_cap - *out_len;
+			size_t take = take_body(f, in + i, n - i, out, out_cap, out_len);
 			if (take == 0)
 				return i;
-			put(out, out_len, in + i, take);
 			i += take;
-			f->remaining -= take;
 			break;
 		}
 		case S_CHUNK_SIZE:
@@ -404,16 +412,10 @@ size_t http_framing_feed(http_framing *f, const char *in, size_t n, char *out, s
 			break;
 		}
 		case S_CHUNK_DATA: {
-			size_t take = n - i;
-			if (take > f->remaining)
-				take = (size_t)f->remaining;
-			if (take > out_cap - *out_len)
-				take = out_cap - *out_len;
+			size_t take = take_body(f, in + i, n - i, out, out_cap, out_len);
 			if (take == 0)
 				return i;
-			put(out, out_len, in + i, take);
 			i += take;
-			f->remaining -= take;
 			if (f->remaining == 0)
 				f->state = S_CHUNK_CRLF;
 			break;
