@@ -293,35 +293,6 @@ END_TEST
 
 /* ---- the tool through its command line ---- */
 
-/* Runs argv (NULL-terminated) with stdout and stderr into tmpdir/log; returns the exit status, -1 when it did not exit
- * normally. The log's text is in log_text afterwards. */
-static char log_text[1 << 16];
-
-static int run_argv(const char *const *argv)
-{
-	char log[600];
-	snprintf(log, sizeof log, "%s/log", tmpdir);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		FILE *f = freopen(log, "w", stdout);
-		if (!f || dup2(fileno(stdout), 2) < 0)
-			_exit(127);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	waitpid(pid, &st, 0);
-	FILE *f = fopen(log, "r");
-	size_t n = f ? fread(log_text, 1, sizeof log_text - 1, f) : 0;
-	log_text[n] = 0;
-	if (f)
-		fclose(f);
-	if (getenv("AAH_TEST_VERBOSE"))
-		fputs(log_text, stderr);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static int calibrate(const char *arg, ...)
 {
 	static char tool[512];
@@ -337,7 +308,7 @@ static int calibrate(const char *arg, ...)
 		argv[n++] = a;
 	va_end(ap);
 	argv[n] = NULL;
-	return run_argv(argv);
+	return tool_run(argv);
 }
 
 static const char *tpath(const char *name)
@@ -526,7 +497,7 @@ static double aahd_acr(const char *model, const char *regime, int n, int n_gen)
 	snprintf(ng, sizeof ng, "%d", n_gen);
 	const char *argv[] = { aahd, "--model", model, "--prompt-ids", ids, "-n", ng, "--regime", regime, "--threads", "2",
 		                   NULL };
-	ck_assert_msg(run_argv(argv) == 0, "aahd: %s", log_text);
+	ck_assert_msg(tool_run(argv) == 0, "aahd: %s", log_text);
 	char key[128];
 	snprintf(key, sizeof key, "regime %s: ACR ", regime);
 	const char *p = strstr(log_text, key);

@@ -79,10 +79,7 @@ static bool no_partial_left(const char *base)
 	return ok;
 }
 
-/* Runs build/aah-convert with the NULL-terminated arguments; stdout and stderr go to tmpdir/log, whose text
- * (up to 8 KiB) lands in out_text when not NULL. Returns the exit status, -1 when it did not exit. */
-static char log_text[8192];
-
+/* Runs build/aah-convert with the NULL-terminated arguments (tool_run: the output in log_text). */
 static int convert(const char *arg, ...)
 {
 	const char *argv[32];
@@ -97,42 +94,7 @@ static int convert(const char *arg, ...)
 		argv[n++] = a;
 	va_end(ap);
 	argv[n] = NULL;
-	const char *log = pathf("%s/log", tmpdir);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
-		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-			_exit(127);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	FILE *f = fopen(log, "r");
-	size_t got = f ? fread(log_text, 1, sizeof log_text - 1, f) : 0;
-	log_text[got] = 0;
-	if (f)
-		fclose(f);
-	if (getenv("AAH_TEST_VERBOSE"))
-		fputs(log_text, stderr);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	unsigned char *buf = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
+	return tool_run(argv);
 }
 
 static bool same_file(const char *a, const char *b)

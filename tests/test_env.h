@@ -1,10 +1,13 @@
 /* tests/test_env.h — what several Check suites share: where the test data and the build are (AAH_TESTDATA and
  * AAH_BUILD, as tests/run_tests.sh sets them; the defaults are the source tree's), and, for a suite that defines
  * TEST_TMPDIR as its name before including this, a fresh directory per test under /tmp, removed with all it holds
- * after the test (tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown)). */
+ * after the test (tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown)), and a program run with its output into
+ * that directory (tool_run). */
 #ifndef AAH_TEST_ENV_H
 #define AAH_TEST_ENV_H
 
+#include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static inline const char *testdata(void)
@@ -19,11 +22,28 @@ static inline const char *build_dir(void)
 	return b && *b ? b : "build";
 }
 
+/* The whole of a file, NUL-terminated (the NUL not counted in *len); fails the test when it cannot be read. */
+static inline unsigned char *read_all(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *buf = malloc((size_t)n + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = 0;
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
 #ifdef TEST_TMPDIR
-#include <check.h>
 #include <ftw.h>
-#include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static char tmpdir[256];
 
@@ -42,6 +62,37 @@ static int tmp_rm_entry(const char *path, const struct stat *sb, int flag, struc
 static void tmp_teardown(void)
 {
 	nftw(tmpdir, tmp_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Runs argv (NULL-terminated) with stdout and stderr into tmpdir/log; returns the exit status, -1 when it did not exit
+ * normally. The log's text (its first 64 KiB) is in log_text afterwards; AAH_TEST_VERBOSE=1 prints it. */
+static char log_text[1 << 16];
+
+static inline int tool_run(const char *const *argv)
+{
+	char log[600];
+	snprintf(log, sizeof log, "%s/log", tmpdir);
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		FILE *f = freopen(log, "w", stdout);
+		if (!f || dup2(fileno(stdout), 2) < 0)
+			_exit(127);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	FILE *f = fopen(log, "r");
+	size_t n = f ? fread(log_text, 1, sizeof log_text - 1, f) : 0;
+	log_text[n] = 0;
+	if (f)
+		fclose(f);
+	if (getenv("AAH_TEST_VERBOSE"))
+		fputs(log_text, stderr);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 #endif
 #endif
