@@ -340,6 +340,11 @@ START_TEST(test_rope_interleaved)
 	ck_assert_int_eq(convert("import", "--rope", "interleaved", pathf("%s/interleaved_hf.pt", fx), hf, NULL), 0);
 	check_digests(hf, "interleaved");
 	check_logits(hf, NULL, "interleaved", 0);
+	/* permuted rows of 2-byte elements: rounded as torch rounds the permuted tensors */
+	const char *bf = pathf("%s/bf16", tmpdir);
+	ck_assert_int_eq(convert("import", "--rope", "interleaved", "--dtype", "bf16", pathf("%s/interleaved_hf.pt", fx),
+	                         bf, NULL), 0);
+	check_digests(bf, "interleaved_bf16");
 	/* without the option the rows are read as rotate-half: the engine computes that reading of them faithfully,
 	 * which is another function, far outside the tolerance */
 	ck_assert_int_eq(convert("import", pathf("%s/interleaved.pt", fx), plain, NULL), 0);
