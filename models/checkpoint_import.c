@@ -757,14 +757,29 @@ static int write_config(ci_job *j)
 
 typedef struct fill_ctx {
 	const tc_tensor *t;
+	const tn_output *o;
 	int64_t base;                /* first source element of the output (rows cut from a fused matrix) */
+	int64_t cols;                /* elements per row: shape[1], or 1 of a vector */
 	st_dtype as;
 } fill_ctx;
 
 static int fill_tensor(void *vctx, void *out, int64_t first, int64_t n, char *err, size_t err_len)
 {
 	const fill_ctx *c = vctx;
-	tc_tensor_read(c->t, c->as, out, c->base + first, n);
+	if (c->o->perm_block <= 0) {
+		tc_tensor_read(c->t, c->as, out, c->base + first, n);
+		return 0;
+	}
+	/* rows permuted within each head (interleaved RoPE → rotate-half): a row, or the part of one in range, at a time */
+	uint8_t *dst = out;
+	size_t es = c->as == ST_F32 ? 4 : 2;
+	while (n > 0) {
+		int64_t r = first / c->cols, col = first % c->cols, len = c->cols - col < n ? c->cols - col : n;
+		tc_tensor_read(c->t, c->as, dst, c->base + tn_output_src_row(c->o, r) * c->cols + col, len);
+		dst += (size_t)len * es;
+		first += len;
+		n -= len;
+	}
 	return 0;
 }
 
@@ -786,8 +801,10 @@ static int write_safetensors(ci_job *j)
 		const tn_output *o = &j->plan.out[i];
 		const tc_tensor *t = &j->ts.t[o->src];
 		ctx[i].t = t;
+		ctx[i].o = o;
 		ctx[i].as = out_dtype(j, o);
 		ctx[i].base = o->n_dims == 2 ? o->row0 * t->shape[1] : 0;
+		ctx[i].cols = o->n_dims == 2 ? o->shape[1] : 1;
 		rc = st_writer_add_fill(w, o->name, ctx[i].as, o->n_dims, o->shape, fill_tensor, &ctx[i]);
 	}
 	if (rc)
@@ -929,6 +946,8 @@ static int write_aah(ci_job *j)
 	json_object_set_new(prov, "sha256", json_string(hex));
 	if (json_object_get(src, "branch_usage"))
 		json_object_set(prov, "branch_usage", json_object_get(src, "branch_usage"));
+	/* how the source's q/k rows were read: "interleaved" ones were permuted into the rotate-half order aahd runs */
+	json_object_set_new(prov, "rope", json_string(j->o->rope == CKPT_ROPE_INTERLEAVED ? "interleaved" : "neox"));
 	json_object_set_new(out, "provenance", prov);
 	json_decref(src);
 	char *text = json_dumps(out, JSON_COMPACT);
@@ -971,9 +990,10 @@ static void log_done(const ci_job *j)
 	if (!j->o->log)
 		return;
 	const char *dt = j->plan.n_out ? torch_dtype_name(out_dtype(j, &j->plan.out[0])) : "-";
-	fprintf(j->o->log, "%s -> %s: %d tensors (%s names, %s%s)%s%s", j->s->rel, j->final_dir, (int)j->plan.n_out,
+	fprintf(j->o->log, "%s -> %s: %d tensors (%s names, %s%s)%s%s%s", j->s->rel, j->final_dir, (int)j->plan.n_out,
 	        j->plan.style, dt, j->o->dtype >= 0 ? ", converted" : "", j->plan.tied ? ", tied embeddings" : "",
-	        j->plan.n_dropped ? ", derived buffers left out" : "");
+	        j->plan.n_dropped ? ", derived buffers left out" : "",
+	        j->o->rope == CKPT_ROPE_INTERLEAVED ? ", q/k rows permuted from interleaved RoPE" : "");
 	if (j->n_regimes)
 		fprintf(j->o->log, ", aah.json with %d regime%s", j->n_regimes, j->n_regimes == 1 ? "" : "s");
 	if (!j->tokenizer_from)
@@ -986,7 +1006,8 @@ static int import_one(ci_job *j)
 	int rc = -1;
 	if (load_tensors(j) || read_meta(j) || load_config(j))
 		goto done;
-	if (tn_plan_build(&j->plan, j->ts.names, j->ts.t, j->ts.n, &j->mc, j->o->dtype >= 0, j->err, j->err_len)) {
+	if (tn_plan_build(&j->plan, j->ts.names, j->ts.t, j->ts.n, &j->mc, j->o->dtype >= 0,
+	                  j->o->rope == CKPT_ROPE_INTERLEAVED, j->err, j->err_len)) {
 		ci_err_prefix(j->err, j->err_len, j->s->path);
 		goto done;
 	}

@@ -38,6 +38,7 @@ typedef struct tn_build {
 	int32_t n;
 	size_t strip;                /* bytes of common prefix dropped from every name */
 	const model_config *c;
+	bool rope_interleaved;       /* permute q/k rows and q/k norms from interleaved to rotate-half RoPE order */
 	int32_t global[G_N];
 	int32_t (*layer)[L_N];
 	int style;                   /* 0 unknown, 1 hugging face, 2 nanogpt */
@@ -234,6 +235,7 @@ static int add_out(tn_plan *p, int32_t cap, const char *name, int32_t src, int64
 	o->n_dims = n_dims;
 	o->shape[0] = rows;
 	o->shape[1] = n_dims > 1 ? d1 : 0;
+	o->perm_block = 0;
 	return 0;
 }
 
@@ -335,6 +337,9 @@ static int plan_layer(tn_build *b, tn_plan *p, int32_t cap, int32_t l, bool allo
 		snprintf(name, sizeof name, "model.layers.%d.%s", (int)l, hf_layer[k]);
 		if (add_out(p, cap, name, s[k], split ? rows[r].row0 : 0, rows[r].d0, rows[r].n_dims, rows[r].d1))
 			return -1;
+		/* q and k meet RoPE (their norms act on the same head dimensions first); v, o and the rest do not */
+		if (b->rope_interleaved && (k == L_Q || k == L_K || k == L_Q_NORM || k == L_K_NORM))
+			p->out[p->n_out - 1].perm_block = c->head_dim;
 	}
 	return 0;
 }
@@ -371,10 +376,17 @@ static int plan_head(tn_build *b, tn_plan *p, int32_t cap, bool allow_f64)
 }
 
 int tn_plan_build(tn_plan *p, const char *const *names, const tc_tensor *tensors, int32_t n, const model_config *c,
-                  bool allow_f64, char *err, size_t err_len)
+                  bool allow_f64, bool rope_interleaved, char *err, size_t err_len)
 {
 	memset(p, 0, sizeof *p);
-	tn_build b = { .names = names, .t = tensors, .n = n, .c = c, .err = err, .err_len = err_len };
+	/* model_config_parse refuses an odd head_dim already; a config made elsewhere is checked here */
+	if (rope_interleaved && c->head_dim % 2) {
+		aah_errf(err, err_len, "--rope interleaved: head_dim %d is odd, and interleaved RoPE rotates pairs "
+		         "(2i, 2i+1) of an even head_dim", (int)c->head_dim);
+		return -1;
+	}
+	tn_build b = { .names = names, .t = tensors, .n = n, .c = c, .rope_interleaved = rope_interleaved, .err = err,
+		       .err_len = err_len };
 	b.strip = common_prefix(names, n);
 	for (int k = 0; k < G_N; k++)
 		b.global[k] = -1;
@@ -427,6 +439,14 @@ fail:
 	free(b.layer);
 	tn_plan_free(p);
 	return -1;
+}
+
+int64_t tn_output_src_row(const tn_output *o, int64_t r)
+{
+	if (o->perm_block <= 0)
+		return r;
+	int64_t d = o->perm_block, half = d / 2, head = r / d, j = r % d;
+	return head * d + (j < half ? 2 * j : 2 * (j - half) + 1);
 }
 
 void tn_plan_free(tn_plan *p)

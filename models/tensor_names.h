@@ -15,13 +15,15 @@ extern "C" {
 #endif
 
 /* One tensor of the output: rows [row0, row0 + rows) of source tensor src's first dimension (all of it unless the
- * source is a fused q/k/v matrix), in row-major order. */
+ * source is a fused q/k/v matrix), in row-major order — in their own order, or, when perm_block > 0, permuted
+ * within every block of perm_block rows (one head) as tn_output_src_row says. */
 typedef struct tn_output {
 	char name[128];              /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
 	int32_t src;                 /* index into the sources */
 	int64_t row0, rows;
 	int32_t n_dims;
 	int64_t shape[2];
+	int32_t perm_block;          /* 0: rows in order; else head_dim: interleaved RoPE rows to rotate-half order */
 } tn_output;
 
 typedef struct tn_plan {
@@ -47,10 +49,21 @@ typedef struct tn_plan {
  * config's, a tensor the config needs that is missing. The head: lm_head absent → tied (the config must say
  * tie_word_embeddings); lm_head the same view of the same storage as the embedding, or equal to it element for
  * element while the config ties them → tied, written once; otherwise written as its own tensor (and a config that
- * ties them is refused). Returns 0, or -1 with err. Free with tn_plan_free. */
+ * ties them is refused). RoPE: aahd rotates dimension i of a head with i + head_dim/2 (rotate-half: NEOX, Hugging
+ * Face). rope_interleaved says the checkpoint was trained rotating 2i with 2i+1 (Meta's original layout, llm.c):
+ * then the rows of q_proj and k_proj (after a c_attn split too) and the q_norm/k_norm weights (Qwen3) are permuted
+ * within every head into rotate-half order (perm_block = head_dim), which computes the same function; an odd
+ * head_dim is refused. Returns 0, or -1 with err. Free with tn_plan_free. */
 int tn_plan_build(tn_plan *p, const char *const *names, const tc_tensor *tensors, int32_t n, const model_config *c,
-                  bool allow_f64, char *err, size_t err_len);
+                  bool allow_f64, bool rope_interleaved, char *err, size_t err_len);
 void tn_plan_free(tn_plan *p);
+
+/* The source row (counted from o->row0) of output row r of o. With perm_block = d (head_dim), row j of each head
+ * comes from row 2j (j < d/2) or 2(j − d/2) + 1 (j ≥ d/2) of the same head: the pair (2i, 2i+1) that interleaved
+ * RoPE rotates together lands on (i, i + d/2), the pair rotate-half rotates, at the same frequency. It is Hugging
+ * Face's permute (convert_llama_weights_to_hf.py): w.view(n_heads, d/2, 2, in).transpose(1, 2).reshape(-1, in).
+ * q·k is unchanged because q and k are permuted alike; RMSNorm over a head is, once its weight is permuted too. */
+int64_t tn_output_src_row(const tn_output *o, int64_t r);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include "models/aah_config.h"
 #include "models/safetensors.h"
 #include "models/sha256.h"
+#include "models/tensor_names.h"
 #define TEST_TMPDIR "convert"
 #include "tests/test_env.h"
 
@@ -247,7 +248,9 @@ END_TEST
 
 /* ---- the imported model computes what torch computes ---- */
 
-static void check_logits(const char *dir, const char *regime, const char *ref_key, int64_t step)
+/* The largest |difference| between the engine's logits of dir (regime, checkpoint step) over the prompt and
+ * reference.json's ref_key. */
+static double logits_gap(const char *dir, const char *regime, const char *ref_key, int64_t step)
 {
 	json_t *ref = load_json(pathf("%s/reference.json", fx));
 	json_t *prompt = json_object_get(ref, "prompt"), *want = json_object_get(ref, ref_key);
@@ -271,13 +274,20 @@ static void check_logits(const char *dir, const char *regime, const char *ref_ke
 		if (d > worst)
 			worst = d;
 	}
-	printf("logits of %s (%s) against the float64 torch forward: max |diff| %.3g over %d positions\n", dir,
-	       regime ? regime : "default", worst, (int)n);
-	ck_assert_msg(worst <= LOGIT_TOL, "%s regime %s: logits differ from torch's by %g", dir, regime, worst);
+	printf("logits of %s (%s) against the float64 torch forward '%s': max |diff| %.3g over %d positions\n", dir,
+	       regime ? regime : "default", ref_key, worst, (int)n);
 	free(logits);
 	free(ids);
 	engine_free(e);
 	json_decref(ref);
+	return worst;
+}
+
+static void check_logits(const char *dir, const char *regime, const char *ref_key, int64_t step)
+{
+	double worst = logits_gap(dir, regime, ref_key, step);
+	ck_assert_msg(worst <= LOGIT_TOL, "%s regime %s: logits differ from torch's '%s' by %g", dir, regime, ref_key,
+	              worst);
 }
 
 START_TEST(test_logits_match_torch)
@@ -295,6 +305,93 @@ START_TEST(test_logits_match_torch)
 	/* the regime's windows came through aah.json: the engine's windowed attention equals torch's masked one */
 	check_logits(aah, "static_mixed", "static_mixed", 0);
 	check_logits(aah, NULL, "static_mixed", 0);   /* it is the default regime */
+}
+END_TEST
+
+/* ---- RoPE pairing: checkpoints trained with interleaved pairs ---- */
+
+static const char *provenance_rope(const char *dir)
+{
+	static char v[32];
+	json_t *a = load_json(pathf("%s/aah.json", dir));
+	const char *r = json_string_value(json_object_get(json_object_get(a, "provenance"), "rope"));
+	ck_assert_msg(r != NULL, "%s/aah.json: no provenance.rope", dir);
+	snprintf(v, sizeof v, "%s", r);
+	json_decref(a);
+	return v;
+}
+
+START_TEST(test_rope_interleaved)
+{
+	/* a model whose torch forward rotates (2i, 2i+1), saved llm.c-style (nanoGPT names, c_attn fused, AAH state):
+	 * imported with --rope interleaved it computes that forward, through the permuted q/k rows and q/k norms, whose
+	 * bytes are those of Hugging Face's permute */
+	char nano[512], hf[512], plain[512];
+	snprintf(nano, sizeof nano, "%s/nano", tmpdir);
+	snprintf(hf, sizeof hf, "%s/hf", tmpdir);
+	snprintf(plain, sizeof plain, "%s/plain", tmpdir);
+	int rc = convert("import", "--rope", "interleaved", pathf("%s/interleaved.pt", fx), nano, NULL);
+	ck_assert_msg(rc == 0, "exit %d: %s", rc, log_text);
+	ck_assert_msg(strstr(log_text, "q/k rows permuted from interleaved RoPE"), "%s", log_text);
+	check_digests(nano, "interleaved");
+	check_logits(nano, "full_attention", "interleaved", 0);
+	ck_assert_str_eq(provenance_rope(nano), "interleaved");
+	/* the same weights under Hugging Face names: the same bytes, the same function */
+	ck_assert_int_eq(convert("import", "--rope", "interleaved", pathf("%s/interleaved_hf.pt", fx), hf, NULL), 0);
+	check_digests(hf, "interleaved");
+	check_logits(hf, NULL, "interleaved", 0);
+	/* permuted rows of 2-byte elements: rounded as torch rounds the permuted tensors */
+	const char *bf = pathf("%s/bf16", tmpdir);
+	ck_assert_int_eq(convert("import", "--rope", "interleaved", "--dtype", "bf16", pathf("%s/interleaved_hf.pt", fx),
+	                         bf, NULL), 0);
+	check_digests(bf, "interleaved_bf16");
+	/* without the option the rows are read as rotate-half: the engine computes that reading of them faithfully,
+	 * which is another function, far outside the tolerance */
+	ck_assert_int_eq(convert("import", pathf("%s/interleaved.pt", fx), plain, NULL), 0);
+	ck_assert(!strstr(log_text, "permuted"));
+	double gap = logits_gap(plain, "full_attention", "interleaved", 0);
+	ck_assert_msg(gap > 1000 * LOGIT_TOL, "imported without --rope interleaved, the logits are within %g of the "
+	              "interleaved forward: the option would not matter", gap);
+	check_logits(plain, "full_attention", "interleaved_read_as_neox", 0);
+	ck_assert_str_eq(provenance_rope(plain), "neox");
+}
+END_TEST
+
+START_TEST(test_rope_option)
+{
+	/* --rope neox is the default: the same bytes as no option */
+	const char *a = pathf("%s/default", tmpdir), *b = pathf("%s/neox", tmpdir);
+	ck_assert_int_eq(convert("import", pathf("%s/bare.pt", fx), a, NULL), 0);
+	ck_assert_int_eq(convert("import", "--rope", "neox", pathf("%s/bare.pt", fx), b, NULL), 0);
+	ck_assert(same_file(pathf("%s/model.safetensors", a), pathf("%s/model.safetensors", b)));
+	ck_assert(same_file(pathf("%s/config.json", a), pathf("%s/config.json", b)));
+	/* and aah.json says so */
+	const char *w = pathf("%s/wrapped", tmpdir);
+	ck_assert_int_eq(convert("import", "--rope", "neox", pathf("%s/wrapped.pt", fx), w, NULL), 0);
+	ck_assert_str_eq(provenance_rope(w), "neox");
+	/* anything else is bad usage, and says what is accepted */
+	const char *out = pathf("%s/bogus", tmpdir);
+	ck_assert_int_eq(convert("import", "--rope", "bogus", pathf("%s/bare.pt", fx), out, NULL), 2);
+	ck_assert_msg(strstr(log_text, "--rope must be neox") && strstr(log_text, "or interleaved") &&
+	              strstr(log_text, "not 'bogus'"), "%s", log_text);
+	ck_assert(!exists(out) && no_partial_left(out));
+	ck_assert_int_eq(convert("import", pathf("%s/bare.pt", fx), out, "--rope", NULL), 2);
+	ck_assert_msg(strstr(log_text, "--rope needs a value"), "%s", log_text);
+	ck_assert(!exists(out));
+	/* an odd head_dim has no pairs to permute: refused (by the config parser, before any tensor is read) */
+	out = pathf("%s/odd", tmpdir);
+	int rc = convert("import", "--rope", "interleaved", "--config", pathf("%s/config_odd_head_dim.json", fx),
+	                 pathf("%s/bare.pt", fx), out, NULL);
+	ck_assert_msg(rc == 1, "exit %d: %s", rc, log_text);
+	ck_assert_msg(strstr(log_text, "config_odd_head_dim.json: 'head_dim' 7 must be even"), "%s", log_text);
+	ck_assert(!exists(out) && no_partial_left(out));
+	/* and by the plan itself, for a config that did not come through that parser */
+	model_config c = { .vocab_size = 8, .hidden_size = 7, .n_layers = 1, .n_heads = 1, .n_kv_heads = 1,
+		           .head_dim = 7, .intermediate_size = 8, .qk_norm = true };
+	tn_plan p;
+	char err[256];
+	ck_assert_int_eq(tn_plan_build(&p, NULL, NULL, 0, &c, false, true, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "--rope interleaved: head_dim 7 is odd"), "%s", err);
 }
 END_TEST
 
@@ -421,7 +518,8 @@ START_TEST(test_command_line)
 	ck_assert_int_eq(convert("--help", NULL), 0);
 	ck_assert(strstr(log_text, "import") && strstr(log_text, "usage: aah-convert COMMAND"));
 	ck_assert_int_eq(convert("import", "--help", NULL), 0);
-	ck_assert(strstr(log_text, "usage: aah-convert import [options] SRC OUT") && strstr(log_text, "--dtype"));
+	ck_assert(strstr(log_text, "usage: aah-convert import [options] SRC OUT") && strstr(log_text, "--dtype") &&
+	          strstr(log_text, "--rope neox|interleaved"));
 	ck_assert_int_eq(convert("help", "import", NULL), 0);
 	ck_assert(strstr(log_text, "usage: aah-convert import"));
 	ck_assert_int_eq(convert(NULL), 2);
@@ -457,6 +555,8 @@ static Suite *convert_suite(void)
 	tcase_add_test(t, test_dtypes);
 	tcase_add_test(t, test_tied_heads);
 	tcase_add_test(t, test_logits_match_torch);
+	tcase_add_test(t, test_rope_interleaved);
+	tcase_add_test(t, test_rope_option);
 	tcase_add_test(t, test_run_directory_of_pt_files);
 	tcase_add_test(t, test_run_directory_other_layouts);
 	tcase_add_test(t, test_failed_run_leaves_nothing);

@@ -43,8 +43,8 @@ static void import_help(FILE *f)
 	      "\n"
 	      "Each output folder holds config.json, model.safetensors, the tokenizer files found beside the source,\n"
 	      "and aah.json (version 1) when the checkpoint has an AAH state, with provenance (step, seed, source file,\n"
-	      "its sha256, branch usage). Tensor names: Hugging Face (model.layers.N.self_attn.q_proj, ...) or nanoGPT\n"
-	      "(transformer.h.N.attn.c_attn split into q, k, v; see README.md); anything else is refused by name.\n"
+	      "its sha256, branch usage, --rope). Tensor names: Hugging Face (model.layers.N.self_attn.q_proj, ...) or\n"
+	      "nanoGPT (transformer.h.N.attn.c_attn split into q, k, v; see README.md); anything else is refused by name.\n"
 	      "\n"
 	      "options:\n"
 	      "  --config FILE          the config.json to use (default: beside the checkpoint, else in SRC, else the\n"
@@ -53,6 +53,12 @@ static void import_help(FILE *f)
 	      "  --dtype keep|f32|bf16|f16\n"
 	      "                         the tensors' type in model.safetensors (default keep: F32, F16 and BF16 stay\n"
 	      "                         as they are; bf16/f16 round to nearest even; f32 widens exactly)\n"
+	      "  --rope neox|interleaved\n"
+	      "                         the RoPE pairing the checkpoint was trained with (default neox: dimension i\n"
+	      "                         with i + head_dim/2, rotate-half, Hugging Face, what aahd computes);\n"
+	      "                         interleaved: 2i with 2i+1 (Meta's original layout, llm.c's train_llama3.py):\n"
+	      "                         the rows of q_proj and k_proj and the q_norm/k_norm weights are permuted\n"
+	      "                         within every head into rotate-half order (Hugging Face's permute)\n"
 	      "  --step N               of a run directory, import only checkpoint N\n"
 	      "  -q, --quiet            print nothing but errors\n"
 	      "  -h, --help             this text\n"
@@ -76,7 +82,8 @@ static int import_run(int argc, char **argv)
 	static const struct option longs[] = {
 		{ "config", required_argument, NULL, 'c' }, { "tokenizer", required_argument, NULL, 't' },
 		{ "dtype", required_argument, NULL, 'd' },  { "step", required_argument, NULL, 's' },
-		{ "quiet", no_argument, NULL, 'q' },        { "help", no_argument, NULL, 'h' },
+		{ "rope", required_argument, NULL, 'r' },   { "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	ckpt_import_opts o = CKPT_IMPORT_OPTS_INIT;
@@ -92,6 +99,17 @@ static int import_run(int argc, char **argv)
 		case 'd':
 			if (parse_dtype(optarg, &o.dtype)) {
 				fprintf(stderr, "aah-convert import: --dtype must be keep, f32, bf16 or f16, not '%s'\n", optarg);
+				return CONVERT_EXIT_USAGE;
+			}
+			break;
+		case 'r':
+			if (!strcmp(optarg, "neox"))
+				o.rope = CKPT_ROPE_NEOX;
+			else if (!strcmp(optarg, "interleaved"))
+				o.rope = CKPT_ROPE_INTERLEAVED;
+			else {
+				fprintf(stderr, "aah-convert import: --rope must be neox (rotate-half pairs i, i + head_dim/2: "
+				        "the default) or interleaved (pairs 2i, 2i+1), not '%s'\n", optarg);
 				return CONVERT_EXIT_USAGE;
 			}
 			break;
