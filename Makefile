@@ -142,10 +142,11 @@ $(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
-# aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl.
+# aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl (libaah.a once more after tools/eval/,
+# which calls into it).
 EVAL_BINS := $(BUILD)/aah-eval $(filter $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%,$(TESTS) $(FUZZ_REPLAY))
 $(EVAL_BINS): $(EVAL_OBJ)
-$(EVAL_BINS): LIBS += $(CURL_LIBS)
+$(EVAL_BINS): LIBS := $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS)
 
 fuzz: $(BUILD)/libaah.a
 	@mkdir -p $(BUILD)/fuzz

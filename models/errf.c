@@ -1,6 +1,7 @@
 /* models/errf.c — see errf.h. */
 #include "models/errf.h"
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -12,4 +13,18 @@ void aah_errf(char *err, size_t err_len, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(err, err_len, fmt, ap);
 	va_end(ap);
+}
+
+const char *aah_json_kind(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
 }

@@ -15,19 +15,6 @@
 #define CFG_MAX_VOCAB (1 << 22)
 #define CFG_MAX_LAYERS 1024
 
-static const char *cfg_type_name(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "an object";
-	case JSON_ARRAY: return "an array";
-	case JSON_STRING: return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL: return "a number";
-	case JSON_TRUE: case JSON_FALSE: return "a boolean";
-	default: return "null";
-	}
-}
-
 /* Reading context: the JSON object, and the name used in messages ("config.json" or its path). */
 typedef struct cfg_reader {
 	json_t *obj;
@@ -52,7 +39,7 @@ static int cfg_int(const cfg_reader *r, const char *key, bool required, int32_t 
 	}
 	if (!json_is_integer(v)) {
 		aah_errf(r->err, r->err_len, "%s: '%s%s' must be an integer, not %s", r->file, r->scope, key,
-		         cfg_type_name(v));
+		         aah_json_kind(v));
 		return -1;
 	}
 	json_int_t x = json_integer_value(v);
@@ -79,7 +66,7 @@ static int cfg_num(const cfg_reader *r, const char *key, double def, double *out
 	}
 	if (!json_is_number(v)) {
 		aah_errf(r->err, r->err_len, "%s: '%s%s' must be a number, not %s", r->file, r->scope, key,
-		         cfg_type_name(v));
+		         aah_json_kind(v));
 		return -1;
 	}
 	double x = json_number_value(v);
@@ -100,7 +87,7 @@ static int cfg_bool(const cfg_reader *r, const char *key, bool def, bool *out)
 		return 0;
 	}
 	if (!json_is_boolean(v)) {
-		aah_errf(r->err, r->err_len, "%s: '%s' must be true or false, not %s", r->file, key, cfg_type_name(v));
+		aah_errf(r->err, r->err_len, "%s: '%s' must be true or false, not %s", r->file, key, aah_json_kind(v));
 		return -1;
 	}
 	*out = json_is_true(v);
@@ -139,7 +126,7 @@ static int cfg_arch(const cfg_reader *r, model_config *c, bool *is_mistral)
 	*is_mistral = false;
 	if (mt && !json_is_null(mt)) {
 		if (!json_is_string(mt)) {
-			aah_errf(r->err, r->err_len, "%s: 'model_type' must be a string, not %s", r->file, cfg_type_name(mt));
+			aah_errf(r->err, r->err_len, "%s: 'model_type' must be a string, not %s", r->file, aah_json_kind(mt));
 			return -1;
 		}
 		const char *t = json_string_value(mt);
@@ -154,7 +141,7 @@ static int cfg_arch(const cfg_reader *r, model_config *c, bool *is_mistral)
 		return 0;
 	}
 	if (archs && !json_is_array(archs)) {
-		aah_errf(r->err, r->err_len, "%s: 'architectures' must be an array, not %s", r->file, cfg_type_name(archs));
+		aah_errf(r->err, r->err_len, "%s: 'architectures' must be an array, not %s", r->file, aah_json_kind(archs));
 		return -1;
 	}
 	if (cfg_has_arch(archs, "Qwen3ForCausalLM")) c->arch = MODEL_ARCH_QWEN3;
@@ -184,7 +171,7 @@ static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 	if (!rs || json_is_null(rs)) return 0;
 	if (!json_is_object(rs)) {
 		aah_errf(r->err, r->err_len, "%s: 'rope_scaling' must be an object or null, not %s", r->file,
-		         cfg_type_name(rs));
+		         aah_json_kind(rs));
 		return -1;
 	}
 	json_t *ty = json_object_get(rs, "rope_type");
@@ -270,7 +257,7 @@ static int cfg_parse_object(model_config *c, const cfg_reader *r)
 	json_t *act = json_object_get(r->obj, "hidden_act");
 	if (act && !json_is_null(act)) {
 		if (!json_is_string(act)) {
-			aah_errf(r->err, r->err_len, "%s: 'hidden_act' must be a string, not %s", r->file, cfg_type_name(act));
+			aah_errf(r->err, r->err_len, "%s: 'hidden_act' must be a string, not %s", r->file, aah_json_kind(act));
 			return -1;
 		}
 		if (strcmp(json_string_value(act), "silu")) {

@@ -276,13 +276,7 @@ static void scenario_init(attn_scenario *sc, int32_t nh, int32_t nkv, int32_t hd
 	sc->ring_stride = max_slots + 3;   /* rings need not be packed */
 	const int32_t n_pages = total_slots + 7;
 	int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
-	for (int32_t i = 0; i < n_pages; i++)
-		perm[i] = i;
-	for (int32_t i = n_pages - 1; i > 0; i--) {
-		int32_t j = (int32_t)(rng_u64() % (uint64_t)(i + 1)), tmp = perm[i];
-		perm[i] = perm[j];
-		perm[j] = tmp;
-	}
+	rng_perm(perm, n_pages);
 	int32_t used = 0;
 	for (int32_t si = 0; si < n_seqs; si++) {
 		attn_seq_data *d = &sc->s[si];

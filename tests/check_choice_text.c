@@ -8,14 +8,14 @@
 
 #include "models/tokenizer.h"
 #include "server/choice_text.h"
+#include "tests/test_env.h"
 
 static tokenizer *tok;
 
 static void setup(void)
 {
-	const char *d = getenv("AAH_TESTDATA");
 	char dir[1024], err[256];
-	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", testdata());
 	tok = tokenizer_load(dir, err, sizeof err);
 	ck_assert_msg(tok != NULL, "%s", err);
 }

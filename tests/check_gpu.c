@@ -439,13 +439,7 @@ START_TEST(test_attention_lockstep)
 		}
 	/* every ring gets distinct pages, in a shuffled order */
 	int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
-	for (int32_t i = 0; i < n_pages; i++)
-		perm[i] = i;
-	for (int32_t i = n_pages - 1; i > 0; i--) {
-		int32_t j = (int32_t)(rng_u64() % (uint64_t)(i + 1)), tmp = perm[i];
-		perm[i] = perm[j];
-		perm[j] = tmp;
-	}
+	rng_perm(perm, n_pages);
 	int32_t next = 0;
 	for (int32_t s = 0; s < ns; s++) {
 		sq[s].rings = calloc((size_t)nkv * ring_stride, sizeof(int32_t));

@@ -9,16 +9,16 @@
 
 #include "engine/stop_text.h"
 #include "models/tokenizer.h"
-#include "test_rng.h"
+#include "tests/test_rng.h"
+#include "tests/test_env.h"
 
 static tokenizer *tok;
 static int32_t byte_id[256];   /* a token whose bytes are that one byte, or -1 */
 
 static void setup(void)
 {
-	const char *d = getenv("AAH_TESTDATA");
 	char dir[1024], err[256];
-	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", testdata());
 	tok = tokenizer_load(dir, err, sizeof err);
 	ck_assert_msg(tok != NULL, "%s", err);
 	for (int32_t b = 0; b < 256; b++)

@@ -21,4 +21,16 @@ static inline float rng_f(void)
 	return (float)((double)(rng_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
+/* p[0 … n) a uniformly shuffled permutation of 0 … n-1 (Fisher–Yates) */
+static inline void rng_perm(int32_t *p, int32_t n)
+{
+	for (int32_t i = 0; i < n; i++)
+		p[i] = i;
+	for (int32_t i = n - 1; i > 0; i--) {
+		int32_t j = (int32_t)(rng_u64() % (uint64_t)(i + 1)), tmp = p[i];
+		p[i] = p[j];
+		p[j] = tmp;
+	}
+}
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/errf.h"
 #include "tools/eval/util.h"
 
 json_t *eval_doc_get(const json_t *doc, const char *path)
@@ -31,20 +32,6 @@ const char *eval_doc_str(const json_t *doc, const char *path)
 {
 	const char *s = json_string_value(eval_doc_get(doc, path));
 	return s ? s : "";
-}
-
-static const char *kind_name(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "an object";
-	case JSON_ARRAY: return "an array";
-	case JSON_STRING: return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL: return "a number";
-	case JSON_TRUE:
-	case JSON_FALSE: return "a boolean";
-	default: return "null";
-	}
 }
 
 /* NULL when v fits f, else what was expected. */
@@ -108,7 +95,7 @@ static int check_doc(const json_t *doc, const eval_field *layout, eval_doc_check
 			if (json_is_array(v) && f->kind == EVAL_FIELD_STRING_ARRAY)
 				snprintf(msg, n, "field '%s': expected %s (found an array of %zu)", f->name, want, json_array_size(v));
 			else
-				snprintf(msg, n, "field '%s': expected %s (found %s)", f->name, want, kind_name(v));
+				snprintf(msg, n, "field '%s': expected %s (found %s)", f->name, want, aah_json_kind(v));
 			return -1;
 		}
 	}
@@ -148,7 +135,7 @@ int eval_docs_parse(eval_docs *out, const char *name, const char *data, size_t l
 		char msg[512];
 		if (!doc || !json_is_object(doc)) {
 			if (doc)
-				snprintf(msg, sizeof msg, "expected a JSON object, found %s", kind_name(doc));
+				snprintf(msg, sizeof msg, "expected a JSON object, found %s", aah_json_kind(doc));
 			else
 				snprintf(msg, sizeof msg, "not JSON: %s (column %d)", je.text, je.column);
 			json_decref(doc);
