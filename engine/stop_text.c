@@ -61,8 +61,9 @@ static void scan(stop_text *m, const char *b, size_t n)
 	size_t best = (size_t)-1;
 	int32_t which = -1;
 	for (int32_t i = 0; i < m->n_stop; i++) {
-		size_t p = 0;
-		for (; p < t && p < best; p++)   /* beginning in the tail */
+		/* beginning in the tail, and reaching into the new bytes: one wholly in the tail was searched for already */
+		size_t p = t + 1 > m->stop_len[i] ? t + 1 - m->stop_len[i] : 0;
+		for (; p < t && p < best; p++)
 			if (match_at(m, i, p, b, n))
 				break;
 		if (p < t && p < best) {
