@@ -96,10 +96,15 @@ enum MHD_Result http_reply_response(http_request *req, unsigned status, struct M
 	if (atomic_load(&req->srv->draining) || (req->link && http_front_link_probe(req->link)))
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (req->link)
-		http_front_link_answered(req->link);
+		http_front_link_answered(req->link, true);
 	req->status = (int)status;
 	enum MHD_Result rc = MHD_queue_response(req->conn, status, resp);
 	MHD_destroy_response(resp);
+	if (rc != MHD_YES) {   /* libmicrohttpd will close without it: the front answers instead */
+		req->status = 0;
+		if (req->link)
+			http_front_link_answered(req->link, false);
+	}
 	return rc;
 }
 
@@ -346,13 +351,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && req->state_abort)
 		req->state_abort(req->state);
+	/* read before the front is let go: once it passes on the next request, a refusal of that one would show here.
+	 * Only a request libmicrohttpd did not answer can have been answered by the front. */
+	int refused = req->link && req->status == 0 ? http_front_link_refused(req->link) : 0;
 	if (req->link)   /* the front may pass on the connection's next request */
 		http_front_link_completed(req->link);
 	static const char *const why[] = { "", " (connection error)", " (timeout)", " (server shutdown)",
 	                                   " (read error)", " (client aborted)" };
 	const char *how = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : " (terminated)";
-	int refused = req->link ? http_front_link_refused(req->link) : 0;
-	if (refused && req->status == 0) {   /* the front cut its body short with an answer it counted and logged */
+	if (refused) {   /* the front cut its body short with an answer it counted and logged */
 		req->status = refused;
 		how = " (answered by the front)";
 	}

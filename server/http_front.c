@@ -170,7 +170,7 @@ http_front_link *http_front_link_take(http_front *f, int fd)
 }
 
 void http_front_link_release(http_front_link *l) { link_unref(l); }
-void http_front_link_answered(http_front_link *l) { atomic_store(&l->answered, true); }
+void http_front_link_answered(http_front_link *l, bool answered) { atomic_store(&l->answered, answered); }
 bool http_front_link_probe(const http_front_link *l) { return l->probe; }
 int http_front_link_refused(http_front_link *l) { return atomic_load(&l->refused); }
 
@@ -650,6 +650,7 @@ static bool conn_completions(http_front *f, conn *c, double now)
 		if (c->phase == REQ_WAIT) {
 			c->phase = REQ_IDLE;
 			atomic_store(&c->link->answered, false);
+			atomic_store(&c->link->refused, 0);
 			int q = 0;
 			if (c->ifd >= 0 && ioctl(c->ifd, FIONREAD, &q) == 0 && q > 0)
 				c->owed = (uint64_t)q;   /* its answer's tail, not read yet: all of it is in, and nothing after */

@@ -50,8 +50,9 @@ void http_front_free(http_front *f);
  * it). The caller holds a reference until http_front_link_release (MHD_CONNECTION_NOTIFY_CLOSED). */
 http_front_link *http_front_link_take(http_front *f, int fd);
 void http_front_link_release(http_front_link *l);
-/* A response was queued for the current request (before any of it is written). */
-void http_front_link_answered(http_front_link *l);
+/* A response is being queued for the current request (true: before any of it is written), or its queueing failed
+ * after all (false: the front answers it when libmicrohttpd closes). */
+void http_front_link_answered(http_front_link *l, bool answered);
 /* The current request is over (libmicrohttpd's completion callback): the front may pass on the next. */
 void http_front_link_completed(http_front_link *l);
 /* Admitted into a probe slot: it answers GET /health or /metrics once, with Connection: close. */
