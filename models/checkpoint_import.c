@@ -1117,8 +1117,12 @@ int ckpt_import(const char *src, const char *out, const ckpt_import_opts *o, cha
 		int r = chmod(tmp, 0777 & ~um);
 		/* never onto something that appeared meanwhile; plain rename where the filesystem lacks the flag */
 		if (!r && (r = renameat2(AT_FDCWD, tmp, AT_FDCWD, outp, RENAME_NOREPLACE)) && (errno == EINVAL ||
-		    errno == ENOSYS) && lstat(outp, &st) != 0)
-			r = rename(tmp, outp);
+		    errno == ENOSYS)) {
+			if (lstat(outp, &st) != 0)
+				r = rename(tmp, outp);
+			else
+				errno = EEXIST;   /* it appeared meanwhile: say so, not the flag's EINVAL */
+		}
 		if (r) {
 			aah_errf(err, err_len, "%s: cannot rename %s into place: %s", outp, tmp, strerror(errno));
 			rc = -1;

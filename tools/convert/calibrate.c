@@ -176,6 +176,7 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 	memset(o, 0, sizeof *o);
 	o->coverage = 0.95;
 	o->eval_text = "runs/text/test.txt";
+	o->default_eval = true;
 	o->eng.backend = "auto";
 	optind = 1;
 	opterr = 0;
@@ -211,7 +212,7 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 			break;
 		case O_OUT: o->out = optarg; break;
 		case O_CALIB: o->calib_out = optarg; break;
-		case O_EVAL: o->eval_text = optarg; break;
+		case O_EVAL: o->eval_text = optarg, o->default_eval = false; break;
 		case O_EVAL_TOKENS:
 			if (parse_i64(optarg, 1, INT64_MAX / 2, &o->eval_tokens))
 				return usage_error("--eval-tokens must be a positive token count, not '%s'", optarg);
@@ -243,7 +244,6 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 		o->texts[o->n_texts++] = "runs/text/valid.txt";
 		o->default_text = true;
 	}
-	o->default_eval = !strcmp(o->eval_text, "runs/text/test.txt");
 	if (o->default_regime) {
 		bool known = !strcmp(o->default_regime, AAH_FULL_ATTENTION);
 		for (int k = 0; k < CALIB_N_KINDS; k++)
