@@ -411,6 +411,29 @@ static bool is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+int64_t aah_parse_step(const char *name, const char *prefix, const char *const *suffixes, int n_suffixes)
+{
+	size_t lp = strlen(prefix);
+	if (strncmp(name, prefix, lp))
+		return -1;
+	const char *d = name + lp;
+	size_t k = 0;
+	int64_t v = 0;
+	for (; d[k] >= '0' && d[k] <= '9'; k++) {
+		v = v * 10 + (d[k] - '0');
+		if (v > (INT64_C(1) << 53))
+			return -1;
+	}
+	if (k == 0 || (d[0] == '0' && k > 1))
+		return -1;
+	if (n_suffixes == 0)
+		return d[k] ? -1 : v;
+	for (int i = 0; i < n_suffixes; i++)
+		if (!strcmp(d + k, suffixes[i]))
+			return v;
+	return -1;
+}
+
 int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_len, char *err, size_t err_len)
 {
 	char probe[4096];
@@ -430,12 +453,8 @@ int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_l
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		const char *n = de->d_name;
-		if (strncmp(n, "checkpoint-", 11) != 0)
-			continue;
-		char *end;
-		errno = 0;
-		long long s = strtoll(n + 11, &end, 10);
-		if (errno || end == n + 11 || *end || s < 0)
+		int64_t s = aah_parse_step(n, "checkpoint-", NULL, 0);   /* the name is then exactly checkpoint-<s> */
+		if (s < 0)
 			continue;
 		char sub[4096];
 		snprintf(sub, sizeof sub, "%s/%s", dir, n);

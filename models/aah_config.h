@@ -77,6 +77,10 @@ const aah_regime *aah_config_regime(const aah_config *a, const char *name);
  * checkpoint-STEP/ folders gives checkpoint-<step> when step ≥ 0, else the highest step (the paper's table 2 rule).
  * Writes the path into out. Returns 0, or -1 with a message. */
 int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_len, char *err, size_t err_len);
+/* The step of a file or folder name "PREFIXdigits[SUFFIX]" (one of the n_suffixes suffixes, or none when n_suffixes
+ * is 0): digits without sign or leading zeros (unless "0"), at most 2^53; -1 for any other name. The one rule by which
+ * aahd and aah-convert import read checkpoint names, so that both see the same steps. */
+int64_t aah_parse_step(const char *name, const char *prefix, const char *const *suffixes, int n_suffixes);
 
 #ifdef __cplusplus
 }

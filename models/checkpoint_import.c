@@ -94,42 +94,18 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* The step of a name "PREFIXdigits[SUFFIX]": digits without sign or leading zeros (unless "0"); -1 otherwise. */
-static int64_t parse_step(const char *name, const char *prefix, const char *const *suffixes, int n_suffixes)
-{
-	size_t lp = strlen(prefix);
-	if (strncmp(name, prefix, lp))
-		return -1;
-	const char *d = name + lp;
-	size_t k = 0;
-	int64_t v = 0;
-	for (; d[k] >= '0' && d[k] <= '9'; k++) {
-		v = v * 10 + (d[k] - '0');
-		if (v > (INT64_C(1) << 53))
-			return -1;
-	}
-	if (k == 0 || (d[0] == '0' && k > 1))
-		return -1;
-	if (n_suffixes == 0)
-		return d[k] ? -1 : v;
-	for (int i = 0; i < n_suffixes; i++)
-		if (!strcmp(d + k, suffixes[i]))
-			return v;
-	return -1;
-}
-
 static const char *const pt_suffixes[] = { ".pt", ".pth" };
 
 /* checkpoint-STEP.pt / step_STEP.pt (and .pth) */
 static int64_t file_step(const char *name)
 {
-	int64_t s = parse_step(name, "checkpoint-", pt_suffixes, 2);
-	return s >= 0 ? s : parse_step(name, "step_", pt_suffixes, 2);
+	int64_t s = aah_parse_step(name, "checkpoint-", pt_suffixes, 2);
+	return s >= 0 ? s : aah_parse_step(name, "step_", pt_suffixes, 2);
 }
 
 static int64_t dir_step(const char *name)
 {
-	return parse_step(name, "checkpoint-", NULL, 0);
+	return aah_parse_step(name, "checkpoint-", NULL, 0);
 }
 
 /* ---- pickle values → JSON (config, AAH state) ---- */

@@ -822,8 +822,10 @@ START_TEST(test_run_directory)
 {
 	char root[] = "/tmp/aah-run-XXXXXX", out[4096], err[512], p[4200];
 	ck_assert_ptr_nonnull(mkdtemp(root));
-	const char *steps[] = { "checkpoint-1000", "checkpoint-10000", "checkpoint-5000", "checkpoint-x", "other" };
-	for (int i = 0; i < 5; i++) {
+	/* not steps: leading zeros or a sign (aah-convert import reads names by the same rule, aah_parse_step) */
+	const char *steps[] = { "checkpoint-1000", "checkpoint-10000", "checkpoint-5000", "checkpoint-x", "other",
+		                "checkpoint-0200000", "checkpoint-+20000", "checkpoint- 30000" };
+	for (int i = 0; i < 8; i++) {
 		snprintf(p, sizeof p, "%s/%s", root, steps[i]);
 		ck_assert_int_eq(mkdir(p, 0755), 0);
 	}
