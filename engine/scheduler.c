@@ -305,20 +305,9 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 		snprintf(err, err_len, "max_tokens, logprobs or the stop ids are out of range");
 		return SCHED_ERR_INVALID;
 	}
-	if (p->n_stop < 0 || p->n_stop > STOP_TEXT_MAX || (p->n_stop > 0 && (!p->stop || !p->stop_len))) {
-		snprintf(err, err_len, "%d stop strings (at most %d)", p->n_stop, STOP_TEXT_MAX);
+	/* stop strings: each within the engine matcher's limits, and none without the scheduler's tokenizer */
+	if (stop_text_check(s->p.tok, p->stop, p->stop_len, p->n_stop, err, err_len) != 0)
 		return SCHED_ERR_INVALID;
-	}
-	if (p->n_stop > 0 && !s->p.tok) {
-		snprintf(err, err_len, "stop strings need the scheduler's tokenizer");
-		return SCHED_ERR_INVALID;
-	}
-	for (int32_t i = 0; i < p->n_stop; i++)
-		if (!p->stop[i] || p->stop_len[i] < 1 || p->stop_len[i] > STOP_TEXT_MAX_BYTES) {
-			snprintf(err, err_len, "stop string %d: %zu bytes (1 to %d)", i, p->stop[i] ? p->stop_len[i] : 0,
-			         STOP_TEXT_MAX_BYTES);
-			return SCHED_ERR_INVALID;
-		}
 	if (p->n_prompt > s->ctx_len) {
 		snprintf(err, err_len, "the prompt has %d tokens; the context holds %d", p->n_prompt, s->ctx_len);
 		return SCHED_ERR_TOO_LONG;

@@ -5,16 +5,36 @@
 
 #include <string.h>
 
+#include "models/errf.h"
+
+int stop_text_check(const tokenizer *tok, const char *const *stop, const size_t *stop_len, int32_t n_stop, char *err,
+                    size_t err_len)
+{
+	if (n_stop < 0 || n_stop > STOP_TEXT_MAX || (n_stop > 0 && (!stop || !stop_len))) {
+		aah_errf(err, err_len, "%d stop strings (at most %d)", n_stop, STOP_TEXT_MAX);
+		return -1;
+	}
+	if (n_stop > 0 && !tok) {
+		aah_errf(err, err_len, "stop strings need a tokenizer to decode the tokens by");
+		return -1;
+	}
+	for (int32_t i = 0; i < n_stop; i++)
+		if (!stop[i] || stop_len[i] < 1 || stop_len[i] > STOP_TEXT_MAX_BYTES) {
+			aah_errf(err, err_len, "stop string %d: %zu bytes (1 to %d)", i, stop[i] ? stop_len[i] : 0,
+			         STOP_TEXT_MAX_BYTES);
+			return -1;
+		}
+	return 0;
+}
+
 int stop_text_init(stop_text *m, const tokenizer *tok, const char *const *stop, const size_t *stop_len, int32_t n_stop)
 {
 	memset(m, 0, sizeof *m);
 	tokenizer_stream_init(&m->ts, tok, true);
 	m->stop_index = -1;
-	if (n_stop < 0 || n_stop > STOP_TEXT_MAX || (n_stop > 0 && (!stop || !stop_len || !tok)))
+	if (stop_text_check(tok, stop, stop_len, n_stop, NULL, 0) != 0)
 		return -1;
 	for (int32_t i = 0; i < n_stop; i++) {
-		if (!stop[i] || stop_len[i] < 1 || stop_len[i] > STOP_TEXT_MAX_BYTES)
-			return -1;
 		memcpy(m->stop[i], stop[i], stop_len[i]);
 		m->stop_len[i] = stop_len[i];
 		if (stop_len[i] > m->max_stop)

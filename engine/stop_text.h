@@ -40,6 +40,10 @@ typedef struct stop_text {
 	uint64_t stop_at;
 } stop_text;
 
+/* Whether n_stop stop strings are ones stop_text takes (0 … STOP_TEXT_MAX of them, each 1 … STOP_TEXT_MAX_BYTES bytes,
+ * with a tokenizer to decode by when there are any): 0, or -1 with the reason in err. */
+int stop_text_check(const tokenizer *tok, const char *const *stop, const size_t *stop_len, int32_t n_stop, char *err,
+                    size_t err_len);
 /* Copies the n_stop stop strings (each 1 … STOP_TEXT_MAX_BYTES bytes, any bytes). tok is borrowed and must outlive m;
  * it may be NULL only when n_stop is 0 and stop_text_push is never called. Returns 0, or -1 for a bad count or length.
  * Nothing to free. */

@@ -10,9 +10,6 @@
 
 #include "server/log.h"
 
-_Static_assert(COMPLETION_MAX_STOP <= STOP_TEXT_MAX && COMPLETION_MAX_STOP_BYTES <= STOP_TEXT_MAX_BYTES,
-               "every stop string the request parser lets through fits the engine's matcher");
-
 /* ---- life cycle ---- */
 
 static void job_free(cmpl_job *j)

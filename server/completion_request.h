@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define COMPLETION_MAX_STOP 4            /* stop strings, as OpenAI */
-#define COMPLETION_MAX_STOP_BYTES 256
+#include "engine/stop_text.h"
+
+#define COMPLETION_MAX_STOP STOP_TEXT_MAX               /* stop strings, as OpenAI: what the engine matches */
+#define COMPLETION_MAX_STOP_BYTES STOP_TEXT_MAX_BYTES
 #define COMPLETION_MAX_LOGPROBS 20
 
 /* One prompt: text (to be tokenized) or token ids. */
