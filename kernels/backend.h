@@ -18,6 +18,8 @@ typedef enum aah_dtype {
 
 size_t aah_dtype_size(aah_dtype t);
 const char *aah_dtype_name(aah_dtype t);
+/* The type aah_dtype_name calls name ("f32", "f16", "bf16"): 0, or -1 for any other name (*out untouched). */
+int aah_dtype_from_name(const char *name, aah_dtype *out);
 
 /* A row-major matrix in a backend's memory: rows × cols elements of `type`.
  * Weights are [out_features, in_features], as PyTorch stores them. */

@@ -204,8 +204,7 @@ int main(int argc, char **argv)
 			a.n_predict = max_tokens_flag ? (int32_t)cfg.max_tokens : 16;
 		a.engine.n_threads = (int32_t)cfg.threads;
 		a.engine.ctx_len = (int32_t)cfg.ctx_len;
-		a.engine.kv_dtype = !strcmp(cfg.kv_dtype, "f16") ? AAH_DTYPE_F16
-		                    : !strcmp(cfg.kv_dtype, "bf16") ? AAH_DTYPE_BF16 : AAH_DTYPE_F32;
+		aah_dtype_from_name(cfg.kv_dtype, &a.engine.kv_dtype);   /* the configuration checked the name */
 		a.engine.kv_budget_bytes = cfg.kv_budget_bytes;
 		a.engine.checkpoint_step = cfg.checkpoint_step;
 		a.engine.backend = cfg.backend;

@@ -30,9 +30,11 @@ int32_t server_regime_index(const server_ctx *ctx, const char *name)
 	return -1;
 }
 
-static aah_dtype dtype_of(const char *s)
+static aah_dtype dtype_of(const char *s)   /* the configuration checked the name */
 {
-	return !strcmp(s, "f16") ? AAH_DTYPE_F16 : !strcmp(s, "bf16") ? AAH_DTYPE_BF16 : AAH_DTYPE_F32;
+	aah_dtype t = AAH_DTYPE_F32;
+	aah_dtype_from_name(s, &t);
+	return t;
 }
 
 static void eos_add(server_ctx *s, int32_t id)

@@ -41,19 +41,11 @@ static int parse_kv_types(const char *list)
 	n_kv_types = 0;
 	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		aah_dtype d;
-		if (!strcmp(t, "f32"))
-			d = AAH_DTYPE_F32;
-		else if (!strcmp(t, "f16"))
-			d = AAH_DTYPE_F16;
-		else if (!strcmp(t, "bf16"))
-			d = AAH_DTYPE_BF16;
-		else
+		if (aah_dtype_from_name(t, &d) != 0)
 			return -1;
-		for (int32_t i = 0; i < n_kv_types; i++)
+		for (int32_t i = 0; i < n_kv_types; i++)   /* no repeats: at most the three types, kv_types' size */
 			if (kv_types[i] == d)
 				return -1;
-		if (n_kv_types == 3)
-			return -1;
 		kv_types[n_kv_types++] = d;
 	}
 	return n_kv_types > 0 ? 0 : -1;
