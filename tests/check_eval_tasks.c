@@ -11,14 +11,14 @@
 
 #include "tools/eval/dataset.h"
 #include "tools/eval/prompt.h"
+#include "tests/test_env.h"
 #include "tools/eval/tasks.h"
 
 static char dir[1024];
 
 static void setup(void)
 {
-	const char *d = getenv("AAH_TESTDATA");
-	snprintf(dir, sizeof dir, "%s/eval", d && *d ? d : "tests/data");
+	snprintf(dir, sizeof dir, "%s/eval", testdata());
 }
 
 /* Prepares a task from the test files; k = -1 for its default shots. */

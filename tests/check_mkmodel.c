@@ -22,8 +22,7 @@
 static const char *tool_path(void)
 {
 	static char path[512];
-	const char *b = getenv("AAH_BUILD");
-	snprintf(path, sizeof path, "%s/aah-mkmodel", b && *b ? b : "build");
+	snprintf(path, sizeof path, "%s/aah-mkmodel", build_dir());
 	return path;
 }
 
