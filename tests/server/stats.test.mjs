@@ -36,11 +36,14 @@ describe('GET /v1/stats and GET /dashboard', () => {
 
   test('the figures of /metrics, exactly, and every regime\'s layout', async () => {
     const responses = [];
+    const used = { prompt: 0, completion: 0 };   // what the responses said: figures independent of the counters
     for (const [i, regime] of ['shallow_freeze', 'full_adaptive', 'full_attention', 'shallow_freeze'].entries()) {
       const prompt = Array.from({ length: 80 + 50 * i }, (_, k) => 3 + ((k * 41 + i) % 2000));
       const r = await request(srv.port, 'POST', '/v1/completions', { prompt, max_tokens: 16, aah_regime: regime }, AUTH);
       assert.equal(r.status, 200, r.text);
       responses.push(r.json.aah);
+      used.prompt += r.json.usage.prompt_tokens;
+      used.completion += r.json.usage.completion_tokens;
     }
     // a response is counted by status once it has been sent: wait for the four (neither /v1/stats nor /metrics count)
     await until(async () => (await metrics(srv.port, AUTH)).get('aahd_requests_total{status="200"}') === 4, 10000,
@@ -54,6 +57,8 @@ describe('GET /v1/stats and GET /dashboard', () => {
     assert.equal(s.acr_context_length, m.get('aahd_acr_context_length'));
     assert.equal(s.tokens.generation_total, m.get('aahd_generation_tokens_total'));
     assert.equal(s.tokens.prompt_total, m.get('aahd_prompt_tokens_total'));
+    assert.equal(s.tokens.generation_total, used.completion);
+    assert.equal(s.tokens.prompt_total, used.prompt);
     assert.equal(s.requests.running, 0);
     assert.equal(s.requests.waiting, 0);
     assert.equal(s.requests.max_batch, 3);
@@ -66,6 +71,7 @@ describe('GET /v1/stats and GET /dashboard', () => {
     for (const r of s.regimes) {
       const g = (name) => m.get(`${name}{regime="${r.name}"}`);
       assert.equal(r.sequences, g('aahd_sequences_total'));
+      assert.equal(r.sequences, { shallow_freeze: 2, full_adaptive: 1, full_attention: 1 }[r.name] || 0, r.name);
       assert.equal(r.attention_products, g('aahd_attention_products_total'));
       assert.equal(r.attention_products_full, g('aahd_attention_products_full_total'));
       assert.equal(r.kv_peak_bytes, g('aahd_kv_peak_bytes_total'));
