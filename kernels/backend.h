@@ -14,8 +14,17 @@ typedef enum aah_dtype {
 	AAH_DTYPE_F32 = 0,
 	AAH_DTYPE_F16 = 1,
 	AAH_DTYPE_BF16 = 2,
+	/* Block-quantized weights (GGUF's formats; kernels/quant.h has the layouts): only weight_import and matmul
+	 * take them, and only where the backend says so. Q8_K quantizes activations and is never a weight. */
+	AAH_DTYPE_Q8_0 = 3,
+	AAH_DTYPE_Q4_0 = 4,
+	AAH_DTYPE_Q4_K = 5,
+	AAH_DTYPE_Q5_K = 6,
+	AAH_DTYPE_Q6_K = 7,
+	AAH_DTYPE_Q8_K = 8,
 } aah_dtype;
 
+/* Bytes of one element of a float type; 0 for the block types (kernels/quant.h: aah_dtype_row_bytes). */
 size_t aah_dtype_size(aah_dtype t);
 const char *aah_dtype_name(aah_dtype t);
 /* The type aah_dtype_name calls name ("f32", "f16", "bf16"): 0, or -1 for any other name (*out untouched). */

@@ -39,6 +39,7 @@ static float load_elem(const void *w, aah_dtype t, int64_t i)
 	case AAH_DTYPE_F32: return ((const float *)w)[i];
 	case AAH_DTYPE_F16: return cpu_f16_to_f32(((const uint16_t *)w)[i]);
 	case AAH_DTYPE_BF16: return cpu_bf16_to_f32(((const uint16_t *)w)[i]);
+	default: break;   /* the block types are never loaded an element at a time */
 	}
 	return 0;
 }
@@ -122,6 +123,7 @@ static void from_f32_generic(void *dst, aah_dtype t, const float *src, int64_t c
 		for (int64_t i = 0; i < count; i++)
 			((uint16_t *)dst)[i] = cpu_f32_to_bf16(src[i]);
 		return;
+	default: return;  /* the block types are never converted an element at a time */
 	}
 }
 
