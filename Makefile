@@ -219,7 +219,7 @@ bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(BENCH_DEMO)
 	@sh tools/bench.sh $(BUILD) $(CACHE)
 
-# The two trained runs (tools/aah_train.py; README "Trained models"), regenerated from Debian's python3.11-doc: the
+# The two trained runs (tools/aah_train.py; docs/training.md), regenerated from Debian's python3.11-doc: the
 # text splits and the SentencePiece tokenizer into $(TRAIN_DATA), then the full-attention run and the AAH run side by
 # side (one core each) into $(OUT)/base and $(OUT)/aah, the held-out texts into $(OUT)/text. Seeded: the same files
 # again. `make train OUT=runs` rewrites the committed runs.

@@ -44,7 +44,7 @@ static void import_help(FILE *f)
 	      "Each output folder holds config.json, model.safetensors, the tokenizer files found beside the source,\n"
 	      "and aah.json (version 1) when the checkpoint has an AAH state, with provenance (step, seed, source file,\n"
 	      "its sha256, branch usage, --rope). Tensor names: Hugging Face (model.layers.N.self_attn.q_proj, ...) or\n"
-	      "nanoGPT (transformer.h.N.attn.c_attn split into q, k, v; see README.md); anything else is refused by name.\n"
+	      "nanoGPT (transformer.h.N.attn.c_attn split into q, k, v; see docs/import.md); anything else is refused by name.\n"
 	      "\n"
 	      "options:\n"
 	      "  --config FILE          the config.json to use (default: beside the checkpoint, else in SRC, else the\n"

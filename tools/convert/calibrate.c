@@ -69,7 +69,7 @@ void calibrate_help(FILE *f)
 	      "                  steps, feature EMA 0.9, resolution EMA 0.15) within capacities calibration saw\n"
 	      "  deep_reuse      one [2,2,2,2] grouping computed from layer 0 and reused in every layer; static\n"
 	      "A group's window is the smallest candidate keeping --coverage of its heads' attention mass; sibling groups\n"
-	      "are scored together (the wide joint scorer: README.md). Then it scores held-out text under every regime\n"
+	      "are scored together (the wide joint scorer: docs/calibrate.md). Then it scores held-out text under every regime\n"
 	      "and prints per regime the ACR the assignment implies at the context length, the KV bytes ratio and the\n"
 	      "held-out loss against full attention. Nothing is written unless all of it succeeds; aah.json appears\n"
 	      "whole (temporary file and rename). Progress goes to stderr, the report to stdout.\n"
