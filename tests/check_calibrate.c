@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "models/aah_config.h"
-#include "models/aah_write.h"
+#include "models/convert/aah_write.h"
 #include "models/model_config.h"
-#include "models/safetensors_write.h"
-#include "models/sha256.h"
+#include "models/convert/safetensors_write.h"
+#include "models/convert/sha256.h"
 #define TEST_TMPDIR "calibrate"
 #include "tests/test_env.h"
 #include "tools/convert/calib_assign.h"

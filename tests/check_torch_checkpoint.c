@@ -1,6 +1,6 @@
 /* tests/check_torch_checkpoint.c — Check suite for the parts of `aah-convert import` that read untrusted bytes:
- * models/zip_reader, models/pickle (the restricted unpickler), models/torch_checkpoint, and models/sha256. Every
- * archive and pickle here is assembled byte by byte, so the suite needs no torch. */
+ * models/convert/: zip_reader, pickle (the restricted unpickler), torch_checkpoint, and sha256. Every archive and
+ * pickle here is assembled byte by byte, so the suite needs no torch. */
 #include <check.h>
 #include <fcntl.h>
 #include <math.h>
@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/pickle.h"
-#include "models/sha256.h"
-#include "models/torch_checkpoint.h"
-#include "models/zip_reader.h"
+#include "models/convert/pickle.h"
+#include "models/convert/sha256.h"
+#include "models/convert/torch_checkpoint.h"
+#include "models/convert/zip_reader.h"
 
 /* ---- a growable byte buffer ---- */
 

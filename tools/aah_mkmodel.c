@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "models/model_config.h"
-#include "models/aah_write.h"
-#include "models/safetensors_write.h"
+#include "models/convert/aah_write.h"
+#include "models/convert/safetensors_write.h"
 
 #define MK_EXIT_FAIL 1
 #define MK_EXIT_USAGE 2

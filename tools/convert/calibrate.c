@@ -17,9 +17,9 @@
 
 #include "engine/engine.h"
 #include "models/aah_config.h"
-#include "models/aah_write.h"
+#include "models/convert/aah_write.h"
 #include "models/model_config.h"
-#include "models/sha256.h"
+#include "models/convert/sha256.h"
 #include "models/tokenizer.h"
 #include "tools/convert/calib_assign.h"
 #include "tools/convert/calib_measure.h"

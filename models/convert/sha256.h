@@ -1,4 +1,4 @@
-/* models/sha256.h — SHA-256 (FIPS 180-4), for the provenance of imported checkpoints: the digest of the source file
+/* models/convert/sha256.h — SHA-256 (FIPS 180-4), for the provenance of imported checkpoints: the digest of the source file
  * that aah.json records, comparable with `sha256sum`. */
 #ifndef AAH_SHA256_H
 #define AAH_SHA256_H

@@ -1,6 +1,6 @@
-/* models/sha256.c — SHA-256 straight from FIPS 180-4 §6.2: 64-byte blocks, eight 32-bit words of state, 64 rounds.
+/* models/convert/sha256.c — SHA-256 straight from FIPS 180-4 §6.2: 64-byte blocks, eight 32-bit words of state, 64 rounds.
  * Speed is not the point (a checkpoint is hashed once per import); agreement with sha256sum is, and is tested. */
-#include "models/sha256.h"
+#include "models/convert/sha256.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* models/checkpoint_import.c — aah-convert import (see checkpoint_import.h): finds the checkpoints of a source, reads
+/* models/convert/checkpoint_import.c — aah-convert import (see checkpoint_import.h): finds the checkpoints of a source, reads
  * each through torch_checkpoint (nothing but the state dict's storages is read), writes a Hugging Face folder. */
-#include "models/checkpoint_import.h"
+#include "models/convert/checkpoint_import.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,10 +18,10 @@
 #include "models/aah_config.h"
 #include "models/errf.h"
 #include "models/model.h"
-#include "models/safetensors_write.h"
-#include "models/sha256.h"
-#include "models/tensor_names.h"
-#include "models/torch_checkpoint.h"
+#include "models/convert/safetensors_write.h"
+#include "models/convert/sha256.h"
+#include "models/convert/tensor_names.h"
+#include "models/convert/torch_checkpoint.h"
 
 #define CI_MAX_SHARDS 4096
 #define CI_MAX_TENSORS (1 << 20)
