@@ -14,7 +14,7 @@ override BUILD := $(BUILD)/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS     := jansson libpcre2-8 libutf8proc
+PKGS     := jansson libpcre2-8 libutf8proc nettle zlib
 DEPFLAGS := -MMD -MP
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla -Werror
 OPT      ?= -O2
