@@ -10,81 +10,9 @@
 #include <utf8proc.h>
 
 #include "models/errf.h"
+#include "models/utf8.h"
 
-/* ---- UTF-8 ---- */
-
-/* Bounds of the second byte of a sequence led by b (Unicode table 3-7): what rules out overlongs,
- * surrogates and code points past U+10FFFF. */
-static void utf8_second_range(unsigned char b, unsigned char *lo, unsigned char *hi)
-{
-	*lo = 0x80;
-	*hi = 0xBF;
-	if (b == 0xE0) *lo = 0xA0;
-	else if (b == 0xED) *hi = 0x9F;
-	else if (b == 0xF0) *lo = 0x90;
-	else if (b == 0xF4) *hi = 0x8F;
-}
-
-/* Length of the sequence led by b, or 0 when b cannot start one. */
-static int utf8_lead_len(unsigned char b)
-{
-	if (b < 0x80) return 1;
-	if (b >= 0xC2 && b <= 0xDF) return 2;
-	if (b >= 0xE0 && b <= 0xEF) return 3;
-	if (b >= 0xF0 && b <= 0xF4) return 4;
-	return 0;
-}
-
-size_t tok_utf8_check(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		if (s[i] < 0x80) {   /* ASCII runs are the common case */
-			i++;
-			continue;
-		}
-		int len = utf8_lead_len(s[i]);
-		if (!len || (size_t)len > n - i) return i + 1;
-		unsigned char lo, hi;
-		utf8_second_range(s[i], &lo, &hi);
-		if (s[i + 1] < lo || s[i + 1] > hi) return i + 1;
-		for (int k = 2; k < len; k++)
-			if ((s[i + k] & 0xC0) != 0x80) return i + 1;
-		i += (size_t)len;
-	}
-	return 0;
-}
-
-int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
-{
-	int len = utf8_lead_len(s[0]);
-	if (len <= 1 || (size_t)len > n) {
-		*cp = s[0];
-		return 1;
-	}
-	uint32_t c = s[0] & (0x7F >> len);
-	for (int k = 1; k < len; k++) c = (c << 6) | (s[k] & 0x3F);
-	*cp = c;
-	return len;
-}
-
-int tok_utf8_put(uint32_t cp, char *out)
-{
-	unsigned char *o = (unsigned char *)out;
-	if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
-	if (cp < 0x800) { o[0] = (unsigned char)(0xC0 | (cp >> 6)); o[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
-	if (cp < 0x10000) {
-		o[0] = (unsigned char)(0xE0 | (cp >> 12));
-		o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-		o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (unsigned char)(0xF0 | (cp >> 18));
-	o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-	o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-	o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-	return 4;
-}
+/* ---- white space ---- */
 
 bool tok_is_space(uint32_t c)
 {
@@ -202,11 +130,11 @@ int tok_split_added(const tokenizer *t, const tok_matcher *m, tok_scratch *sc, c
 				uint32_t cp;
 				if (i > 0) {
 					size_t p = utf8_prev_start(s, 0, i);
-					tok_utf8_next(s + p, i - p, &cp);
+					aah_utf8_next(s + p, i - p, &cp);
 					if (is_word_char(cp)) continue;
 				}
 				if (i + a->len < n) {
-					tok_utf8_next(s + i + a->len, n - i - a->len, &cp);
+					aah_utf8_next(s + i + a->len, n - i - a->len, &cp);
 					if (is_word_char(cp)) continue;
 				}
 			}
@@ -221,13 +149,13 @@ int tok_split_added(const tokenizer *t, const tok_matcher *m, tok_scratch *sc, c
 		if (hit->lstrip)   /* the token swallows the whitespace before it */
 			while (text_end > seg) {
 				size_t p = utf8_prev_start(s, seg, text_end);
-				tok_utf8_next(s + p, text_end - p, &cp);
+				aah_utf8_next(s + p, text_end - p, &cp);
 				if (!tok_is_space(cp)) break;
 				text_end = p;
 			}
 		if (hit->rstrip)
 			while (next < n) {
-				int l = tok_utf8_next(s + next, n - next, &cp);
+				int l = aah_utf8_next(s + next, n - next, &cp);
 				if (!tok_is_space(cp)) break;
 				next += (size_t)l;
 			}
@@ -492,7 +420,7 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
 		aah_errf(err, err_len, "bad arguments");
 		return -1;
 	}
-	size_t bad = tok_utf8_check((const unsigned char *)text, len);
+	size_t bad = aah_utf8_check((const unsigned char *)text, len);
 	if (bad) {
 		aah_errf(err, err_len, "text is not valid UTF-8 (byte %zu)", bad - 1);
 		return -1;
@@ -544,10 +472,10 @@ static void utf8_feed(unsigned char *pend, int32_t *npend, const unsigned char *
 		unsigned char b = in[i];
 		if (k > 0) {
 			unsigned char lo = 0x80, hi = 0xBF;
-			if (k == 1) utf8_second_range(pend[0], &lo, &hi);
+			if (k == 1) aah_utf8_second_range(pend[0], &lo, &hi);
 			if (b >= lo && b <= hi) {
 				pend[k++] = b;
-				if (k == utf8_lead_len(pend[0])) {
+				if (k == aah_utf8_seq_len(pend[0])) {
 					out_put(o, pend, (size_t)k);
 					k = 0;
 				}
@@ -556,7 +484,7 @@ static void utf8_feed(unsigned char *pend, int32_t *npend, const unsigned char *
 			out_fffd(o);   /* the held prefix is a maximal invalid subpart; b starts afresh */
 			k = 0;
 		}
-		int len = utf8_lead_len(b);
+		int len = aah_utf8_seq_len(b);
 		if (len == 1) out_put(o, &b, 1);
 		else if (len == 0) out_fffd(o);
 		else pend[k++] = b;

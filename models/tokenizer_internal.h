@@ -1,5 +1,5 @@
 /* models/tokenizer_internal.h — what the tokenizer's files share (not an interface for other folders):
- * the per-id tables, added-token matching, the id sink, UTF-8 helpers, and the BPE / SentencePiece back ends. */
+ * the per-id tables, added-token matching, the id sink, and the BPE / SentencePiece back ends. */
 #ifndef AAH_TOKENIZER_INTERNAL_H
 #define AAH_TOKENIZER_INTERNAL_H
 
@@ -75,12 +75,6 @@ typedef struct tok_scratch {
 typedef int (*tok_text_fn)(const tokenizer *t, tok_scratch *sc, const char *s, size_t n, tok_sink *sink);
 
 /* tokenizer.c */
-/* 0 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF), else the 1-based
- * offset of the first bad byte. */
-size_t tok_utf8_check(const unsigned char *s, size_t n);
-/* Decodes the valid UTF-8 character at s (n > 0 bytes left) into *cp; returns its length. */
-int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
-int tok_utf8_put(uint32_t cp, char *out);
 bool tok_is_space(uint32_t cp);   /* Unicode White_Space, as Rust's char::is_whitespace and Oniguruma's \s */
 /* Builds the per-id tables from each id's spelling (text[id], len[id]; NULL for a gap). to_bytes writes the
  * decoded bytes of a spelling (at most len + 8 bytes) into out and returns their count. */
