@@ -1,7 +1,7 @@
 /* models/tokenizer_bpe.c — Hugging Face tokenizer.json byte-level BPE (Qwen3, Llama 3, GPT-2): the normalizer
  * (utf8proc), the Split / ByteLevel pre-tokenizers (PCRE2), and merges by rank with a heap over a symbol list. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "models/tokenizer_internal.h"
+#include "models/tokenizer_bpe.h"
 
 #include <jansson.h>
 #include <pcre2.h>
