@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/fs.h"
 #include "models/errf.h"
 #include "models/tokenizer_bpe.h"
 #include "models/tokenizer_spm.h"
@@ -165,12 +166,6 @@ out:
 
 /* ---- load / free ---- */
 
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static void tokenizer_clear(tokenizer *t)
 {
 	if (t->bpe) tok_bpe_free(t->bpe);
@@ -221,10 +216,10 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	tokenizer_clear(t);
 	int rc = -1;
 	snprintf(path, dl + 32, "%s/tokenizer.json", dir);
-	bool have_json = file_exists(path);
+	bool have_json = aah_is_file(path);
 	char *model_path = malloc(dl + 32);
 	if (model_path) snprintf(model_path, dl + 32, "%s/tokenizer.model", dir);
-	bool have_model = model_path && file_exists(model_path);
+	bool have_model = model_path && aah_is_file(model_path);
 	if (have_json) {
 		rc = json_tokenizer_load(t, path, err, err_len);
 		/* A tokenizer.json we cannot run (e.g. a Metaspace one) still leaves the SentencePiece model. */
@@ -239,7 +234,7 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	}
 	if (rc == 0) {
 		snprintf(path, dl + 32, "%s/tokenizer_config.json", dir);
-		if (file_exists(path)) rc = config_load(t, path, err, err_len);
+		if (aah_is_file(path)) rc = config_load(t, path, err, err_len);
 	}
 	if (rc == 0 && t->eos < 0) {   /* no config: GPT-2 style files still name their end of text */
 		t->eos = token_id_of(t, "<|endoftext|>");

@@ -8,15 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "models/aah_config.h"
 #include "models/tokenizer.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Parses "1,2,3" into a malloc'd array (caller frees). Returns the count, or -1 with a message. */
 static int64_t parse_ids(const char *s, int32_t **out, char *err, size_t err_len)
@@ -108,14 +102,14 @@ int prompt_cli_run(const prompt_cli_args *a)
 		rc = 2;
 		goto done_sampler;
 	}
-	double t0 = now_s();
+	double t0 = aah_now_s();
 	engine_item it = { seq, prompt, (int32_t)n_prompt, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aahd: %s\n", err);
 		rc = 2;
 		goto done_sampler;
 	}
-	double t1 = now_s();
+	double t1 = aah_now_s();
 	int32_t n_out = 0;
 	while (n_out < a->n_predict) {
 		int32_t id = sampler_sample(&smp, logits);
@@ -129,7 +123,7 @@ int prompt_cli_run(const prompt_cli_args *a)
 			break;
 		}
 	}
-	double t2 = now_s();
+	double t2 = aah_now_s();
 	for (int32_t i = 0; i < n_out; i++)
 		printf("%s%d", i ? "," : "", out[i]);
 	printf("\n");

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tools/eval/cache.h"
+#include "base/fs.h"
 #include "tools/eval/client.h"
 #include "tools/eval/prompt.h"
 #include "tools/eval/report.h"
@@ -118,12 +119,6 @@ static int64_t per_task(const char *spec, const char *task, int64_t dflt)
 	}
 	free_list(parts, n);
 	return out;
-}
-
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0;
 }
 
 typedef struct options {
@@ -244,7 +239,7 @@ static int resolve_tasks(const options *o, const eval_task **out, int32_t *n)
 			const eval_task *t = &eval_tasks[i];
 			char *a = xasprintf("%s/%s.jsonl", o->data, t->name);
 			char *b = xasprintf("%s/%s.txt", o->data, t->name);
-			if (file_exists(a) || (t->output == EVAL_LOGLIKELIHOOD_ROLLING && file_exists(b)))
+			if (aah_path_exists(a) || (t->output == EVAL_LOGLIKELIHOOD_ROLLING && aah_path_exists(b)))
 				out[(*n)++] = t;
 			else
 				sb_addf(&skipped, "%s%s", skipped.len ? ", " : "", t->name);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -159,13 +161,6 @@ static char *bench_cjk(size_t min_bytes, size_t *n)
 	return b.s;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int bench_one(const tokenizer *t, const char *name, const char *text, size_t n)
 {
 	int64_t cap = (int64_t)n + 16;
@@ -175,9 +170,9 @@ static int bench_one(const tokenizer *t, const char *name, const char *text, siz
 	double best = 1e30;
 	int64_t got = 0;
 	for (int rep = 0; rep < 3; rep++) {   /* best of three: the figure is the tokenizer's, not the machine's mood */
-		double t0 = now_s();
+		double t0 = aah_now_s();
 		got = tokenizer_encode(t, text, n, false, ids, cap, err, sizeof err);
-		double dt = now_s() - t0;
+		double dt = aah_now_s() - t0;
 		if (got < 0) {
 			fprintf(stderr, "aah-tokenize: %s\n", err);
 			free(ids);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "models/aah_config.h"
 #include "models/errf.h"
 #include "models/model.h"
@@ -56,12 +57,6 @@ static bool is_file(const char *p)
 {
 	struct stat st;
 	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static bool is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static bool file_in(const char *dir, const char *name)
@@ -409,7 +404,7 @@ static int scan_run(ci_list *l, const char *src, char *err, size_t err_len)
 			break;
 		}
 		int64_t s;
-		if (is_dir(p) && (s = dir_step(n)) >= 0) {
+		if (aah_is_dir(p) && (s = dir_step(n)) >= 0) {
 			if (file_in(p, "pytorch_model.bin") || file_in(p, "pytorch_model.bin.index.json")) {
 				char prefix[512];
 				snprintf(prefix, sizeof prefix, "%s/", n);
@@ -793,44 +788,6 @@ static int write_safetensors(ci_job *j)
 	return rc ? -1 : 0;
 }
 
-static int copy_file(const char *from, const char *to, char *err, size_t err_len)
-{
-	int in = open(from, O_RDONLY | O_CLOEXEC);
-	if (in < 0) {
-		aah_errf(err, err_len, "%s: %s", from, strerror(errno));
-		return -1;
-	}
-	int outfd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (outfd < 0) {
-		aah_errf(err, err_len, "%s: %s", to, strerror(errno));
-		close(in);
-		return -1;
-	}
-	static __thread char buf[1 << 16];
-	ssize_t n;
-	int rc = 0;
-	while ((n = read(in, buf, sizeof buf)) > 0) {
-		for (ssize_t done = 0; done < n;) {
-			ssize_t w = write(outfd, buf + done, (size_t)(n - done));
-			if (w <= 0) {
-				rc = -1;
-				break;
-			}
-			done += w;
-		}
-		if (rc)
-			break;
-	}
-	if (n < 0)
-		rc = -1;
-	if (close(outfd))
-		rc = -1;
-	close(in);
-	if (rc)
-		aah_errf(err, err_len, "%s: cannot copy to %s", from, to);
-	return rc;
-}
-
 /* The tokenizer files of the first folder that has tokenizer.json or tokenizer.model: --tokenizer, else the
  * checkpoint's folder, else the source folder. */
 static int copy_tokenizer(ci_job *j)
@@ -855,7 +812,7 @@ static int copy_tokenizer(ci_job *j)
 			if (!file_in(dirs[d], files[f]))
 				continue;
 			char *from = path_join(dirs[d], files[f]), *to = path_join(j->outdir, files[f]);
-			int rc = from && to ? copy_file(from, to, j->err, j->err_len) : -1;
+			int rc = from && to ? aah_copy_file(from, to, j->err, j->err_len) : -1;
 			free(from);
 			free(to);
 			if (rc)
