@@ -9,39 +9,22 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/parse_num.h"
 #include "models/aah_config.h"
 #include "models/tokenizer.h"
 
 /* Parses "1,2,3" into a malloc'd array (caller frees). Returns the count, or -1 with a message. */
 static int64_t parse_ids(const char *s, int32_t **out, char *err, size_t err_len)
 {
-	int64_t cap = 16, n = 0;
-	int32_t *ids = malloc((size_t)cap * sizeof *ids);
+	int64_t n = aah_parse_int_list(s, false, 0, INT32_MAX, NULL, 0);
+	if (n < 0) {
+		snprintf(err, err_len, "--prompt-ids: '%s' is not a list of token ids", s);
+		return -1;
+	}
+	int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
 	if (!ids)
 		return -1;
-	const char *p = s;
-	while (*p) {
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 0 || v > INT32_MAX) {
-			snprintf(err, err_len, "--prompt-ids: '%s' is not a list of token ids", s);
-			free(ids);
-			return -1;
-		}
-		if (n == cap) {
-			int32_t *grown = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
-			if (!grown) {
-				free(ids);
-				return -1;
-			}
-			ids = grown;
-		}
-		ids[n++] = (int32_t)v;
-		p = end;
-		while (*p == ',' || *p == ' ')
-			p++;
-	}
+	aah_parse_int_list(s, false, 0, INT32_MAX, ids, n);
 	*out = ids;
 	return n;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "models/convert/checkpoint_import.h"
+#include "base/parse_num.h"
 #include "models/safetensors.h"
 #include "tools/convert/calibrate.h"
 
@@ -92,7 +93,6 @@ static int import_run(int argc, char **argv)
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":qh", longs, NULL)) != -1) {
-		char *end;
 		switch (c) {
 		case 'c': o.config_path = optarg; break;
 		case 't': o.tokenizer_dir = optarg; break;
@@ -114,8 +114,7 @@ static int import_run(int argc, char **argv)
 			}
 			break;
 		case 's':
-			o.step = strtoll(optarg, &end, 10);
-			if (!*optarg || *end || o.step < 0) {
+			if (!aah_parse_i64(optarg, 0, INT64_MAX, &o.step)) {
 				fprintf(stderr, "aah-convert import: --step must be a step number, not '%s'\n", optarg);
 				return CONVERT_EXIT_USAGE;
 			}

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "models/model_config.h"
+#include "base/parse_num.h"
 #include "models/convert/aah_write.h"
 #include "models/convert/safetensors_write.h"
 
@@ -982,52 +983,6 @@ static int mk_usage_error(const char *fmt, const char *arg)
 	return MK_EXIT_USAGE;
 }
 
-static bool mk_parse_int(const char *s, int64_t *v)
-{
-	char *end;
-	errno = 0;
-	long long x = strtoll(s, &end, 10);
-	if (errno || end == s || *end)
-		return false;
-	*v = x;
-	return true;
-}
-
-static bool mk_parse_double(const char *s, double *v)
-{
-	char *end;
-	errno = 0;
-	double x = strtod(s, &end);
-	if (errno || end == s || *end || !isfinite(x))
-		return false;
-	*v = x;
-	return true;
-}
-
-static bool mk_parse_size(const char *s, uint64_t *v)
-{
-	char *end;
-	errno = 0;
-	if (*s == '-')
-		return false;
-	unsigned long long x = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return false;
-	unsigned shift = 0;
-	if (*end == 'K' || *end == 'k')
-		shift = 10;
-	else if (*end == 'M' || *end == 'm')
-		shift = 20;
-	else if (*end == 'G' || *end == 'g')
-		shift = 30;
-	if (shift)
-		end++;
-	if (*end || (shift && x > (UINT64_MAX >> shift)))
-		return false;
-	*v = (uint64_t)x << shift;
-	return true;
-}
-
 enum {
 	MK_OPT_OUT = 256, MK_OPT_ARCH, MK_OPT_PRESET, MK_OPT_TOKENIZER, MK_OPT_HIDDEN, MK_OPT_LAYERS, MK_OPT_HEADS,
 	MK_OPT_KV_HEADS, MK_OPT_HEAD_DIM, MK_OPT_INTERMEDIATE, MK_OPT_VOCAB, MK_OPT_MAX_POS, MK_OPT_ROPE_THETA,
@@ -1036,24 +991,11 @@ enum {
 	MK_OPT_AAH_GROUP_SIZE, MK_OPT_AAH_DEFAULT,
 };
 
-/* "512,1024" into out (at most cap values, each in [1, 1<<24]). Returns the count, or -1. */
+/* "512,1024" into out (at most cap values, each in [1, 1<<24]). Returns the count, or -1 (also for more than cap). */
 static int mk_parse_list(const char *s, int32_t *out, int cap)
 {
-	int n = 0;
-	while (*s) {
-		char *end;
-		errno = 0;
-		long v = strtol(s, &end, 10);
-		if (end == s || errno || v < 1 || v > (1 << 24) || n == cap)
-			return -1;
-		out[n++] = (int32_t)v;
-		s = end;
-		if (*s == ',')
-			s++;
-		else if (*s)
-			return -1;
-	}
-	return n > 0 ? n : -1;
+	int64_t n = aah_parse_int_list(s, true, 1, 1 << 24, out, cap);
+	return n > 0 && n <= cap ? (int)n : -1;
 }
 
 /* Parses argv into o. Returns 0, MK_EXIT_USAGE after printing the problem, or -1 for --help (printed). */
@@ -1121,11 +1063,11 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 		case MK_OPT_VOCAB: size = &o->vocab; what = "--vocab"; break;
 		case MK_OPT_MAX_POS: size = &o->max_pos; what = "--max-pos"; break;
 		case MK_OPT_ROPE_THETA:
-			if (!mk_parse_double(optarg, &o->rope_theta) || !(o->rope_theta > 1))
+			if (!aah_parse_f64(optarg, &o->rope_theta) || !(o->rope_theta > 1))
 				return mk_usage_error("--rope-theta must be a number > 1, not '%s'", optarg);
 			break;
 		case MK_OPT_EPS:
-			if (!mk_parse_double(optarg, &o->eps) || !(o->eps > 0 && o->eps < 1))
+			if (!aah_parse_f64(optarg, &o->eps) || !(o->eps > 0 && o->eps < 1))
 				return mk_usage_error("--eps must be a number in (0, 1), not '%s'", optarg);
 			break;
 		case MK_OPT_TIED:
@@ -1143,16 +1085,12 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 			else
 				return mk_usage_error("unknown --dtype '%s' (bf16, f16 or f32)", optarg);
 			break;
-		case MK_OPT_SEED: {
-			char *end;
-			errno = 0;
-			o->seed = strtoull(optarg, &end, 0);
-			if (errno || end == optarg || *end || optarg[0] == '-')
+		case MK_OPT_SEED:
+			if (!aah_parse_u64(optarg, 0, &o->seed))
 				return mk_usage_error("--seed must be a non-negative integer, not '%s'", optarg);
 			break;
-		}
 		case MK_OPT_SHARD_SIZE:
-			if (!mk_parse_size(optarg, &o->shard_size) || o->shard_size == 0)
+			if (!aah_parse_size(optarg, &o->shard_size) || o->shard_size == 0)
 				return mk_usage_error("--shard-size must be a positive byte count, not '%s'", optarg);
 			break;
 		case MK_OPT_HELP:
@@ -1160,7 +1098,7 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 			return -1;
 		case MK_OPT_AAH: o->aah = 1; break;
 		case MK_OPT_AAH_ACR:
-			if (!mk_parse_double(optarg, &o->aah_p.acr) || !(o->aah_p.acr > 0 && o->aah_p.acr <= 1))
+			if (!aah_parse_f64(optarg, &o->aah_p.acr) || !(o->aah_p.acr > 0 && o->aah_p.acr <= 1))
 				return mk_usage_error("--aah-acr must be a number in (0, 1], not '%s'", optarg);
 			o->aah = 1;
 			break;
@@ -1199,7 +1137,7 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 		default:
 			return mk_usage_error("unknown option '%s'", argv[optind - 1]);
 		}
-		if (size && (!mk_parse_int(optarg, size) || *size <= 0)) {
+		if (size && !aah_parse_i64(optarg, 1, INT64_MAX, size)) {
 			fprintf(stderr, "aah-mkmodel: %s must be a positive integer, not '%s'\nTry 'aah-mkmodel --help'.\n",
 			        what, optarg);
 			return MK_EXIT_USAGE;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/parse_num.h"
 #include "engine/engine.h"
 #include "models/aah_config.h"
 #include "models/convert/aah_write.h"
@@ -118,35 +119,17 @@ static void tmp_forget_all(void)
 
 /* ---- options ---- */
 
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
+/* 1 to AAH_MAX_WINDOWS ascending windows in [1, 2^24], comma-separated. Returns 0, or -1. */
 static int parse_windows(const char *s, int32_t *w, int32_t *n)
 {
-	*n = 0;
-	const char *p = s;
-	while (*p) {
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 1 || v > (1 << 24) || *n == AAH_MAX_WINDOWS || (*n > 0 && v <= w[*n - 1]))
+	int64_t k = aah_parse_int_list(s, true, 1, 1 << 24, w, AAH_MAX_WINDOWS);
+	if (k < 1 || k > AAH_MAX_WINDOWS)
+		return -1;
+	for (int64_t i = 1; i < k; i++)
+		if (w[i] <= w[i - 1])
 			return -1;
-		w[(*n)++] = (int32_t)v;
-		if (*end == ',')
-			end++;
-		else if (*end)
-			return -1;
-		p = end;
-	}
-	return *n > 0 ? 0 : -1;
+	*n = (int32_t)k;
+	return 0;
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -190,21 +173,18 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 			o->texts[o->n_texts++] = optarg;
 			break;
 		case O_TOKENS:
-			if (parse_i64(optarg, 1, INT64_MAX / 2, &o->tokens))
+			if (!aah_parse_i64(optarg, 1, INT64_MAX / 2, &o->tokens))
 				return usage_error("--tokens must be a positive token count, not '%s'", optarg);
 			break;
 		case O_CONTEXT:
-			if (parse_i64(optarg, 1, 1 << 24, &v))
+			if (!aah_parse_i64(optarg, 1, 1 << 24, &v))
 				return usage_error("--context must be a positive length, not '%s'", optarg);
 			o->context = (int32_t)v;
 			break;
-		case O_COVERAGE: {
-			char *end;
-			o->coverage = strtod(optarg, &end);
-			if (!*optarg || *end || !(o->coverage >= 0.5 && o->coverage <= 1))
+		case O_COVERAGE:
+			if (!aah_parse_f64(optarg, &o->coverage) || !(o->coverage >= 0.5 && o->coverage <= 1))
 				return usage_error("--coverage must be a number in [0.5, 1], not '%s'", optarg);
 			break;
-		}
 		case O_WINDOWS:
 			if (parse_windows(optarg, o->windows, &o->n_windows))
 				return usage_error("--windows takes 1 to 8 ascending positive windows, comma-separated, not '%s'",
@@ -214,7 +194,7 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 		case O_CALIB: o->calib_out = optarg; break;
 		case O_EVAL: o->eval_text = optarg, o->default_eval = false; break;
 		case O_EVAL_TOKENS:
-			if (parse_i64(optarg, 1, INT64_MAX / 2, &o->eval_tokens))
+			if (!aah_parse_i64(optarg, 1, INT64_MAX / 2, &o->eval_tokens))
 				return usage_error("--eval-tokens must be a positive token count, not '%s'", optarg);
 			break;
 		case O_NO_EVAL: o->no_eval = true; break;
@@ -225,7 +205,7 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 			o->eng.backend = optarg;
 			break;
 		case O_THREADS:
-			if (parse_i64(optarg, 1, 1024, &v))
+			if (!aah_parse_i64(optarg, 1, 1024, &v))
 				return usage_error("--threads must be 1 to 1024, not '%s'", optarg);
 			o->eng.threads = (int32_t)v;
 			break;
