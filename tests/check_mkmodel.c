@@ -648,14 +648,34 @@ START_TEST(test_tokenizer_copied)
 }
 END_TEST
 
-/* A SentencePiece tokenizer.model alone: pieces counted from the protobuf, <s>/</s> found by name. */
+/* A SentencePiece tokenizer.model alone (the trained runs' own): read as aahd reads it, through models/tokenizer.h —
+ * its piece count and its <s>/</s> ids; and a ModelProto that sentencepiece itself refuses is refused too. */
 START_TEST(test_tokenizer_sentencepiece)
 {
-	char tokdir[512];
+	char tokdir[512], err[512];
 	snprintf(tokdir, sizeof tokdir, "%s", tmp_path("sp"));
 	ck_assert_int_eq(mkdir(tokdir, 0755), 0);
+	char path[2600];
+	snprintf(path, sizeof path, "%s/tokenizer.model", tokdir);
+	ck_assert_msg(aah_copy_file("runs/aah/tokenizer.model", path, err, sizeof err) == 0, "%s", err);
+
+	char out[512];
+	snprintf(out, sizeof out, "%s", tmp_path("m"));
+	ck_assert_int_eq(run_tool("--out", out, "--preset", "tiny", "--arch", "llama", "--tokenizer", tokdir,
+	                          (const char *)NULL), 0);
+	json_t *c = load_config(out);
+	ck_assert_int_eq(cfg_int(c, "vocab_size"), 2048);   /* 2048 pieces, already a multiple of 8 */
+	ck_assert_int_eq(cfg_int(c, "bos_token_id"), 1);
+	ck_assert_int_eq(cfg_int(c, "eos_token_id"), 2);
+	json_decref(c);
+	char copied[2600];
+	snprintf(copied, sizeof copied, "%s/tokenizer.model", out);
+	ck_assert(same_file(path, copied));
+	ck_assert(!aah_path_exists(tmp_path("m/tokenizer.json")));
+
 	/* ModelProto { pieces (1) = SentencePiece { piece (1), score (2, float), type (3, varint) } …,
-	 * trainer_spec (2) = {…} }: fields of other numbers must be skipped. */
+	 * trainer_spec (2) = {…} } with no unknown piece: well-formed protobuf that sentencepiece will not load, so
+	 * neither would aahd — a usage error, nothing written */
 	unsigned char pb[512];
 	size_t n = 0;
 	const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", "c", "d", "e", "f", "g", "h"};
@@ -676,26 +696,12 @@ START_TEST(test_tokenizer_sentencepiece)
 	const unsigned char trainer[] = {0x12, 0x03, 0x08, 0x96, 0x01};   /* field 2: a message with a varint */
 	memcpy(pb + n, trainer, sizeof trainer);
 	n += sizeof trainer;
-	char path[2600];
-	snprintf(path, sizeof path, "%s/tokenizer.model", tokdir);
 	FILE *f = fopen(path, "wb");
 	ck_assert_ptr_nonnull(f);
 	ck_assert_uint_eq(fwrite(pb, 1, n, f), n);
 	fclose(f);
-
-	char out[512];
-	snprintf(out, sizeof out, "%s", tmp_path("m"));
-	ck_assert_int_eq(run_tool("--out", out, "--preset", "tiny", "--arch", "llama", "--tokenizer", tokdir,
-	                          (const char *)NULL), 0);
-	json_t *c = load_config(out);
-	ck_assert_int_eq(cfg_int(c, "vocab_size"), 16);   /* 11 pieces, rounded up to 8 */
-	ck_assert_int_eq(cfg_int(c, "bos_token_id"), 1);
-	ck_assert_int_eq(cfg_int(c, "eos_token_id"), 2);
-	json_decref(c);
-	char copied[2600];
-	snprintf(copied, sizeof copied, "%s/tokenizer.model", out);
-	ck_assert(same_file(path, copied));
-	ck_assert(!aah_path_exists(tmp_path("m/tokenizer.json")));
+	ck_assert_int_eq(run_tool("--out", tmp_path("m1"), "--tokenizer", tokdir, (const char *)NULL), 2);
+	ck_assert(!aah_path_exists(tmp_path("m1/config.json")));
 
 	/* a truncated protobuf is refused as a usage error */
 	f = fopen(path, "wb");
