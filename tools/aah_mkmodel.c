@@ -441,39 +441,25 @@ static int mk_write_json(const char *path, const json_t *j, char *err, size_t er
 	return rc;
 }
 
+/* Copies src over dst as mk_write_file writes: into dst.tmp, then renamed into place. */
 static int mk_copy_file(const char *src, const char *dst, char *err, size_t err_len)
 {
-	FILE *f = fopen(src, "rb");
-	if (!f) {
-		snprintf(err, err_len, "%s: %s", src, strerror(errno));
+	char tmp[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", dst) >= (int)sizeof(tmp)) {
+		snprintf(err, err_len, "%s: path too long", dst);
 		return -1;
 	}
-	size_t cap = 1 << 20, len = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		size_t k = fread(buf + len, 1, cap - len, f);
-		len += k;
-		if (len < cap)
-			break;
-		char *b = realloc(buf, cap * 2);
-		if (!b) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		buf = b;
-		cap *= 2;
-	}
-	bool bad = ferror(f) != 0;
-	fclose(f);
-	if (!buf || bad) {
-		free(buf);
-		snprintf(err, err_len, "%s: %s", src, bad ? "read error" : "out of memory");
+	unlink(tmp);   /* a leftover of a killed run */
+	if (aah_copy_file(src, tmp, err, err_len) != 0) {
+		unlink(tmp);
 		return -1;
 	}
-	int rc = mk_write_file(dst, buf, len, err, err_len);
-	free(buf);
-	return rc;
+	if (rename(tmp, dst) != 0) {
+		snprintf(err, err_len, "%s: rename: %s", tmp, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
 }
 
 /* mkdir -p. Returns 0 or -1 with errno. */
