@@ -3,23 +3,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* err may be NULL or err_len 0 (then nothing is written), as everywhere (models/errf.h) */
-static void fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || !err_len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
 
 bool aah_path_exists(const char *path)
 {
@@ -43,12 +30,12 @@ int aah_copy_file(const char *from, const char *to, char *err, size_t err_len)
 {
 	int in = open(from, O_RDONLY | O_CLOEXEC);
 	if (in < 0) {
-		fail(err, err_len, "%s: %s", from, strerror(errno));
+		snprintf(err, err_len, "%s: %s", from, strerror(errno));
 		return -1;
 	}
 	int outfd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (outfd < 0) {
-		fail(err, err_len, "%s: %s", to, strerror(errno));
+		snprintf(err, err_len, "%s: %s", to, strerror(errno));
 		close(in);
 		return -1;
 	}
@@ -73,6 +60,6 @@ int aah_copy_file(const char *from, const char *to, char *err, size_t err_len)
 		rc = -1;
 	close(in);
 	if (rc)
-		fail(err, err_len, "%s: cannot copy to %s", from, to);
+		snprintf(err, err_len, "%s: cannot copy to %s", from, to);
 	return rc;
 }
