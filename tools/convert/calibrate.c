@@ -491,12 +491,7 @@ static json_t *side_json(const calib_run *r)
 			for (int32_t gi = 0; gi < g->layers[l].n_groups; gi++) {
 				const aah_group *G = &g->layers[l].groups[gi];
 				const calib_group_info *in = &r->info->group[k][(int64_t)l * nkv + gi];
-				json_t *jg = json_object(), *heads = json_array();
-				for (int32_t h = 0; h < G->n_kv_heads; h++)
-					json_array_append_new(heads, json_integer(G->kv_heads[h]));
-				json_object_set_new(jg, "kv_heads", heads);
-				json_object_set_new(jg, "window", json_integer(G->window));
-				json_object_set_new(jg, "capacity", json_integer(G->capacity));
+				json_t *jg = aah_group_to_json(G);
 				json_object_set_new(jg, "window_alone", json_integer(in->window_alone));
 				json_object_set_new(jg, "kept", json_real(in->kept));
 				json_object_set_new(jg, "path", json_string(in->path));
