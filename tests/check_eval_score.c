@@ -238,6 +238,11 @@ START_TEST(test_generation_scoring)
 	char *ws = eval_filter_apply(&tqa->filters[0], "  the bard");
 	ck_assert(eval_exact_match(&tqa->match, ws, aliases) == 1.0);
 	free(ws);
+	/* remove_whitespace is resp.strip() (extraction.py), not lstrip: trailing whitespace goes too */
+	ws = eval_filter_apply(&tqa->filters[0], " \tthe bard \n");
+	ck_assert_str_eq(ws, "the bard");
+	ck_assert(eval_exact_match(&tqa->match, ws, aliases) == 1.0);
+	free(ws);
 	ck_assert(eval_exact_match(&tqa->match, "Shakespeare", aliases) == 0.0);
 	ck_assert(eval_exact_match(&tqa->match, "william shakespeare!", aliases) == 1.0);
 	json_decref(aliases);

@@ -145,6 +145,8 @@ START_TEST(test_gpqa)
 	prepare(&run, "gpqa_diamond", 2);   /* n_shot: its description and template */
 	ck_assert(!strncmp(run.items[0].context, "Here are some example questions from experts.", 45));
 	ck_assert(strstr(run.items[0].context, "\nAnswer: (") != NULL);
+	/* n_shot/utils.py preprocesses as zeroshot does: " [title]" → ". ", double spaces → one */
+	ck_assert_msg(strstr(run.items[1].context, "Mass. density") != NULL, "%s", run.items[1].context);
 	eval_task_run_free(&run);
 }
 END_TEST

@@ -58,14 +58,8 @@ def gpqa_pre_zero(text):
     return text
 
 
-def gpqa_pre_n(text):
-    if text is None:
-        return " "
-    return text.strip()
-
-
 def gpqa_process(doc, rng, k):
-    pre = gpqa_pre_zero if k == 0 else gpqa_pre_n
+    pre = gpqa_pre_zero   # n_shot/utils.py's preprocess is the zeroshot one ([title] and double spaces too)
     choices = [pre(doc["Incorrect Answer 1"]), pre(doc["Incorrect Answer 2"]), pre(doc["Incorrect Answer 3"]),
                pre(doc["Correct Answer"])]
     rng.shuffle(choices)
@@ -379,7 +373,7 @@ def score_item(api, name, it, regime, L, max_gen, info):
         metrics, filtered = {}, {}
         for fname, pattern, group in t["filters"]:
             if fname == "remove_whitespace":
-                f = text.lstrip()
+                f = text.strip()   # extraction.py WhitespaceFilter: resp.strip()
             elif pattern:
                 f = regex_filter(pattern, text, group)
             else:

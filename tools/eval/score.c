@@ -117,8 +117,8 @@ char *eval_cut_at_stops(const char *text, const char *const *until, const char *
 
 char *eval_filter_apply(const eval_filter *f, const char *resp)
 {
-	if (f->lstrip)
-		return py_lstrip(resp);   /* remove_whitespace: resp.lstrip() */
+	if (f->strip)
+		return py_strip(resp);   /* remove_whitespace: resp.strip() (extraction.py WhitespaceFilter) */
 	if (!f->regex)
 		return xstrdup(resp);
 	char err[256];
