@@ -57,7 +57,9 @@ static void usage(FILE *f)
 	      "  --cache FILE         the result cache (default OUT/cache.jsonl)\n"
 	      "  --timeout S          seconds one request may take (default 600)\n"
 	      "  --api-key KEY        Authorization: Bearer KEY (default: $AAHD_API_KEY, else $OPENAI_API_KEY)\n"
-	      "  --code-timeout S     CPU seconds a HumanEval/MBPP program may use (default 3, code_eval's)\n"
+	      "  --code-timeout S     code_eval's timeout: wall-clock seconds a HumanEval/MBPP program may run (default 3)\n"
+	      "  --sandbox MODE       where those programs run: auto (default: the strongest that works here, named on\n"
+	      "                       stderr), bwrap, bwrap-noproc, process, or none (unconfined, code_eval's guard only)\n"
 	      "  --quiet              no tables on stdout\n"
 	      "  --help               this text\n"
 	      "Exit status: 0 done, 1 an error (what was done stays in the cache), 2 bad usage, 130 interrupted.\n",
@@ -130,6 +132,7 @@ typedef struct options {
 	char **servers;
 	int32_t n_servers;
 	const char *data, *tasks, *regimes, *out, *cache, *api_key, *fewshot, *max_gen;
+	eval_sandbox_mode sandbox;
 	int64_t limit, sample, seed, max_length, concurrency, prefix_token;
 	bool have_seed, add_special, quiet;
 	double timeout, code_timeout;
@@ -141,9 +144,10 @@ static int parse_args(options *o, int argc, char **argv)
 	o->limit = o->sample = o->prefix_token = -1;
 	o->timeout = 600;
 	o->code_timeout = 3;
+	o->sandbox = EVAL_SANDBOX_AUTO;
 	o->servers = xcalloc((size_t)argc + 1, sizeof *o->servers);
 	enum { O_SERVER = 1, O_DATA, O_TASKS, O_REGIMES, O_OUT, O_LIMIT, O_SAMPLE, O_SEED, O_FEWSHOT, O_MAXGEN, O_MAXLEN,
-	       O_CONC, O_ADDSPECIAL, O_PREFIX, O_CACHE, O_TIMEOUT, O_KEY, O_CODET, O_QUIET, O_HELP };
+	       O_CONC, O_ADDSPECIAL, O_PREFIX, O_CACHE, O_TIMEOUT, O_KEY, O_CODET, O_SANDBOX, O_QUIET, O_HELP };
 	static const struct option longopts[] = {
 		{"server", required_argument, NULL, O_SERVER}, {"data", required_argument, NULL, O_DATA},
 		{"tasks", required_argument, NULL, O_TASKS}, {"regimes", required_argument, NULL, O_REGIMES},
@@ -154,6 +158,7 @@ static int parse_args(options *o, int argc, char **argv)
 		{"add-special", no_argument, NULL, O_ADDSPECIAL}, {"prefix-token", required_argument, NULL, O_PREFIX},
 		{"cache", required_argument, NULL, O_CACHE}, {"timeout", required_argument, NULL, O_TIMEOUT},
 		{"api-key", required_argument, NULL, O_KEY}, {"code-timeout", required_argument, NULL, O_CODET},
+		{"sandbox", required_argument, NULL, O_SANDBOX},
 		{"quiet", no_argument, NULL, O_QUIET}, {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -179,7 +184,8 @@ static int parse_args(options *o, int argc, char **argv)
 		case O_CACHE: o->cache = optarg; break;
 		case O_TIMEOUT: o->timeout = strtod(optarg, &end); ok = *end == 0 && o->timeout > 0; break;
 		case O_KEY: o->api_key = optarg; break;
-		case O_CODET: o->code_timeout = strtod(optarg, &end); ok = *end == 0 && o->code_timeout >= 1; break;
+		case O_CODET: o->code_timeout = strtod(optarg, &end); ok = *end == 0 && o->code_timeout > 0 && o->code_timeout <= 3600; break;
+		case O_SANDBOX: ok = eval_sandbox_mode_parse(optarg, &o->sandbox) == 0; break;
 		case O_QUIET: o->quiet = true; break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
@@ -372,7 +378,7 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 		const eval_task *task = tasks[t];
 		char sandbox[128] = "";
 		if (task->program)
-			snprintf(sandbox, sizeof sandbox, ";code_cpu_seconds=%g", o->code_timeout);
+			snprintf(sandbox, sizeof sandbox, ";code_eval_timeout=%g", o->code_timeout);   /* run as code_eval runs */
 		char *settings = xasprintf("max_length=%lld;add_special=%d;prefix=%d;eos=%s%s", (long long)p->max_length,
 		                           o->add_special, srv->prefix_token, srv->eos_text ? srv->eos_text : "", sandbox);
 		eval_prepare_opts po = {
@@ -547,13 +553,17 @@ int main(int argc, char **argv)
 		.tty = isatty(2),
 	};
 	eval_sandbox_default_limits(&ro.sandbox);
-	ro.sandbox.cpu_seconds = (int32_t)o.code_timeout;
-	ro.sandbox.wall_seconds = o.code_timeout * 3 + 10;
-	if (p.missing > 0 && needs_sandbox(&p, cache) && eval_sandbox_check(&ro.sandbox, err, sizeof err) != 0) {
-		fprintf(stderr, "aah-eval: the code tasks (humaneval, mbpp) run their tests in a sandbox, which does not work "
-		        "here: %s\n", err);
-		exit_code = 1;
-		goto done;
+	eval_sandbox_set_timeout(&ro.sandbox, o.code_timeout);
+	ro.sandbox.mode = o.sandbox;
+	char sandbox_note[2048] = "";
+	if (p.missing > 0 && needs_sandbox(&p, cache)) {
+		/* once, before any item: the strongest sandbox this place allows, and why a stronger one is not */
+		if (eval_sandbox_detect(&ro.sandbox, sandbox_note, sizeof sandbox_note, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-eval: the code tasks (humaneval, mbpp) run their tests in a sandbox: %s\n", err);
+			exit_code = 1;
+			goto done;
+		}
+		fprintf(stderr, "aah-eval: %s\n", sandbox_note);
 	}
 	int64_t total = p.n_units * p.n_regimes;
 	if (p.missing > 0)
@@ -626,6 +636,24 @@ int main(int argc, char **argv)
 		                           tasks_j, "num_fewshot", fewshot, "max_length", (json_int_t)p.max_length,
 		                           "add_special", o.add_special, "max_gen_toks", maxgen, "data",
 		                           json_string(o.data));
+		/* which sandbox ran the code tasks' programs: the modes their results record (a resumed run may hold
+		 * several), and this run's detection */
+		json_t *modes = json_array();
+		for (int32_t r = 0; r < p.n_regimes; r++)
+			for (int32_t t = 0; t < p.n_runs; t++)
+				for (int64_t i = 0; p.runs[t].task->program && i < p.runs[t].n_items; i++) {
+					json_t *m = json_object_get(json_object_get(results[r * p.n_runs + t][i], "sandbox"), "mode");
+					bool seen = false;
+					for (size_t k = 0; m && k < json_array_size(modes); k++)
+						seen |= json_equal(json_array_get(modes, k), m);
+					if (json_is_string(m) && !seen)
+						json_array_append(modes, m);
+				}
+		if (json_array_size(modes) || sandbox_note[0])
+			json_object_set_new(config, "sandbox", json_pack("{s:o,s:s,s:f}", "modes", modes, "note", sandbox_note,
+			                                                 "code_eval_timeout", o.code_timeout));
+		else
+			json_decref(modes);
 		if (o.limit >= 0)
 			json_object_set_new(config, "limit", json_integer(o.limit));
 		if (o.sample >= 0)

@@ -3,12 +3,19 @@ a server with /tokenize) prompts and scores the ten tasks of aah-eval, written f
 as ../shared/benchmarks/README.md quotes them, in Python itself: Python's str, re and random are the harness's, so
 the prompts, few-shot draws, filters and matches here are the harness's by construction. The test (test_eval.py)
 asks the same server the same questions and compares every item and every table figure with aah-eval's outputs."""
+import contextlib
+import faulthandler
+import io
 import json
 import math
+import multiprocessing
+import os
 import random
 import re
+import signal
 import string
 import subprocess
+import sys
 import tempfile
 import urllib.request
 
@@ -303,22 +310,106 @@ def exact_match(pred, ref, rules):
     return pred == ref
 
 
+class _Timeout(Exception):
+    pass
+
+
+class _WriteOnlyStringIO(io.StringIO):
+    def read(self, *args, **kwargs):
+        raise OSError
+
+    def readline(self, *args, **kwargs):
+        raise OSError
+
+    def readlines(self, *args, **kwargs):
+        raise OSError
+
+    def readable(self, *args, **kwargs):
+        return False
+
+
+class _redirect_stdin(contextlib._RedirectStream):
+    _stream = "stdin"
+
+
+def _guard():
+    """execute.py's reliability_guard(maximum_memory_bytes=None), in the child only."""
+    import builtins
+    import shutil
+    faulthandler.disable()
+    builtins.exit = None
+    builtins.quit = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+                 "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+                 "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"):
+        setattr(os, name, None)
+    shutil.rmtree = None
+    shutil.move = None
+    shutil.chown = None
+    subprocess.Popen = None
+    builtins.help = None
+    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
+        sys.modules[name] = None
+
+
+def _unsafe_execute(program, result, timeout):
+    """execute.py's unsafe_execute: a fresh temporary directory, the guard, exec in fresh globals with stdio swallowed
+    and an ITIMER_REAL limit; the result string appended to the shared list."""
+    import shutil
+    with tempfile.TemporaryDirectory() as d:
+        cwd = os.getcwd()
+        os.chdir(d)
+        # what the directory's clean-up needs (execute.py restores the first three; os.unlink too here, so that the
+        # files a program leaves go with the directory: after the result, so it changes no result)
+        rmtree, rmdir, chdir, unlink = shutil.rmtree, os.rmdir, os.chdir, os.unlink
+        _guard()
+        try:
+            stream = _WriteOnlyStringIO()
+            with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), _redirect_stdin(stream):
+                def on_alarm(signum, frame):
+                    raise _Timeout("Timed out!")
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+                signal.signal(signal.SIGALRM, on_alarm)
+                try:
+                    exec(program, {})
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            result.append("passed")
+        except _Timeout:
+            result.append("timed out")
+        except BaseException as e:
+            result.append(f"failed: {e}")
+        shutil.rmtree, os.rmdir, os.chdir, os.unlink = rmtree, rmdir, chdir, unlink
+        os.chdir(cwd)
+
+
+def code_eval_check(program, timeout=3.0):
+    """HF evaluate code_eval's check_correctness (metrics/code_eval/execute.py), which the harness's humaneval and mbpp
+    metrics call: the program runs in a forked process, joined for timeout + 1 s and killed after; an empty result is
+    "timed out". Returns (passed, result)."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager:
+        result = manager.list()
+        p = ctx.Process(target=_unsafe_execute, args=(program, result, timeout))
+        p.start()
+        p.join(timeout=timeout + 1)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        res = result[0] if len(result) else "timed out"
+    return res == "passed", res
+
+
 def run_program(program):
-    """pass@1 of one program: 0 when Python cannot compile it (without running anything), else its exit status in a
-    throw-away directory (the completions of the random test model essentially never compile; the passing test item
-    holds the completion inside a string literal)."""
-    if "\0" in program:
-        return 0.0
+    """pass@1 of one program as code_eval scores it. A program Python cannot compile fails there without running
+    anything, so it is not run here either (the completions of the random test model essentially never compile; the
+    passing test item holds the completion inside a string literal)."""
     try:
         compile(program, "program", "exec")
     except (SyntaxError, ValueError):
         return 0.0
-    with tempfile.TemporaryDirectory() as d:
-        try:
-            r = subprocess.run(["/usr/bin/python3", "-I", "-c", program], cwd=d, capture_output=True, timeout=20)
-        except subprocess.TimeoutExpired:
-            return 0.0
-    return 1.0 if r.returncode == 0 else 0.0
+    return 1.0 if code_eval_check(program)[0] else 0.0
 
 
 def rolling_windows(token_list, prefix_token, max_seq_len, context_len=1):

@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socketserver
 import subprocess
@@ -277,7 +278,53 @@ def compare(out, items, results, regimes, tasks):
     check(not bad, "table 9: the best of each row (and ties) marked", str(bad))
 
 
+def code_eval_fixtures():
+    """The reference runs programs as HF evaluate's code_eval (execute.py) does: every fixture's passed and result,
+    the same fixtures check_eval_sandbox holds aah-eval's sandbox to."""
+    bad = []
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_eval_fixtures.jsonl")) as f:
+        for line in f:
+            fx = json.loads(line)
+            passed, result = ref.code_eval_check(fx["program"], fx["timeout"])
+            if passed != fx["passed"] or result != fx["result"]:
+                bad.append(f"{fx['name']}: {passed} {result!r} != {fx['passed']} {fx['result']!r}")
+    check(not bad, "the reference scores code as code_eval does (exit(), __main__, SystemExit, subprocess, time, memory)",
+          "\n".join(bad))
+
+
+def sandbox_modes(srv, api, info):
+    """The code tasks in each sandbox mode, and in a place where bubblewrap cannot mount a fresh /proc (a mount
+    namespace whose /proc has a masked entry, as a Docker container's has; entered with unshare as root): the same
+    scores as the reference, the mode named on stderr and in results.json."""
+    items, results = reference(api, info, ["full_attention"], ["humaneval", "mbpp"])
+    args = ["--server", srv.url, "--data", DATA, "--tasks", "humaneval,mbpp", "--regimes", "full_attention",
+            "--max-length", str(L), "--max-gen-toks", str(MAX_GEN)]
+    for mode, line in (("bwrap", "sandbox: bwrap (--sandbox bwrap)"), ("process", "sandbox: process (--sandbox process)"),
+                       ("none", "sandbox: none (--sandbox none): the code tasks' programs run unconfined")):
+        out = f"{TMP}/sandbox-{mode}"
+        r = aah_eval(*args, "--sandbox", mode, "--out", out)
+        check(line in r.stderr, f"--sandbox {mode}: named on stderr", r.stderr)
+        compare(out, items, results, ["full_attention"], ["humaneval", "mbpp"])
+        with open(f"{out}/results.json") as f:
+            sb = json.load(f)["config"]["sandbox"]
+        check(sb["modes"] == [mode] and sb["note"] in r.stderr, f"--sandbox {mode}: results.json says so", json.dumps(sb))
+    r = aah_eval(*args, "--sandbox", "docker", "--out", f"{TMP}/sandbox-bad", expect=2)
+    check("bad value for --sandbox" in r.stderr, "an unknown --sandbox mode is refused", r.stderr)
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        print("test_eval: not root (or no unshare): the masked-/proc place is not entered", flush=True)
+        return
+    out = f"{TMP}/sandbox-container"
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount --bind /dev/null /proc/uptime && exec "$@"', "sh", f"{BUILD}/aah-eval", *args, "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0 and "sandbox: bwrap-noproc: bubblewrap cannot mount a fresh /proc here" in r.stderr
+          and "Can't mount proc" in r.stderr, "where /proc cannot be mounted: bwrap-noproc, with the cause on one line",
+          r.stderr[-3000:])
+    compare(out, items, results, ["full_attention"], ["humaneval", "mbpp"])
+
+
 def main():
+    code_eval_fixtures()
     model = f"{TMP}/model"
     subprocess.run([f"{BUILD}/aah-mkmodel", "--preset", "tiny", "--tokenizer", f"{TESTDATA}/qwen3-small-a", "--aah",
                     "--aah-context", "512", "--aah-windows", "64,128,256,512", "--out", model], check=True,
@@ -307,6 +354,14 @@ def main():
     he = samples(out, "full_attention", "humaneval")
     check(he[0]["sandbox"]["status"] in ("passed", "failed") and he[1]["pass@1"] == 0.0,
           "humaneval ran in the sandbox (the always-failing test fails)", json.dumps(he[:2])[:1500])
+    # code_eval's semantics end to end: sys.exit(0) before the tests is a SystemExit, a failure; an
+    # `if __name__ == "__main__":` block never runs under exec (the item passes whenever its completion stays inside
+    # the string literal, as the reference finds too)
+    check(he[3]["pass@1"] == 0.0 and he[3]["sandbox"]["result"] == "failed: 0",
+          "a program that exits 0 before its tests fails, as in code_eval", json.dumps(he[3])[:1500])
+    check(he[4]["pass@1"] == 1.0 or '"""' in he[4]["resps"][0][0],
+          "a __main__ block does not run (its SystemExit would fail the item)", json.dumps(he[4])[:1500])
+    sandbox_modes(srv, api, info)
     ET.parse(f"{out}/score_vs_acr.svg")
     check(True, "score_vs_acr.svg is well-formed XML")
     with open(f"{out}/table9.csv") as f:
