@@ -499,21 +499,50 @@ def stderr(xs):
     return math.sqrt(sum((x - mu) ** 2 for x in xs) / (n - 1)) / math.sqrt(n)
 
 
-def tables(results, regimes, task_names):
+# the group tasks: the subtask of an item (lm_eval/tasks/mmlu/default/mmlu_<subject>.yaml, mmlu_pro_<category>)
+SUBTASK = {"mmlu": lambda d: "mmlu_" + d["subject"], "mmlu_pro": lambda d: "mmlu_pro_" + d["category"].replace(" ", "_")}
+
+
+def pooled_sample_stderr(stderrs, sizes):
+    """lm_eval/api/metrics.py: the pooled variance of the subtasks over the group's size."""
+    pooled_var = sum((n - 1) * se ** 2 * n for n, se in zip(sizes, stderrs)) / (sum(sizes) - len(sizes))
+    return math.sqrt(pooled_var / sum(sizes))
+
+
+def group_stderr(xs, subtasks):
+    """consolidate_group_results for a group of leaf subtasks: "N/A" (None) when any subtask's stderr is (one item),
+    else pooled_sample_stderr over them."""
+    by = {}
+    for x, st in zip(xs, subtasks):
+        by.setdefault(st, []).append(x)
+    ses = [stderr(v) for _, v in sorted(by.items())]
+    if any(se is None for se in ses):
+        return None
+    sizes = [len(v) for _, v in sorted(by.items())]
+    if sum(sizes) - len(sizes) <= 0:
+        return None
+    return pooled_sample_stderr(ses, sizes)
+
+
+def tables(results, regimes, task_names, items=None):
     """Table 9, table 10 and perplexity figures from results[regime][task] = [item result], each item result with
-    its metrics and the token-weighted sums of its responses' aah objects (aah: [{tokens, acr, work, kv}])."""
+    its metrics and the token-weighted sums of its responses' aah objects (aah: [{tokens, acr, work, kv}]); items
+    (prepare's, per task) name the subtasks of a group task, whose stderr is then the harness's pooled one."""
     t9, t10, ppl = {}, {}, {}
     for name in task_names:
         for r in regimes:
-            items = results[r][name]
             if TASKS[name]["kind"] == "rolling":
-                ll = sum(i["metrics"]["loglikelihood"] for i in items)
-                tok = sum(i["metrics"]["tokens"] for i in items)
-                byt = sum(i["metrics"]["bytes"] for i in items)
+                rows = results[r][name]
+                ll = sum(i["metrics"]["loglikelihood"] for i in rows)
+                tok = sum(i["metrics"]["tokens"] for i in rows)
+                byt = sum(i["metrics"]["bytes"] for i in rows)
                 ppl[(name, r)] = dict(loss=-ll / tok, bits_per_byte=-ll / byt / math.log(2))
                 continue
-            xs = [i["metrics"][PRIMARY[name]] for i in items]
-            se = stderr(xs)
+            xs = [i["metrics"][PRIMARY[name]] for i in results[r][name]]
+            if name in SUBTASK and items is not None:
+                se = group_stderr(xs, [SUBTASK[name](it["doc"]) for it in items[name]])
+            else:
+                se = stderr(xs)
             t9[(name, r)] = (100 * sum(xs) / len(xs), None if se is None else 100 * se)
     for r in regimes:
         tok = sum(a["tokens"] for n in task_names for i in results[r][n] for a in i["aah"])

@@ -246,7 +246,7 @@ def compare(out, items, results, regimes, tasks):
                                           work=g["aah"]["tokens"] * g["aah"]["attention_work_ratio"],
                                           kv=g["aah"]["tokens"] * g["aah"]["kv_memory_ratio"])])
                         for g, w in zip(samples(out, r, t), results[r][t])] for t in tasks} for r in regimes}
-    t9, t10, ppl = ref.tables(recorded, regimes, tasks)
+    t9, t10, ppl = ref.tables(recorded, regimes, tasks, items)
     with open(f"{out}/tables.json") as f:
         tj = json.load(f)
     bad = []
@@ -346,11 +346,39 @@ def main():
         res = json.load(f)
     for reg in REGIMES:
         rr = res["regimes"][reg]
-        check(set(rr["results"]) == set(ALL) and "acc,none" in rr["results"]["mmlu"]
+        subtasks = {ref.SUBTASK[n](it["doc"]) for n in ref.SUBTASK for it in items[n]} | {"mmlu_stem"}
+        check(set(rr["results"]) == set(ALL) | subtasks and "acc,none" in rr["results"]["mmlu"]
               and "acc_stderr,none" in rr["results"]["mmlu"] and "acc_norm,none" in rr["results"]["arc_challenge"]
               and "exact_match,strict-match" in rr["results"]["gsm8k"] and "pass@1,create_test" in rr["results"]["humaneval"]
               and set(rr["aah"]) >= {"acr", "attention_work_ratio", "kv_memory_ratio", "tokens_per_second"},
               f"results.json {reg}: the harness's keys and the aah object", json.dumps(rr)[:1500])
+    # the group tasks as the harness reports them: each subtask's row, the group's stderr pooled over them (MMLU's
+    # four categories too), the subtask lists
+    bad = []
+    for reg in REGIMES:
+        rr = res["regimes"][reg]
+        for name in ("mmlu", "mmlu_pro"):
+            subs = {}
+            for it, w in zip(items[name], results[reg][name]):
+                subs.setdefault(ref.SUBTASK[name](it["doc"]), []).append(w["metrics"][ref.PRIMARY[name]])
+            key = ref.PRIMARY[name]
+            sek = key.replace(",", "_stderr,")
+            for st, xs in subs.items():
+                row = rr["results"].get(st, {})
+                if not close(row.get(key), sum(xs) / len(xs)) or not close(row.get(sek), ref.stderr(xs)):
+                    bad.append(f"{reg} {st}: {row} != {sum(xs) / len(xs)} ± {ref.stderr(xs)}")
+            xs = [w["metrics"][key] for w in results[reg][name]]
+            pooled = ref.group_stderr(xs, [ref.SUBTASK[name](it["doc"]) for it in items[name]])
+            g = rr["groups"].get(name, {})
+            if not close(g.get(sek), pooled) or g.get("samples") != len(xs) or not close(g.get(key), sum(xs) / len(xs)):
+                bad.append(f"{reg} group {name}: {g} != {sum(xs) / len(xs)} ± {pooled}")
+            if sorted(rr["group_subtasks"].get(name, [])) != sorted(["mmlu_stem"] if name == "mmlu" else subs):
+                bad.append(f"{reg} group_subtasks {name}: {rr['group_subtasks'].get(name)}")
+        if sorted(rr["group_subtasks"].get("mmlu_stem", [])) != ["mmlu_astronomy", "mmlu_high_school_chemistry"] or \
+                not close(rr["groups"]["mmlu_stem"]["acc_stderr,none"], rr["groups"]["mmlu"]["acc_stderr,none"]):
+            bad.append(f"{reg} mmlu_stem: {rr['groups'].get('mmlu_stem')} {rr['group_subtasks'].get('mmlu_stem')}")
+    check(not bad, "results.json: MMLU and MMLU-Pro per subtask, their groups' stderr pooled as the harness pools it",
+          "\n".join(bad))
     he = samples(out, "full_attention", "humaneval")
     check(he[0]["sandbox"]["status"] in ("passed", "failed") and he[1]["pass@1"] == 0.0,
           "humaneval ran in the sandbox (the always-failing test fails)", json.dumps(he[:2])[:1500])

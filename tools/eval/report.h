@@ -4,7 +4,8 @@
  * tokens/s, the largest absolute score change against full attention in percentage points, and the items that
  * flipped each way on that benchmark with an exact McNemar p), the table 6 shape for perplexity, as Markdown, CSV
  * and JSON; an SVG of score change against ACR; DIR/results.json in lm-evaluation-harness's results shape per
- * regime; DIR/samples/REGIME/TASK.jsonl per item. */
+ * regime (a group task's subtasks and groups as their own rows, groups and group_subtasks as the harness writes
+ * them; groups.h); DIR/samples/REGIME/TASK.jsonl per item. */
 #ifndef AAH_EVAL_REPORT_H
 #define AAH_EVAL_REPORT_H
 
