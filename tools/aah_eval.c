@@ -23,6 +23,8 @@
 #include "tools/eval/tasks.h"
 #include "tools/eval/util.h"
 
+#define EVAL_DEFAULT_MAX_LENGTH 2048   /* lm_eval TemplateAPI's max_length */
+
 static atomic_int stop_flag;   /* 1: a signal asked to stop; 2: the runner hit an error */
 
 static void on_signal(int sig)
@@ -50,7 +52,8 @@ static void usage(FILE *f)
 	      "  --sample N --seed S  N items of each task drawn with seed S (the same on any machine)\n"
 	      "  --num-fewshot K      shots for every task, or per task: mmlu=5,gsm8k=8 (default: the harness's)\n"
 	      "  --max-gen-toks N     generation cap for every generation task, or per task (default: the harness's)\n"
-	      "  --max-length N       the harness's max_length (default: the server's context length)\n"
+	      "  --max-length N       the harness's max_length (default 2048, the harness's for API models; prompts are\n"
+	      "                       left-truncated to it as TemplateAPI truncates them)\n"
 	      "  --concurrency C      requests in flight (default: the server's max_batch, else 8)\n"
 	      "  --add-special        tokenize with the tokenizer's special tokens (the harness's add_bos_token)\n"
 	      "  --prefix-token ID    the token before a document's first window (default: BOS, else EOS)\n"
@@ -366,11 +369,15 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 	p->regimes = resolve_regimes(o, srv, &p->n_regimes, err, errlen);
 	if (!p->regimes)
 		return -1;
-	p->max_length = o->max_length > 0 ? o->max_length : srv->max_model_len;
-	if (p->max_length < 3) {
-		snprintf(err, errlen, "%s does not say its context length (max_model_len in /v1/models): give --max-length N",
-		         srv->key);
-		return -1;
+	/* the harness's API models (TemplateAPI) default to max_length 2048, whatever the server's context */
+	p->max_length = o->max_length > 0 ? o->max_length : EVAL_DEFAULT_MAX_LENGTH;
+	static bool said;
+	if (srv->max_model_len > 0 && srv->max_model_len < p->max_length && !said) {
+		said = true;
+		fprintf(stderr, "aah-eval: %s serves a context of %lld tokens, below max_length %lld%s: a longer request is "
+		        "refused by the server, as it would be for the harness (--max-length %lld truncates to fit)\n", srv->key,
+		        (long long)srv->max_model_len, (long long)p->max_length,
+		        o->max_length > 0 ? "" : " (the harness's default)", (long long)srv->max_model_len);
 	}
 	p->runs = xcalloc((size_t)n_tasks, sizeof *p->runs);
 	p->tokens = xcalloc((size_t)n_tasks, sizeof *p->tokens);
@@ -392,10 +399,17 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 		if (rc != 0)
 			return -1;
 		p->n_runs++;
-		if (task->output == EVAL_GENERATE_UNTIL && p->runs[t].max_gen_toks >= p->max_length - 1) {
-			snprintf(err, errlen, "%s: max_gen_toks %d leaves no room for a prompt in max_length %lld (--max-gen-toks "
-			         "%s=N)", task->name, p->runs[t].max_gen_toks, (long long)p->max_length, task->name);
-			return -1;
+		static bool warned[64];   /* once per task: make_plan runs twice when the server is asked again */
+		bool *w = &warned[(task - eval_tasks) & 63];
+		if (task->output == EVAL_GENERATE_UNTIL && p->runs[t].max_gen_toks >= p->max_length - 1 && !*w) {
+			*w = true;
+			/* the harness slices x[-n:] with n <= 0 here: the whole prompt (n = 0), or all but its first -n tokens */
+			int64_t n = p->max_length - 1 - p->runs[t].max_gen_toks;
+			fprintf(stderr, "aah-eval: %s: max_gen_toks %d leaves max_length %lld - 1 - %d = %lld tokens for the prompt; "
+			        "as the harness does (x[-n:] with n = %lld), %s (--max-length or --max-gen-toks %s=N to change "
+			        "it)\n", task->name, p->runs[t].max_gen_toks, (long long)p->max_length, p->runs[t].max_gen_toks,
+			        (long long)n, (long long)n, n == 0 ? "each prompt goes whole" : "each prompt loses its first -n tokens",
+			        task->name);
 		}
 		p->tokens[t] = xcalloc((size_t)(p->runs[t].n_items ? p->runs[t].n_items : 1), sizeof **p->tokens);
 		p->n_units += p->runs[t].n_items;
@@ -660,6 +674,7 @@ int main(int argc, char **argv)
 			json_object_set_new(config, "sample", json_pack("{s:I,s:I}", "n", (json_int_t)o.sample, "seed",
 			                                                (json_int_t)o.seed));
 		eval_report rep = {
+			.max_length = p.max_length, .max_length_given = o.max_length > 0,
 			.srv = &srv, .regimes = (const char *const *)p.regimes, .n_regimes = p.n_regimes, .runs = p.runs,
 			.n_runs = p.n_runs, .results = (json_t *const *const *)results, .tokens_per_second = tps,
 			.config = config,

@@ -188,9 +188,9 @@ def same_tables(a, b, what):
     check(not bad, what + " (table 10)", "\n".join(bad))
 
 
-def reference(api, info, regimes, tasks, **sel):
+def reference(api, info, regimes, tasks, length=L, max_gen=MAX_GEN, **sel):
     items = {t: ref.prepare(DATA, t, **sel) for t in tasks}
-    results = {r: {t: [ref.score_item(api, t, it, r, L, MAX_GEN, info) for it in items[t]] for t in tasks}
+    results = {r: {t: [ref.score_item(api, t, it, r, length, max_gen, info) for it in items[t]] for t in tasks}
                for r in regimes}
     return items, results
 
@@ -412,9 +412,27 @@ def main():
              "--max-length", str(L), "--max-gen-toks", str(MAX_GEN), "--sample", "3", "--seed", "5", "--out", out_s)
     items_s, results_s = reference(api, info, ["shallow_freeze"], ["mmlu", "gsm8k"], sample=3, seed=5)
     compare(out_s, items_s, results_s, ["shallow_freeze"], ["mmlu", "gsm8k"])
-    aah_eval("--server", srv.url, "--data", DATA, "--tasks", "mmlu", "--regimes", "full_attention", "--limit", "2",
-             "--out", f"{TMP}/limit")
+    r2 = aah_eval("--server", srv.url, "--data", DATA, "--tasks", "mmlu", "--regimes", "full_attention", "--limit", "2",
+                  "--out", f"{TMP}/limit")
     check([s["file_index"] for s in samples(f"{TMP}/limit", "full_attention", "mmlu")] == [0, 1], "--limit 2: the first two")
+    with open(f"{TMP}/limit/results.json") as f:
+        cfg = json.load(f)["config"]
+    md = open(f"{TMP}/limit/tables.md").read()
+    ctx = api.call("/v1/models")["data"][0].get("max_model_len") or 0
+    check(cfg["max_length"] == 2048 and "max_length 2048 (the harness's default for API models)" in md
+          and (("below max_length 2048 (the harness's default)" in r2.stderr) == (0 < ctx < 2048)),
+          "without --max-length: the harness's 2048, said in the tables and, against a shorter context, on stderr",
+          md[:400] + r2.stderr)
+    # max_gen_toks at or past max_length - 1: the harness's x[-n:] for n <= 0 (the whole prompt, or all but its first
+    # -n tokens), not an empty prompt nor a refusal
+    for length, gen in ((13, 12), (12, 12)):
+        out_m = f"{TMP}/maxlen-{length}"
+        r2 = aah_eval("--server", srv.url, "--data", DATA, "--tasks", "gsm8k,triviaqa", "--regimes", "full_attention",
+                      "--max-length", str(length), "--max-gen-toks", str(gen), "--num-fewshot", "0", "--out", out_m)
+        check(f"leaves max_length {length} - 1 - {gen} = {length - 1 - gen} tokens" in r2.stderr,
+              f"--max-length {length} --max-gen-toks {gen}: said on stderr", r2.stderr)
+        it_m, res_m = reference(api, info, ["full_attention"], ["gsm8k", "triviaqa"], length=length, max_gen=gen, k=0)
+        compare(out_m, it_m, res_m, ["full_attention"], ["gsm8k", "triviaqa"])
 
     # 4. a run killed halfway resumes and ends with the same tables
     out_k = f"{TMP}/killed"

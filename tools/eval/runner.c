@@ -305,8 +305,8 @@ static item_rc run_generate(worker *w, const eval_unit *u, json_t **result, char
 	const eval_task_run *run = u->run;
 	const eval_task *task = run->task;
 	const eval_tokens *t = u->tok;
-	int64_t max_ctx = (w->p->o->max_length - 1) - run->max_gen_toks;   /* max_length - max_gen_toks, left-truncated */
-	int64_t from = t->n_ctx > max_ctx ? t->n_ctx - max_ctx : 0;
+	/* TemplateAPI: x[-(max_length - max_gen_toks):], its max_length one less than the harness's --max-length */
+	int64_t from = eval_gen_prompt_start(t->n_ctx, w->p->o->max_length, run->max_gen_toks);
 	json_t *req = base_request(w, ids_json(t->ctx + from, t->n_ctx - from, NULL, 0));
 	json_object_set_new(req, "max_tokens", json_integer(run->max_gen_toks));
 	json_t *stop = json_array();

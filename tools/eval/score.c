@@ -241,3 +241,11 @@ double eval_mcnemar_p(int64_t b, int64_t c)
 	p *= 2;
 	return p > 1 ? 1 : p;
 }
+
+int64_t eval_gen_prompt_start(int64_t n_ctx, int64_t max_length, int64_t max_gen_toks)
+{
+	int64_t n = (max_length - 1) - max_gen_toks;
+	if (n > 0)
+		return n_ctx > n ? n_ctx - n : 0;
+	return -n < n_ctx ? -n : n_ctx;
+}
