@@ -292,15 +292,19 @@ def code_eval_fixtures():
           "\n".join(bad))
 
 
-def sandbox_modes(srv, api, info):
+MODES = ["bwrap", "bwrap-noproc", "process", "none"]   # strongest first
+
+
+def sandbox_modes(srv, api, info, detected):
     """The code tasks in each sandbox mode, and in a place where bubblewrap cannot mount a fresh /proc (a mount
     namespace whose /proc has a masked entry, as a Docker container's has; entered with unshare as root): the same
     scores as the reference, the mode named on stderr and in results.json."""
     items, results = reference(api, info, ["full_attention"], ["humaneval", "mbpp"])
     args = ["--server", srv.url, "--data", DATA, "--tasks", "humaneval,mbpp", "--regimes", "full_attention",
             "--max-length", str(L), "--max-gen-toks", str(MAX_GEN)]
-    for mode, line in (("bwrap", "sandbox: bwrap (--sandbox bwrap)"), ("process", "sandbox: process (--sandbox process)"),
-                       ("none", "sandbox: none (--sandbox none): the code tasks' programs run unconfined")):
+    for mode in MODES[MODES.index(detected):]:
+        line = f"sandbox: {mode} (--sandbox {mode})" if mode != "none" else \
+            "sandbox: none (--sandbox none): the code tasks' programs run unconfined"
         out = f"{TMP}/sandbox-{mode}"
         r = aah_eval(*args, "--sandbox", mode, "--out", out)
         check(line in r.stderr, f"--sandbox {mode}: named on stderr", r.stderr)
@@ -310,8 +314,9 @@ def sandbox_modes(srv, api, info):
         check(sb["modes"] == [mode] and sb["note"] in r.stderr, f"--sandbox {mode}: results.json says so", json.dumps(sb))
     r = aah_eval(*args, "--sandbox", "docker", "--out", f"{TMP}/sandbox-bad", expect=2)
     check("bad value for --sandbox" in r.stderr, "an unknown --sandbox mode is refused", r.stderr)
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        print("test_eval: not root (or no unshare): the masked-/proc place is not entered", flush=True)
+    if os.geteuid() != 0 or not shutil.which("unshare") or detected != "bwrap":
+        print(f"test_eval: not root, no unshare or no bwrap here ({detected}): the masked-/proc place is not entered",
+              flush=True)
         return
     out = f"{TMP}/sandbox-container"
     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
@@ -389,7 +394,10 @@ def main():
           "a program that exits 0 before its tests fails, as in code_eval", json.dumps(he[3])[:1500])
     check(he[4]["pass@1"] == 1.0 or '"""' in he[4]["resps"][0][0],
           "a __main__ block does not run (its SystemExit would fail the item)", json.dumps(he[4])[:1500])
-    sandbox_modes(srv, api, info)
+    with open(f"{out}/results.json") as f:
+        detected = json.load(f)["config"]["sandbox"]["modes"][0]
+    check(detected in MODES, f"the code tasks ran in the strongest sandbox here: {detected}")
+    sandbox_modes(srv, api, info, detected)
     ET.parse(f"{out}/score_vs_acr.svg")
     check(True, "score_vs_acr.svg is well-formed XML")
     with open(f"{out}/table9.csv") as f:
@@ -423,6 +431,23 @@ def main():
           and (("below max_length 2048 (the harness's default)" in r2.stderr) == (0 < ctx < 2048)),
           "without --max-length: the harness's 2048, said in the tables and, against a shorter context, on stderr",
           md[:400] + r2.stderr)
+    # GSM8K's default 5-shot prompts with the whole train split (../shared/benchmarks holds it in its original order;
+    # never copied here): random.Random(1234).sample over its 7473 rows, one stream consumed item by item, the
+    # harness's own prompts item by item
+    bench = os.environ.get("AAH_BENCHMARKS", "../shared/benchmarks")
+    if os.path.exists(f"{bench}/gsm8k.fewshot.jsonl"):
+        out_g = f"{TMP}/gsm8k-train"
+        aah_eval("--server", srv.url, "--data", bench, "--tasks", "gsm8k", "--regimes", "full_attention", "--limit", "6",
+                 "--max-length", str(L), "--max-gen-toks", "1", "--out", out_g)
+        want = ref.prepare(bench, "gsm8k", limit=6)
+        got = samples(out_g, "full_attention", "gsm8k")
+        n_fs = sum(1 for _ in open(f"{bench}/gsm8k.fewshot.jsonl"))
+        check(n_fs == 7473 and [g["arguments"][0][0] for g in got] == [w["context"] for w in want]
+              and all(w["context"].count("\n\nQuestion: ") == 5 for w in want),
+              "gsm8k 5-shot over the 7473 train rows: every prompt the harness's own",
+              "\n---\n".join(g["arguments"][0][0][:300] for g in got[:2]))
+    else:
+        print(f"test_eval: {bench}/gsm8k.fewshot.jsonl absent: the full-split GSM8K prompts are not checked", flush=True)
     # max_gen_toks at or past max_length - 1: the harness's x[-n:] for n <= 0 (the whole prompt, or all but its first
     # -n tokens), not an empty prompt nor a refusal
     for length, gen in ((13, 12), (12, 12)):
