@@ -53,7 +53,7 @@ static void usage(FILE *f)
 	      "  --num-fewshot K      shots for every task, or per task: mmlu=5,gsm8k=8 (default: the harness's)\n"
 	      "  --max-gen-toks N     generation cap for every generation task, or per task (default: the harness's)\n"
 	      "  --max-length N       the harness's max_length (default 2048, the harness's for API models; prompts are\n"
-	      "                       left-truncated to it as TemplateAPI truncates them)\n"
+	      "                       left-truncated to it as TemplateAPI truncates them); server: the server's context\n"
 	      "  --concurrency C      requests in flight (default: the server's max_batch, else 8)\n"
 	      "  --add-special        tokenize with the tokenizer's special tokens (the harness's add_bos_token)\n"
 	      "  --prefix-token ID    the token before a document's first window (default: BOS, else EOS)\n"
@@ -144,7 +144,7 @@ typedef struct options {
 static int parse_args(options *o, int argc, char **argv)
 {
 	memset(o, 0, sizeof *o);
-	o->limit = o->sample = o->prefix_token = -1;
+	o->limit = o->sample = o->prefix_token = o->max_length = -1;
 	o->timeout = 600;
 	o->code_timeout = 3;
 	o->sandbox = EVAL_SANDBOX_AUTO;
@@ -180,7 +180,12 @@ static int parse_args(options *o, int argc, char **argv)
 		case O_SEED: ok = parse_i64(optarg, 0, &o->seed); o->have_seed = true; break;
 		case O_FEWSHOT: o->fewshot = optarg; break;
 		case O_MAXGEN: o->max_gen = optarg; break;
-		case O_MAXLEN: ok = parse_i64(optarg, 3, &o->max_length); break;
+		case O_MAXLEN:
+			if (!strcmp(optarg, "server"))
+				o->max_length = -2;   /* the server's context length, from /v1/models */
+			else
+				ok = parse_i64(optarg, 3, &o->max_length);
+			break;
 		case O_CONC: ok = parse_i64(optarg, 1, &o->concurrency) && o->concurrency <= 4096; break;
 		case O_ADDSPECIAL: o->add_special = true; break;
 		case O_PREFIX: ok = parse_i64(optarg, 0, &o->prefix_token); break;
@@ -370,7 +375,12 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 	if (!p->regimes)
 		return -1;
 	/* the harness's API models (TemplateAPI) default to max_length 2048, whatever the server's context */
-	p->max_length = o->max_length > 0 ? o->max_length : EVAL_DEFAULT_MAX_LENGTH;
+	p->max_length = o->max_length > 0 ? o->max_length : o->max_length == -2 ? srv->max_model_len : EVAL_DEFAULT_MAX_LENGTH;
+	if (p->max_length < 3) {
+		snprintf(err, errlen, "%s does not say its context length (max_model_len in /v1/models): give --max-length N",
+		         srv->key);
+		return -1;
+	}
 	static bool said;
 	if (srv->max_model_len > 0 && srv->max_model_len < p->max_length && !said) {
 		said = true;
@@ -674,7 +684,10 @@ int main(int argc, char **argv)
 			json_object_set_new(config, "sample", json_pack("{s:I,s:I}", "n", (json_int_t)o.sample, "seed",
 			                                                (json_int_t)o.seed));
 		eval_report rep = {
-			.max_length = p.max_length, .max_length_given = o.max_length > 0,
+			.max_length = p.max_length,
+			.max_length_from = o.max_length > 0    ? "--max-length"
+			                   : o.max_length == -2 ? "the server's context, --max-length server"
+			                                        : "the harness's default for API models",
 			.srv = &srv, .regimes = (const char *const *)p.regimes, .n_regimes = p.n_regimes, .runs = p.runs,
 			.n_runs = p.n_runs, .results = (json_t *const *const *)results, .tokens_per_second = tps,
 			.config = config,

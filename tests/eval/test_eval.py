@@ -431,6 +431,11 @@ def main():
           and (("below max_length 2048 (the harness's default)" in r2.stderr) == (0 < ctx < 2048)),
           "without --max-length: the harness's 2048, said in the tables and, against a shorter context, on stderr",
           md[:400] + r2.stderr)
+    aah_eval("--server", srv.url, "--data", DATA, "--tasks", "mmlu", "--regimes", "full_attention", "--limit", "1",
+             "--max-length", "server", "--out", f"{TMP}/limit-server")
+    md = open(f"{TMP}/limit-server/tables.md").read()
+    check(f"max_length {ctx} (the server's context, --max-length server)" in md, "--max-length server: its context",
+          md[:300])
     # GSM8K's default 5-shot prompts with the whole train split (../shared/benchmarks holds it in its original order;
     # never copied here): random.Random(1234).sample over its 7473 rows, one stream consumed item by item, the
     # harness's own prompts item by item

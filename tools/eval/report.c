@@ -310,7 +310,7 @@ static char *markdown(const agg *a)
 {
 	strbuf b = {0};
 	sb_addf(&b, "Model %s, served by %s; max_length %lld (%s).\n\n", a->rep->srv->model, a->rep->srv->key,
-	        (long long)a->rep->max_length, a->rep->max_length_given ? "--max-length" : "the harness's default for API models");
+	        (long long)a->rep->max_length, a->rep->max_length_from ? a->rep->max_length_from : "");
 	if (has_scores(a->rep)) {
 		markdown_table9(&b, a);
 		sb_adds(&b, "\n");
@@ -505,8 +505,9 @@ static json_t *tables_json(const agg *a)
 			                                     num(rep->tokens_per_second[r])));
 		}
 	}
-	return json_pack("{s:s,s:s,s:I,s:b,s:{s:o,s:o},s:o,s:o}", "model", rep->srv->model, "server", rep->srv->key,
-	                 "max_length", (json_int_t)rep->max_length, "max_length_given", rep->max_length_given, "table9",
+	return json_pack("{s:s,s:s,s:I,s:s,s:{s:o,s:o},s:o,s:o}", "model", rep->srv->model, "server", rep->srv->key,
+	                 "max_length", (json_int_t)rep->max_length, "max_length_from",
+	                 rep->max_length_from ? rep->max_length_from : "", "table9",
 	                 "regimes", regimes, "rows", rows, "table10", t10, "perplexity", ppl);
 }
 

@@ -31,7 +31,7 @@ typedef struct eval_report {
 	const double *tokens_per_second;   /* (n_regimes), NAN when not measured */
 	json_t *config;                    /* settings for results.json (borrowed) */
 	int64_t max_length;                /* the harness's max_length the requests were cut to */
-	bool max_length_given;             /* --max-length, else the harness's default (2048) */
+	const char *max_length_from;       /* where it came from, for the tables: "--max-length", the default, … */
 } eval_report;
 
 /* The three tables in Markdown (what `aah-eval` prints and DIR/tables.md holds). The caller frees. */
