@@ -19,6 +19,11 @@ import sys
 import tempfile
 import urllib.request
 
+try:
+    import numpy  # noqa: F401  (lm_eval imports it: code_eval's forked child has it loaded before its guard)
+except ImportError:
+    pass
+
 # ---- the server ----
 
 

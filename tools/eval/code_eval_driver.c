@@ -9,7 +9,10 @@
  * program ended the process) is code_eval's empty result list, a failure. A result produced later than timeout + 1
  * seconds after the start is "timed out", as code_eval's join(timeout + 1) gives up then. The sandbox (sandbox.c)
  * (os.unlink is restored with the three code_eval restores, after the result, so that the directory's clean-up
- * can remove what the program left.) The sandbox runs this inside its confinement; the guard is code_eval's semantics, not the security boundary.
+ * can remove what the program left. numpy is imported before the guard for a program that names numpy, pandas or
+ * scipy: code_eval's child is a fork of the harness's process, which has it loaded, and an import of it after the
+ * guard fails; a program that names none of them cannot tell.) The sandbox runs this
+ * inside its confinement; the guard is code_eval's semantics, not the security boundary.
  * argv: PROGRAM_PATH (read, then removed) TIMEOUT_SECONDS RESULT_FD. */
 #include "tools/eval/sandbox.h"
 
@@ -23,6 +26,11 @@ const char eval_code_eval_driver[] =
 	"    started = clock()\n"
 	"    with open(path, encoding='utf-8') as f:\n"
 	"        program = f.read()\n"
+	"    if any(m in program for m in ('numpy', 'pandas', 'scipy')):\n"
+	"        try:\n"
+	"            import numpy  # the harness's process has it loaded before code_eval forks and guards\n"
+	"        except ImportError:\n"
+	"            pass\n"
 	"    os.remove(path)\n"
 	"\n"
 	"    class TimeoutException(Exception):\n"

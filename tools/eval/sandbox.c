@@ -441,6 +441,10 @@ static int run_bwrap(const eval_sandbox_limits *l, int32_t slot, const char *pro
 	add_root_entry(argv, &n, "/lib64", t_lib64, sizeof t_lib64);
 	add_root_entry(argv, &n, "/bin", t_bin, sizeof t_bin);
 	add_root_entry(argv, &n, "/sbin", t_sbin, sizeof t_sbin);
+	/* Debian's alternatives: links under /usr point into it (libblas.so.3, which numpy loads, is one) */
+	argv[n++] = "--ro-bind-try";
+	argv[n++] = "/etc/alternatives";
+	argv[n++] = "/etc/alternatives";
 	if (l->mode != EVAL_SANDBOX_BWRAP_NO_PROC) {
 		argv[n++] = "--proc";
 		argv[n++] = "/proc";
