@@ -48,8 +48,9 @@
 void eval_sandbox_set_timeout(eval_sandbox_limits *l, double timeout_seconds)
 {
 	l->timeout_seconds = timeout_seconds;
-	/* code_eval gives up at timeout + 1; the sandbox's and Python's start-up come on top */
-	l->wall_seconds = timeout_seconds + 1 + 4;
+	/* code_eval gives up at timeout + 1; the sandbox's and Python's start-up (numpy's import for a program that
+	 * uses it) come on top, generously: only a program that silences the alarm or blocks in C code waits for it */
+	l->wall_seconds = timeout_seconds + 1 + 10;
 	l->cpu_seconds = (int32_t)ceil(l->wall_seconds) + 1;
 }
 
