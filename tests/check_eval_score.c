@@ -238,6 +238,11 @@ START_TEST(test_generation_scoring)
 	char *ws = eval_filter_apply(&tqa->filters[0], "  the bard");
 	ck_assert(eval_exact_match(&tqa->match, ws, aliases) == 1.0);
 	free(ws);
+	/* remove_whitespace is resp.strip() (extraction.py), not lstrip: trailing whitespace goes too */
+	ws = eval_filter_apply(&tqa->filters[0], " \tthe bard \n");
+	ck_assert_str_eq(ws, "the bard");
+	ck_assert(eval_exact_match(&tqa->match, ws, aliases) == 1.0);
+	free(ws);
 	ck_assert(eval_exact_match(&tqa->match, "Shakespeare", aliases) == 0.0);
 	ck_assert(eval_exact_match(&tqa->match, "william shakespeare!", aliases) == 1.0);
 	json_decref(aliases);
@@ -280,6 +285,17 @@ START_TEST(test_rolling_windows)
 }
 END_TEST
 
+/* TemplateAPI's generation prompt, x[-n:] with n = (max_length - 1) - max_gen_toks, Python's slice for every sign */
+START_TEST(test_gen_prompt_start)
+{
+	ck_assert_int_eq(eval_gen_prompt_start(10, 2048, 256), 0);        /* fits: whole */
+	ck_assert_int_eq(eval_gen_prompt_start(3000, 2048, 256), 1209);   /* the last 1791 */
+	ck_assert_int_eq(eval_gen_prompt_start(10, 257, 256), 0);         /* n = 0: x[-0:] is all of x */
+	ck_assert_int_eq(eval_gen_prompt_start(10, 256, 256), 1);         /* n = -1: x[1:] */
+	ck_assert_int_eq(eval_gen_prompt_start(10, 100, 256), 10);        /* n = -157: x[157:], empty */
+}
+END_TEST
+
 START_TEST(test_stats)
 {
 	double x[] = {1, 0, 1, 1};
@@ -307,6 +323,7 @@ static Suite *score_suite(void)
 	tcase_add_test(tc, test_mc);
 	tcase_add_test(tc, test_generation_scoring);
 	tcase_add_test(tc, test_rolling_windows);
+	tcase_add_test(tc, test_gen_prompt_start);
 	tcase_add_test(tc, test_stats);
 	suite_add_tcase(s, tc);
 	return s;

@@ -4,12 +4,14 @@
  * selection by each sampler (CPython's random.Random(1234).sample orders), GPQA's seeded shuffle, and every kind
  * of bad file refused with its line and field. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tools/eval/dataset.h"
+#include "tools/eval/groups.h"
 #include "tools/eval/prompt.h"
 #include "tests/test_env.h"
 #include "tools/eval/tasks.h"
@@ -127,6 +129,63 @@ START_TEST(test_hellaswag)
 }
 END_TEST
 
+/* MMLU and MMLU-Pro as the harness's groups: subtasks by subject / category, the group's stderr pooled over them
+ * (pooled_sample_stderr), "N/A" where a subtask has one item; one-task tasks are not groups */
+START_TEST(test_groups)
+{
+	eval_task_run run;
+	prepare(&run, "mmlu", -1);
+	eval_subtasks st;
+	ck_assert_int_eq(eval_subtasks_of(&run, &st), 0);
+	ck_assert_int_eq(st.n, 2);
+	ck_assert_str_eq(st.name[0], "mmlu_astronomy");
+	ck_assert_str_eq(st.name[1], "mmlu_high_school_chemistry");
+	ck_assert_str_eq(st.group[0], "mmlu_stem");
+	ck_assert_str_eq(st.group[1], "mmlu_stem");
+	ck_assert(st.size[0] == 3 && st.size[1] == 3 && st.in_file[0] == 3);
+	/* astronomy (items 0, 3, 5) [1, 0, 0], chemistry (1, 2, 4) [1, 0, 1]: each sample variance 1/3, stderr 1/3;
+	 * pooled variance (2 * 1/9 * 3 + 2 * 1/9 * 3) / (6 - 2) = 1/3, stderr sqrt(1/3 / 6) — not the flat
+	 * sqrt(0.3 / 6) of the six items as one task */
+	double x[6] = {1, 1, 0, 0, 1, 0}, mean, se;
+	int64_t size;
+	eval_group_stat(&st, x, 6, NULL, -1, &mean, &se, &size);
+	ck_assert(fabs(mean - 0.5) < 1e-15 && size == 6);
+	ck_assert_msg(fabs(se - sqrt(1.0 / 18)) < 1e-15, "%.17g", se);
+	eval_group_stat(&st, x, 6, "mmlu_stem", -1, &mean, &se, &size);
+	ck_assert(fabs(se - sqrt(1.0 / 18)) < 1e-15 && size == 6);
+	eval_group_stat(&st, x, 6, "mmlu_humanities", -1, &mean, &se, &size);
+	ck_assert(size == 0 && isnan(mean));
+	eval_group_stat(&st, x, 6, NULL, 0, &mean, &se, &size);
+	ck_assert(fabs(mean - 1.0 / 3) < 1e-15 && fabs(se - 1.0 / 3) < 1e-15 && size == 3);
+	eval_subtasks_free(&st);
+	eval_task_run_free(&run);
+	/* the first three items: astronomy has one, so its stderr and the group's are N/A */
+	eval_prepare_opts o = {-1, {3, -1, 0}, -1, "test"};
+	char err[1024];
+	ck_assert_int_eq(eval_task_prepare(&run, eval_task_find("mmlu"), dir, &o, err, sizeof err), 0);
+	ck_assert_int_eq(eval_subtasks_of(&run, &st), 0);
+	eval_group_stat(&st, x, 3, NULL, -1, &mean, &se, &size);
+	ck_assert(isnan(se) && size == 3);
+	eval_subtasks_free(&st);
+	eval_task_run_free(&run);
+	double ses[2] = {1.0 / 3, 1.0 / 3};
+	int64_t ns[2] = {3, 3};
+	ck_assert(fabs(eval_pooled_stderr(ses, ns, 2) - sqrt(1.0 / 18)) < 1e-15);
+	ses[1] = NAN;
+	ck_assert(isnan(eval_pooled_stderr(ses, ns, 2)));
+
+	prepare(&run, "mmlu_pro", -1);
+	ck_assert_int_eq(eval_subtasks_of(&run, &st), 0);
+	ck_assert(st.n == 2 && !strcmp(st.name[0], "mmlu_pro_computer_science") && !strcmp(st.name[1], "mmlu_pro_math"));
+	ck_assert_ptr_null(st.group[0]);
+	eval_subtasks_free(&st);
+	eval_task_run_free(&run);
+	prepare(&run, "arc_challenge", -1);
+	ck_assert_int_eq(eval_subtasks_of(&run, &st), 1);
+	eval_task_run_free(&run);
+}
+END_TEST
+
 START_TEST(test_gpqa)
 {
 	/* zeroshot: random.seed(0), one shuffle per item in file order: [2,0,1,3], [0,1,3,2], [0,2,1,3], [1,0,3,2] */
@@ -145,6 +204,8 @@ START_TEST(test_gpqa)
 	prepare(&run, "gpqa_diamond", 2);   /* n_shot: its description and template */
 	ck_assert(!strncmp(run.items[0].context, "Here are some example questions from experts.", 45));
 	ck_assert(strstr(run.items[0].context, "\nAnswer: (") != NULL);
+	/* n_shot/utils.py preprocesses as zeroshot does: " [title]" → ". ", double spaces → one */
+	ck_assert_msg(strstr(run.items[1].context, "Mass. density") != NULL, "%s", run.items[1].context);
 	eval_task_run_free(&run);
 }
 END_TEST
@@ -349,6 +410,7 @@ static Suite *tasks_suite(void)
 	tcase_add_test(tc, test_mmlu);
 	tcase_add_test(tc, test_random_fewshot);
 	tcase_add_test(tc, test_hellaswag);
+	tcase_add_test(tc, test_groups);
 	tcase_add_test(tc, test_gpqa);
 	tcase_add_test(tc, test_other_layouts);
 	tcase_add_test(tc, test_subsets_and_hashes);

@@ -25,6 +25,8 @@
 #include "tools/eval/tasks.h"
 #include "tools/eval/util.h"
 
+#define EVAL_DEFAULT_MAX_LENGTH 2048   /* lm_eval TemplateAPI's max_length */
+
 static atomic_int stop_flag;   /* 1: a signal asked to stop; 2: the runner hit an error */
 
 static void on_signal(int sig)
@@ -52,14 +54,17 @@ static void usage(FILE *f)
 	      "  --sample N --seed S  N items of each task drawn with seed S (the same on any machine)\n"
 	      "  --num-fewshot K      shots for every task, or per task: mmlu=5,gsm8k=8 (default: the harness's)\n"
 	      "  --max-gen-toks N     generation cap for every generation task, or per task (default: the harness's)\n"
-	      "  --max-length N       the harness's max_length (default: the server's context length)\n"
+	      "  --max-length N       the harness's max_length (default 2048, the harness's for API models; prompts are\n"
+	      "                       left-truncated to it as TemplateAPI truncates them); server: the server's context\n"
 	      "  --concurrency C      requests in flight (default: the server's max_batch, else 8)\n"
 	      "  --add-special        tokenize with the tokenizer's special tokens (the harness's add_bos_token)\n"
 	      "  --prefix-token ID    the token before a document's first window (default: BOS, else EOS)\n"
 	      "  --cache FILE         the result cache (default OUT/cache.jsonl)\n"
 	      "  --timeout S          seconds one request may take (default 600)\n"
 	      "  --api-key KEY        Authorization: Bearer KEY (default: $AAHD_API_KEY, else $OPENAI_API_KEY)\n"
-	      "  --code-timeout S     CPU seconds a HumanEval/MBPP program may use (default 3, code_eval's)\n"
+	      "  --code-timeout S     code_eval's timeout: wall-clock seconds a HumanEval/MBPP program may run (default 3)\n"
+	      "  --sandbox MODE       where those programs run: auto (default: the strongest that works here, named on\n"
+	      "                       stderr), bwrap, bwrap-noproc, process, or none (unconfined, code_eval's guard only)\n"
 	      "  --quiet              no tables on stdout\n"
 	      "  --help               this text\n"
 	      "Exit status: 0 done, 1 an error (what was done stays in the cache), 2 bad usage, 130 interrupted.\n",
@@ -115,6 +120,7 @@ typedef struct options {
 	char **servers;
 	int32_t n_servers;
 	const char *data, *tasks, *regimes, *out, *cache, *api_key, *fewshot, *max_gen;
+	eval_sandbox_mode sandbox;
 	int64_t limit, sample, seed, max_length, concurrency, prefix_token;
 	bool have_seed, add_special, quiet;
 	double timeout, code_timeout;
@@ -123,12 +129,13 @@ typedef struct options {
 static int parse_args(options *o, int argc, char **argv)
 {
 	memset(o, 0, sizeof *o);
-	o->limit = o->sample = o->prefix_token = -1;
+	o->limit = o->sample = o->prefix_token = o->max_length = -1;
 	o->timeout = 600;
 	o->code_timeout = 3;
+	o->sandbox = EVAL_SANDBOX_AUTO;
 	o->servers = xcalloc((size_t)argc + 1, sizeof *o->servers);
 	enum { O_SERVER = 1, O_DATA, O_TASKS, O_REGIMES, O_OUT, O_LIMIT, O_SAMPLE, O_SEED, O_FEWSHOT, O_MAXGEN, O_MAXLEN,
-	       O_CONC, O_ADDSPECIAL, O_PREFIX, O_CACHE, O_TIMEOUT, O_KEY, O_CODET, O_QUIET, O_HELP };
+	       O_CONC, O_ADDSPECIAL, O_PREFIX, O_CACHE, O_TIMEOUT, O_KEY, O_CODET, O_SANDBOX, O_QUIET, O_HELP };
 	static const struct option longopts[] = {
 		{"server", required_argument, NULL, O_SERVER}, {"data", required_argument, NULL, O_DATA},
 		{"tasks", required_argument, NULL, O_TASKS}, {"regimes", required_argument, NULL, O_REGIMES},
@@ -139,6 +146,7 @@ static int parse_args(options *o, int argc, char **argv)
 		{"add-special", no_argument, NULL, O_ADDSPECIAL}, {"prefix-token", required_argument, NULL, O_PREFIX},
 		{"cache", required_argument, NULL, O_CACHE}, {"timeout", required_argument, NULL, O_TIMEOUT},
 		{"api-key", required_argument, NULL, O_KEY}, {"code-timeout", required_argument, NULL, O_CODET},
+		{"sandbox", required_argument, NULL, O_SANDBOX},
 		{"quiet", no_argument, NULL, O_QUIET}, {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -156,14 +164,20 @@ static int parse_args(options *o, int argc, char **argv)
 		case O_SEED: ok = aah_parse_i64(optarg, 0, INT64_MAX, &o->seed); o->have_seed = true; break;
 		case O_FEWSHOT: o->fewshot = optarg; break;
 		case O_MAXGEN: o->max_gen = optarg; break;
-		case O_MAXLEN: ok = aah_parse_i64(optarg, 3, INT64_MAX, &o->max_length); break;
+		case O_MAXLEN:
+			if (!strcmp(optarg, "server"))
+				o->max_length = -2;   /* the server's context length, from /v1/models */
+			else
+				ok = aah_parse_i64(optarg, 3, INT64_MAX, &o->max_length);
+			break;
 		case O_CONC: ok = aah_parse_i64(optarg, 1, INT64_MAX, &o->concurrency) && o->concurrency <= 4096; break;
 		case O_ADDSPECIAL: o->add_special = true; break;
 		case O_PREFIX: ok = aah_parse_i64(optarg, 0, INT64_MAX, &o->prefix_token); break;
 		case O_CACHE: o->cache = optarg; break;
 		case O_TIMEOUT: ok = aah_parse_f64(optarg, &o->timeout) && o->timeout > 0; break;
 		case O_KEY: o->api_key = optarg; break;
-		case O_CODET: ok = aah_parse_f64(optarg, &o->code_timeout) && o->code_timeout >= 1; break;
+		case O_CODET: ok = aah_parse_f64(optarg, &o->code_timeout) && o->code_timeout > 0 && o->code_timeout <= 3600; break;
+		case O_SANDBOX: ok = eval_sandbox_mode_parse(optarg, &o->sandbox) == 0; break;
 		case O_QUIET: o->quiet = true; break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
@@ -344,11 +358,20 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 	p->regimes = resolve_regimes(o, srv, &p->n_regimes, err, errlen);
 	if (!p->regimes)
 		return -1;
-	p->max_length = o->max_length > 0 ? o->max_length : srv->max_model_len;
+	/* the harness's API models (TemplateAPI) default to max_length 2048, whatever the server's context */
+	p->max_length = o->max_length > 0 ? o->max_length : o->max_length == -2 ? srv->max_model_len : EVAL_DEFAULT_MAX_LENGTH;
 	if (p->max_length < 3) {
 		snprintf(err, errlen, "%s does not say its context length (max_model_len in /v1/models): give --max-length N",
 		         srv->key);
 		return -1;
+	}
+	static bool said;
+	if (srv->max_model_len > 0 && srv->max_model_len < p->max_length && !said) {
+		said = true;
+		fprintf(stderr, "aah-eval: %s serves a context of %lld tokens, below max_length %lld%s: a longer request is "
+		        "refused by the server, as it would be for the harness (--max-length %lld truncates to fit)\n", srv->key,
+		        (long long)srv->max_model_len, (long long)p->max_length,
+		        o->max_length > 0 ? "" : " (the harness's default)", (long long)srv->max_model_len);
 	}
 	p->runs = xcalloc((size_t)n_tasks, sizeof *p->runs);
 	p->tokens = xcalloc((size_t)n_tasks, sizeof *p->tokens);
@@ -356,7 +379,7 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 		const eval_task *task = tasks[t];
 		char sandbox[128] = "";
 		if (task->program)
-			snprintf(sandbox, sizeof sandbox, ";code_cpu_seconds=%g", o->code_timeout);
+			snprintf(sandbox, sizeof sandbox, ";code_eval_timeout=%g", o->code_timeout);   /* run as code_eval runs */
 		char *settings = xasprintf("max_length=%lld;add_special=%d;prefix=%d;eos=%s%s", (long long)p->max_length,
 		                           o->add_special, srv->prefix_token, srv->eos_text ? srv->eos_text : "", sandbox);
 		eval_prepare_opts po = {
@@ -370,10 +393,17 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 		if (rc != 0)
 			return -1;
 		p->n_runs++;
-		if (task->output == EVAL_GENERATE_UNTIL && p->runs[t].max_gen_toks >= p->max_length - 1) {
-			snprintf(err, errlen, "%s: max_gen_toks %d leaves no room for a prompt in max_length %lld (--max-gen-toks "
-			         "%s=N)", task->name, p->runs[t].max_gen_toks, (long long)p->max_length, task->name);
-			return -1;
+		static bool warned[64];   /* once per task: make_plan runs twice when the server is asked again */
+		bool *w = &warned[(task - eval_tasks) & 63];
+		if (task->output == EVAL_GENERATE_UNTIL && p->runs[t].max_gen_toks >= p->max_length - 1 && !*w) {
+			*w = true;
+			/* the harness slices x[-n:] with n <= 0 here: the whole prompt (n = 0), or all but its first -n tokens */
+			int64_t n = p->max_length - 1 - p->runs[t].max_gen_toks;
+			fprintf(stderr, "aah-eval: %s: max_gen_toks %d leaves max_length %lld - 1 - %d = %lld tokens for the prompt; "
+			        "as the harness does (x[-n:] with n = %lld), %s (--max-length or --max-gen-toks %s=N to change "
+			        "it)\n", task->name, p->runs[t].max_gen_toks, (long long)p->max_length, p->runs[t].max_gen_toks,
+			        (long long)n, (long long)n, n == 0 ? "each prompt goes whole" : "each prompt loses its first -n tokens",
+			        task->name);
 		}
 		p->tokens[t] = xcalloc((size_t)(p->runs[t].n_items ? p->runs[t].n_items : 1), sizeof **p->tokens);
 		p->n_units += p->runs[t].n_items;
@@ -531,13 +561,17 @@ int main(int argc, char **argv)
 		.tty = isatty(2),
 	};
 	eval_sandbox_default_limits(&ro.sandbox);
-	ro.sandbox.cpu_seconds = (int32_t)o.code_timeout;
-	ro.sandbox.wall_seconds = o.code_timeout * 3 + 10;
-	if (p.missing > 0 && needs_sandbox(&p, cache) && eval_sandbox_check(&ro.sandbox, err, sizeof err) != 0) {
-		fprintf(stderr, "aah-eval: the code tasks (humaneval, mbpp) run their tests in a sandbox, which does not work "
-		        "here: %s\n", err);
-		exit_code = 1;
-		goto done;
+	eval_sandbox_set_timeout(&ro.sandbox, o.code_timeout);
+	ro.sandbox.mode = o.sandbox;
+	char sandbox_note[2048] = "";
+	if (p.missing > 0 && needs_sandbox(&p, cache)) {
+		/* once, before any item: the strongest sandbox this place allows, and why a stronger one is not */
+		if (eval_sandbox_detect(&ro.sandbox, sandbox_note, sizeof sandbox_note, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-eval: the code tasks (humaneval, mbpp) run their tests in a sandbox: %s\n", err);
+			exit_code = 1;
+			goto done;
+		}
+		fprintf(stderr, "aah-eval: %s\n", sandbox_note);
 	}
 	int64_t total = p.n_units * p.n_regimes;
 	if (p.missing > 0)
@@ -610,12 +644,34 @@ int main(int argc, char **argv)
 		                           tasks_j, "num_fewshot", fewshot, "max_length", (json_int_t)p.max_length,
 		                           "add_special", o.add_special, "max_gen_toks", maxgen, "data",
 		                           json_string(o.data));
+		/* which sandbox ran the code tasks' programs: the modes their results record (a resumed run may hold
+		 * several), and this run's detection */
+		json_t *modes = json_array();
+		for (int32_t r = 0; r < p.n_regimes; r++)
+			for (int32_t t = 0; t < p.n_runs; t++)
+				for (int64_t i = 0; p.runs[t].task->program && i < p.runs[t].n_items; i++) {
+					json_t *m = json_object_get(json_object_get(results[r * p.n_runs + t][i], "sandbox"), "mode");
+					bool seen = false;
+					for (size_t k = 0; m && k < json_array_size(modes); k++)
+						seen |= json_equal(json_array_get(modes, k), m);
+					if (json_is_string(m) && !seen)
+						json_array_append(modes, m);
+				}
+		if (json_array_size(modes) || sandbox_note[0])
+			json_object_set_new(config, "sandbox", json_pack("{s:o,s:s,s:f}", "modes", modes, "note", sandbox_note,
+			                                                 "code_eval_timeout", o.code_timeout));
+		else
+			json_decref(modes);
 		if (o.limit >= 0)
 			json_object_set_new(config, "limit", json_integer(o.limit));
 		if (o.sample >= 0)
 			json_object_set_new(config, "sample", json_pack("{s:I,s:I}", "n", (json_int_t)o.sample, "seed",
 			                                                (json_int_t)o.seed));
 		eval_report rep = {
+			.max_length = p.max_length,
+			.max_length_from = o.max_length > 0    ? "--max-length"
+			                   : o.max_length == -2 ? "the server's context, --max-length server"
+			                                        : "the harness's default for API models",
 			.srv = &srv, .regimes = (const char *const *)p.regimes, .n_regimes = p.n_regimes, .runs = p.runs,
 			.n_runs = p.n_runs, .results = (json_t *const *const *)results, .tokens_per_second = tps,
 			.config = config,

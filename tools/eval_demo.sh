@@ -5,7 +5,8 @@
 # With it, the perplexity of a held-out text (PPL_TEXT, default runs/text/test.txt, the trained runs' test split;
 # PPL_TEXT= for none): DATA's task files and that text are linked into OUT/data, which aah-eval reads.
 # Usage: eval_demo.sh BUILD CACHE DATA. Settings: LIMIT (items per task, default 20), MAX_GEN (generation cap,
-# default 32), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd, default all
+# default 32), MAX_LENGTH (default server: the served model's context; the harness's own default, 2048, is longer
+# than the demo model's), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd, default all
 # cores), SERVER=URL to evaluate a server that is already running instead.
 set -eu
 BUILD=${1:-build}
@@ -14,6 +15,7 @@ DATA=${3:-../shared/benchmarks}
 MODEL=${MODEL:-$CACHE/demo-run}
 LIMIT=${LIMIT:-20}
 MAX_GEN=${MAX_GEN:-32}
+MAX_LENGTH=${MAX_LENGTH:-server}   # the small demo model's context, not the harness's 2048 it could not take
 OUT=${OUT:-$BUILD/eval-demo}
 if [ ! -d "$DATA" ]; then
 	echo "eval-demo: no benchmark data in $DATA (make eval-demo DATA=DIR)" >&2
@@ -49,4 +51,5 @@ fi
 echo "eval-demo: $MODEL on $SERVER; $DATA${PPL_TEXT:+ and $PPL_TEXT}, $LIMIT items per task, generations up to" \
 	"$MAX_GEN tokens; outputs in $OUT" >&2
 "$BUILD/aah-eval" --server "$SERVER" --data "$OUT/data" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
+	--max-length "$MAX_LENGTH" \
 	${CONCURRENCY:+--concurrency "$CONCURRENCY"} --out "$OUT"

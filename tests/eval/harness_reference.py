@@ -3,14 +3,26 @@ a server with /tokenize) prompts and scores the ten tasks of aah-eval, written f
 as ../shared/benchmarks/README.md quotes them, in Python itself: Python's str, re and random are the harness's, so
 the prompts, few-shot draws, filters and matches here are the harness's by construction. The test (test_eval.py)
 asks the same server the same questions and compares every item and every table figure with aah-eval's outputs."""
+import contextlib
+import faulthandler
+import io
 import json
 import math
+import multiprocessing
+import os
 import random
 import re
+import signal
 import string
 import subprocess
+import sys
 import tempfile
 import urllib.request
+
+try:
+    import numpy  # noqa: F401  (lm_eval imports it: code_eval's forked child has it loaded before its guard)
+except ImportError:
+    pass
 
 # ---- the server ----
 
@@ -58,14 +70,8 @@ def gpqa_pre_zero(text):
     return text
 
 
-def gpqa_pre_n(text):
-    if text is None:
-        return " "
-    return text.strip()
-
-
 def gpqa_process(doc, rng, k):
-    pre = gpqa_pre_zero if k == 0 else gpqa_pre_n
+    pre = gpqa_pre_zero   # n_shot/utils.py's preprocess is the zeroshot one ([title] and double spaces too)
     choices = [pre(doc["Incorrect Answer 1"]), pre(doc["Incorrect Answer 2"]), pre(doc["Incorrect Answer 3"]),
                pre(doc["Correct Answer"])]
     rng.shuffle(choices)
@@ -309,22 +315,106 @@ def exact_match(pred, ref, rules):
     return pred == ref
 
 
+class _Timeout(Exception):
+    pass
+
+
+class _WriteOnlyStringIO(io.StringIO):
+    def read(self, *args, **kwargs):
+        raise OSError
+
+    def readline(self, *args, **kwargs):
+        raise OSError
+
+    def readlines(self, *args, **kwargs):
+        raise OSError
+
+    def readable(self, *args, **kwargs):
+        return False
+
+
+class _redirect_stdin(contextlib._RedirectStream):
+    _stream = "stdin"
+
+
+def _guard():
+    """execute.py's reliability_guard(maximum_memory_bytes=None), in the child only."""
+    import builtins
+    import shutil
+    faulthandler.disable()
+    builtins.exit = None
+    builtins.quit = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+                 "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+                 "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"):
+        setattr(os, name, None)
+    shutil.rmtree = None
+    shutil.move = None
+    shutil.chown = None
+    subprocess.Popen = None
+    builtins.help = None
+    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
+        sys.modules[name] = None
+
+
+def _unsafe_execute(program, result, timeout):
+    """execute.py's unsafe_execute: a fresh temporary directory, the guard, exec in fresh globals with stdio swallowed
+    and an ITIMER_REAL limit; the result string appended to the shared list."""
+    import shutil
+    with tempfile.TemporaryDirectory() as d:
+        cwd = os.getcwd()
+        os.chdir(d)
+        # what the directory's clean-up needs (execute.py restores the first three; os.unlink too here, so that the
+        # files a program leaves go with the directory: after the result, so it changes no result)
+        rmtree, rmdir, chdir, unlink = shutil.rmtree, os.rmdir, os.chdir, os.unlink
+        _guard()
+        try:
+            stream = _WriteOnlyStringIO()
+            with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), _redirect_stdin(stream):
+                def on_alarm(signum, frame):
+                    raise _Timeout("Timed out!")
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+                signal.signal(signal.SIGALRM, on_alarm)
+                try:
+                    exec(program, {})
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            result.append("passed")
+        except _Timeout:
+            result.append("timed out")
+        except BaseException as e:
+            result.append(f"failed: {e}")
+        shutil.rmtree, os.rmdir, os.chdir, os.unlink = rmtree, rmdir, chdir, unlink
+        os.chdir(cwd)
+
+
+def code_eval_check(program, timeout=3.0):
+    """HF evaluate code_eval's check_correctness (metrics/code_eval/execute.py), which the harness's humaneval and mbpp
+    metrics call: the program runs in a forked process, joined for timeout + 1 s and killed after; an empty result is
+    "timed out". Returns (passed, result)."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager:
+        result = manager.list()
+        p = ctx.Process(target=_unsafe_execute, args=(program, result, timeout))
+        p.start()
+        p.join(timeout=timeout + 1)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        res = result[0] if len(result) else "timed out"
+    return res == "passed", res
+
+
 def run_program(program):
-    """pass@1 of one program: 0 when Python cannot compile it (without running anything), else its exit status in a
-    throw-away directory (the completions of the random test model essentially never compile; the passing test item
-    holds the completion inside a string literal)."""
-    if "\0" in program:
-        return 0.0
+    """pass@1 of one program as code_eval scores it. A program Python cannot compile fails there without running
+    anything, so it is not run here either (the completions of the random test model essentially never compile; the
+    passing test item holds the completion inside a string literal)."""
     try:
         compile(program, "program", "exec")
     except (SyntaxError, ValueError):
         return 0.0
-    with tempfile.TemporaryDirectory() as d:
-        try:
-            r = subprocess.run(["/usr/bin/python3", "-I", "-c", program], cwd=d, capture_output=True, timeout=20)
-        except subprocess.TimeoutExpired:
-            return 0.0
-    return 1.0 if r.returncode == 0 else 0.0
+    return 1.0 if code_eval_check(program)[0] else 0.0
 
 
 def rolling_windows(token_list, prefix_token, max_seq_len, context_len=1):
@@ -379,7 +469,7 @@ def score_item(api, name, it, regime, L, max_gen, info):
         metrics, filtered = {}, {}
         for fname, pattern, group in t["filters"]:
             if fname == "remove_whitespace":
-                f = text.lstrip()
+                f = text.strip()   # extraction.py WhitespaceFilter: resp.strip()
             elif pattern:
                 f = regex_filter(pattern, text, group)
             else:
@@ -414,21 +504,50 @@ def stderr(xs):
     return math.sqrt(sum((x - mu) ** 2 for x in xs) / (n - 1)) / math.sqrt(n)
 
 
-def tables(results, regimes, task_names):
+# the group tasks: the subtask of an item (lm_eval/tasks/mmlu/default/mmlu_<subject>.yaml, mmlu_pro_<category>)
+SUBTASK = {"mmlu": lambda d: "mmlu_" + d["subject"], "mmlu_pro": lambda d: "mmlu_pro_" + d["category"].replace(" ", "_")}
+
+
+def pooled_sample_stderr(stderrs, sizes):
+    """lm_eval/api/metrics.py: the pooled variance of the subtasks over the group's size."""
+    pooled_var = sum((n - 1) * se ** 2 * n for n, se in zip(sizes, stderrs)) / (sum(sizes) - len(sizes))
+    return math.sqrt(pooled_var / sum(sizes))
+
+
+def group_stderr(xs, subtasks):
+    """consolidate_group_results for a group of leaf subtasks: "N/A" (None) when any subtask's stderr is (one item),
+    else pooled_sample_stderr over them."""
+    by = {}
+    for x, st in zip(xs, subtasks):
+        by.setdefault(st, []).append(x)
+    ses = [stderr(v) for _, v in sorted(by.items())]
+    if any(se is None for se in ses):
+        return None
+    sizes = [len(v) for _, v in sorted(by.items())]
+    if sum(sizes) - len(sizes) <= 0:
+        return None
+    return pooled_sample_stderr(ses, sizes)
+
+
+def tables(results, regimes, task_names, items=None):
     """Table 9, table 10 and perplexity figures from results[regime][task] = [item result], each item result with
-    its metrics and the token-weighted sums of its responses' aah objects (aah: [{tokens, acr, work, kv}])."""
+    its metrics and the token-weighted sums of its responses' aah objects (aah: [{tokens, acr, work, kv}]); items
+    (prepare's, per task) name the subtasks of a group task, whose stderr is then the harness's pooled one."""
     t9, t10, ppl = {}, {}, {}
     for name in task_names:
         for r in regimes:
-            items = results[r][name]
             if TASKS[name]["kind"] == "rolling":
-                ll = sum(i["metrics"]["loglikelihood"] for i in items)
-                tok = sum(i["metrics"]["tokens"] for i in items)
-                byt = sum(i["metrics"]["bytes"] for i in items)
+                rows = results[r][name]
+                ll = sum(i["metrics"]["loglikelihood"] for i in rows)
+                tok = sum(i["metrics"]["tokens"] for i in rows)
+                byt = sum(i["metrics"]["bytes"] for i in rows)
                 ppl[(name, r)] = dict(loss=-ll / tok, bits_per_byte=-ll / byt / math.log(2))
                 continue
-            xs = [i["metrics"][PRIMARY[name]] for i in items]
-            se = stderr(xs)
+            xs = [i["metrics"][PRIMARY[name]] for i in results[r][name]]
+            if name in SUBTASK and items is not None:
+                se = group_stderr(xs, [SUBTASK[name](it["doc"]) for it in items[name]])
+            else:
+                se = stderr(xs)
             t9[(name, r)] = (100 * sum(xs) / len(xs), None if se is None else 100 * se)
     for r in regimes:
         tok = sum(a["tokens"] for n in task_names for i in results[r][n] for a in i["aah"])

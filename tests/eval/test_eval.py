@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socketserver
 import subprocess
@@ -187,9 +188,9 @@ def same_tables(a, b, what):
     check(not bad, what + " (table 10)", "\n".join(bad))
 
 
-def reference(api, info, regimes, tasks, **sel):
+def reference(api, info, regimes, tasks, length=L, max_gen=MAX_GEN, **sel):
     items = {t: ref.prepare(DATA, t, **sel) for t in tasks}
-    results = {r: {t: [ref.score_item(api, t, it, r, L, MAX_GEN, info) for it in items[t]] for t in tasks}
+    results = {r: {t: [ref.score_item(api, t, it, r, length, max_gen, info) for it in items[t]] for t in tasks}
                for r in regimes}
     return items, results
 
@@ -245,7 +246,7 @@ def compare(out, items, results, regimes, tasks):
                                           work=g["aah"]["tokens"] * g["aah"]["attention_work_ratio"],
                                           kv=g["aah"]["tokens"] * g["aah"]["kv_memory_ratio"])])
                         for g, w in zip(samples(out, r, t), results[r][t])] for t in tasks} for r in regimes}
-    t9, t10, ppl = ref.tables(recorded, regimes, tasks)
+    t9, t10, ppl = ref.tables(recorded, regimes, tasks, items)
     with open(f"{out}/tables.json") as f:
         tj = json.load(f)
     bad = []
@@ -277,7 +278,58 @@ def compare(out, items, results, regimes, tasks):
     check(not bad, "table 9: the best of each row (and ties) marked", str(bad))
 
 
+def code_eval_fixtures():
+    """The reference runs programs as HF evaluate's code_eval (execute.py) does: every fixture's passed and result,
+    the same fixtures check_eval_sandbox holds aah-eval's sandbox to."""
+    bad = []
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_eval_fixtures.jsonl")) as f:
+        for line in f:
+            fx = json.loads(line)
+            passed, result = ref.code_eval_check(fx["program"], fx["timeout"])
+            if passed != fx["passed"] or result != fx["result"]:
+                bad.append(f"{fx['name']}: {passed} {result!r} != {fx['passed']} {fx['result']!r}")
+    check(not bad, "the reference scores code as code_eval does (exit(), __main__, SystemExit, subprocess, time, memory)",
+          "\n".join(bad))
+
+
+MODES = ["bwrap", "bwrap-noproc", "process", "none"]   # strongest first
+
+
+def sandbox_modes(srv, api, info, detected):
+    """The code tasks in each sandbox mode, and in a place where bubblewrap cannot mount a fresh /proc (a mount
+    namespace whose /proc has a masked entry, as a Docker container's has; entered with unshare as root): the same
+    scores as the reference, the mode named on stderr and in results.json."""
+    items, results = reference(api, info, ["full_attention"], ["humaneval", "mbpp"])
+    args = ["--server", srv.url, "--data", DATA, "--tasks", "humaneval,mbpp", "--regimes", "full_attention",
+            "--max-length", str(L), "--max-gen-toks", str(MAX_GEN)]
+    for mode in MODES[MODES.index(detected):]:
+        line = f"sandbox: {mode} (--sandbox {mode})" if mode != "none" else \
+            "sandbox: none (--sandbox none): the code tasks' programs run unconfined"
+        out = f"{TMP}/sandbox-{mode}"
+        r = aah_eval(*args, "--sandbox", mode, "--out", out)
+        check(line in r.stderr, f"--sandbox {mode}: named on stderr", r.stderr)
+        compare(out, items, results, ["full_attention"], ["humaneval", "mbpp"])
+        with open(f"{out}/results.json") as f:
+            sb = json.load(f)["config"]["sandbox"]
+        check(sb["modes"] == [mode] and sb["note"] in r.stderr, f"--sandbox {mode}: results.json says so", json.dumps(sb))
+    r = aah_eval(*args, "--sandbox", "docker", "--out", f"{TMP}/sandbox-bad", expect=2)
+    check("bad value for --sandbox" in r.stderr, "an unknown --sandbox mode is refused", r.stderr)
+    if os.geteuid() != 0 or not shutil.which("unshare") or detected != "bwrap":
+        print(f"test_eval: not root, no unshare or no bwrap here ({detected}): the masked-/proc place is not entered",
+              flush=True)
+        return
+    out = f"{TMP}/sandbox-container"
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount --bind /dev/null /proc/uptime && exec "$@"', "sh", f"{BUILD}/aah-eval", *args, "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0 and "sandbox: bwrap-noproc: bubblewrap cannot mount a fresh /proc here" in r.stderr
+          and "Can't mount proc" in r.stderr, "where /proc cannot be mounted: bwrap-noproc, with the cause on one line",
+          r.stderr[-3000:])
+    compare(out, items, results, ["full_attention"], ["humaneval", "mbpp"])
+
+
 def main():
+    code_eval_fixtures()
     model = f"{TMP}/model"
     subprocess.run([f"{BUILD}/aah-mkmodel", "--preset", "tiny", "--tokenizer", f"{TESTDATA}/qwen3-small-a", "--aah",
                     "--aah-context", "512", "--aah-windows", "64,128,256,512", "--out", model], check=True,
@@ -299,14 +351,53 @@ def main():
         res = json.load(f)
     for reg in REGIMES:
         rr = res["regimes"][reg]
-        check(set(rr["results"]) == set(ALL) and "acc,none" in rr["results"]["mmlu"]
+        subtasks = {ref.SUBTASK[n](it["doc"]) for n in ref.SUBTASK for it in items[n]} | {"mmlu_stem"}
+        check(set(rr["results"]) == set(ALL) | subtasks and "acc,none" in rr["results"]["mmlu"]
               and "acc_stderr,none" in rr["results"]["mmlu"] and "acc_norm,none" in rr["results"]["arc_challenge"]
               and "exact_match,strict-match" in rr["results"]["gsm8k"] and "pass@1,create_test" in rr["results"]["humaneval"]
               and set(rr["aah"]) >= {"acr", "attention_work_ratio", "kv_memory_ratio", "tokens_per_second"},
               f"results.json {reg}: the harness's keys and the aah object", json.dumps(rr)[:1500])
+    # the group tasks as the harness reports them: each subtask's row, the group's stderr pooled over them (MMLU's
+    # four categories too), the subtask lists
+    bad = []
+    for reg in REGIMES:
+        rr = res["regimes"][reg]
+        for name in ("mmlu", "mmlu_pro"):
+            subs = {}
+            for it, w in zip(items[name], results[reg][name]):
+                subs.setdefault(ref.SUBTASK[name](it["doc"]), []).append(w["metrics"][ref.PRIMARY[name]])
+            key = ref.PRIMARY[name]
+            sek = key.replace(",", "_stderr,")
+            for st, xs in subs.items():
+                row = rr["results"].get(st, {})
+                if not close(row.get(key), sum(xs) / len(xs)) or not close(row.get(sek), ref.stderr(xs)):
+                    bad.append(f"{reg} {st}: {row} != {sum(xs) / len(xs)} ± {ref.stderr(xs)}")
+            xs = [w["metrics"][key] for w in results[reg][name]]
+            pooled = ref.group_stderr(xs, [ref.SUBTASK[name](it["doc"]) for it in items[name]])
+            g = rr["groups"].get(name, {})
+            if not close(g.get(sek), pooled) or g.get("samples") != len(xs) or not close(g.get(key), sum(xs) / len(xs)):
+                bad.append(f"{reg} group {name}: {g} != {sum(xs) / len(xs)} ± {pooled}")
+            if sorted(rr["group_subtasks"].get(name, [])) != sorted(["mmlu_stem"] if name == "mmlu" else subs):
+                bad.append(f"{reg} group_subtasks {name}: {rr['group_subtasks'].get(name)}")
+        if sorted(rr["group_subtasks"].get("mmlu_stem", [])) != ["mmlu_astronomy", "mmlu_high_school_chemistry"] or \
+                not close(rr["groups"]["mmlu_stem"]["acc_stderr,none"], rr["groups"]["mmlu"]["acc_stderr,none"]):
+            bad.append(f"{reg} mmlu_stem: {rr['groups'].get('mmlu_stem')} {rr['group_subtasks'].get('mmlu_stem')}")
+    check(not bad, "results.json: MMLU and MMLU-Pro per subtask, their groups' stderr pooled as the harness pools it",
+          "\n".join(bad))
     he = samples(out, "full_attention", "humaneval")
     check(he[0]["sandbox"]["status"] in ("passed", "failed") and he[1]["pass@1"] == 0.0,
           "humaneval ran in the sandbox (the always-failing test fails)", json.dumps(he[:2])[:1500])
+    # code_eval's semantics end to end: sys.exit(0) before the tests is a SystemExit, a failure; an
+    # `if __name__ == "__main__":` block never runs under exec (the item passes whenever its completion stays inside
+    # the string literal, as the reference finds too)
+    check(he[3]["pass@1"] == 0.0 and he[3]["sandbox"]["result"] == "failed: 0",
+          "a program that exits 0 before its tests fails, as in code_eval", json.dumps(he[3])[:1500])
+    check(he[4]["pass@1"] == 1.0 or '"""' in he[4]["resps"][0][0],
+          "a __main__ block does not run (its SystemExit would fail the item)", json.dumps(he[4])[:1500])
+    with open(f"{out}/results.json") as f:
+        detected = json.load(f)["config"]["sandbox"]["modes"][0]
+    check(detected in MODES, f"the code tasks ran in the strongest sandbox here: {detected}")
+    sandbox_modes(srv, api, info, detected)
     ET.parse(f"{out}/score_vs_acr.svg")
     check(True, "score_vs_acr.svg is well-formed XML")
     with open(f"{out}/table9.csv") as f:
@@ -329,9 +420,49 @@ def main():
              "--max-length", str(L), "--max-gen-toks", str(MAX_GEN), "--sample", "3", "--seed", "5", "--out", out_s)
     items_s, results_s = reference(api, info, ["shallow_freeze"], ["mmlu", "gsm8k"], sample=3, seed=5)
     compare(out_s, items_s, results_s, ["shallow_freeze"], ["mmlu", "gsm8k"])
-    aah_eval("--server", srv.url, "--data", DATA, "--tasks", "mmlu", "--regimes", "full_attention", "--limit", "2",
-             "--out", f"{TMP}/limit")
+    r2 = aah_eval("--server", srv.url, "--data", DATA, "--tasks", "mmlu", "--regimes", "full_attention", "--limit", "2",
+                  "--out", f"{TMP}/limit")
     check([s["file_index"] for s in samples(f"{TMP}/limit", "full_attention", "mmlu")] == [0, 1], "--limit 2: the first two")
+    with open(f"{TMP}/limit/results.json") as f:
+        cfg = json.load(f)["config"]
+    md = open(f"{TMP}/limit/tables.md").read()
+    ctx = api.call("/v1/models")["data"][0].get("max_model_len") or 0
+    check(cfg["max_length"] == 2048 and "max_length 2048 (the harness's default for API models)" in md
+          and (("below max_length 2048 (the harness's default)" in r2.stderr) == (0 < ctx < 2048)),
+          "without --max-length: the harness's 2048, said in the tables and, against a shorter context, on stderr",
+          md[:400] + r2.stderr)
+    aah_eval("--server", srv.url, "--data", DATA, "--tasks", "mmlu", "--regimes", "full_attention", "--limit", "1",
+             "--max-length", "server", "--out", f"{TMP}/limit-server")
+    md = open(f"{TMP}/limit-server/tables.md").read()
+    check(f"max_length {ctx} (the server's context, --max-length server)" in md, "--max-length server: its context",
+          md[:300])
+    # GSM8K's default 5-shot prompts with the whole train split (../shared/benchmarks holds it in its original order;
+    # never copied here): random.Random(1234).sample over its 7473 rows, one stream consumed item by item, the
+    # harness's own prompts item by item
+    bench = os.environ.get("AAH_BENCHMARKS", "../shared/benchmarks")
+    if os.path.exists(f"{bench}/gsm8k.fewshot.jsonl"):
+        out_g = f"{TMP}/gsm8k-train"
+        aah_eval("--server", srv.url, "--data", bench, "--tasks", "gsm8k", "--regimes", "full_attention", "--limit", "6",
+                 "--max-length", str(L), "--max-gen-toks", "1", "--out", out_g)
+        want = ref.prepare(bench, "gsm8k", limit=6)
+        got = samples(out_g, "full_attention", "gsm8k")
+        n_fs = sum(1 for _ in open(f"{bench}/gsm8k.fewshot.jsonl"))
+        check(n_fs == 7473 and [g["arguments"][0][0] for g in got] == [w["context"] for w in want]
+              and all(w["context"].count("\n\nQuestion: ") == 5 for w in want),
+              "gsm8k 5-shot over the 7473 train rows: every prompt the harness's own",
+              "\n---\n".join(g["arguments"][0][0][:300] for g in got[:2]))
+    else:
+        print(f"test_eval: {bench}/gsm8k.fewshot.jsonl absent: the full-split GSM8K prompts are not checked", flush=True)
+    # max_gen_toks at or past max_length - 1: the harness's x[-n:] for n <= 0 (the whole prompt, or all but its first
+    # -n tokens), not an empty prompt nor a refusal
+    for length, gen in ((13, 12), (12, 12)):
+        out_m = f"{TMP}/maxlen-{length}"
+        r2 = aah_eval("--server", srv.url, "--data", DATA, "--tasks", "gsm8k,triviaqa", "--regimes", "full_attention",
+                      "--max-length", str(length), "--max-gen-toks", str(gen), "--num-fewshot", "0", "--out", out_m)
+        check(f"leaves max_length {length} - 1 - {gen} = {length - 1 - gen} tokens" in r2.stderr,
+              f"--max-length {length} --max-gen-toks {gen}: said on stderr", r2.stderr)
+        it_m, res_m = reference(api, info, ["full_attention"], ["gsm8k", "triviaqa"], length=length, max_gen=gen, k=0)
+        compare(out_m, it_m, res_m, ["full_attention"], ["gsm8k", "triviaqa"])
 
     # 4. a run killed halfway resumes and ends with the same tables
     out_k = f"{TMP}/killed"

@@ -1,6 +1,7 @@
 /* tools/eval/report.c — tables, plot, results.json and samples from the per-item results (see report.h). Scores are
  * the mean of the task's primary metric over its items, in percent; stderr is the harness's mean_stderr (sample
- * standard deviation over sqrt(n)). Bold and ties are decided on the printed (one-decimal) values. The aah
+ * standard deviation over sqrt(n)), and for a group task (MMLU, MMLU-Pro) its pooled_sample_stderr over the
+ * subtasks (groups.h), "N/A" when a subtask has one item. Bold and ties are decided on the printed (one-decimal) values. The aah
  * figures are token-weighted over every request the regime's items made. */
 #include "tools/eval/report.h"
 
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/eval/groups.h"
 #include "tools/eval/score.h"
 #include "tools/eval/util.h"
 
@@ -102,6 +104,14 @@ static void build(agg *a, const eval_report *rep)
 			} else {
 				c->score = eval_mean(c->item, c->n);
 				c->se = eval_stderr(c->item, c->n);
+				eval_subtasks st;
+				if (eval_subtasks_of(run, &st) == 0) {
+					/* a group (MMLU, MMLU-Pro): its stderr pooled over its subtasks, as the harness reports it */
+					double mean;
+					int64_t size;
+					eval_group_stat(&st, c->item, c->n, NULL, -1, &mean, &c->se, &size);
+					eval_subtasks_free(&st);
+				}
 			}
 			a->weighted[r] += c->weighted;
 			a->acr[r] += c->acr;
@@ -299,7 +309,8 @@ static void markdown_ppl(strbuf *b, const agg *a)
 static char *markdown(const agg *a)
 {
 	strbuf b = {0};
-	sb_addf(&b, "Model %s, served by %s.\n\n", a->rep->srv->model, a->rep->srv->key);
+	sb_addf(&b, "Model %s, served by %s; max_length %lld (%s).\n\n", a->rep->srv->model, a->rep->srv->key,
+	        (long long)a->rep->max_length, a->rep->max_length_from ? a->rep->max_length_from : "");
 	if (has_scores(a->rep)) {
 		markdown_table9(&b, a);
 		sb_adds(&b, "\n");
@@ -494,7 +505,9 @@ static json_t *tables_json(const agg *a)
 			                                     num(rep->tokens_per_second[r])));
 		}
 	}
-	return json_pack("{s:s,s:s,s:{s:o,s:o},s:o,s:o}", "model", rep->srv->model, "server", rep->srv->key, "table9",
+	return json_pack("{s:s,s:s,s:I,s:s,s:{s:o,s:o},s:o,s:o}", "model", rep->srv->model, "server", rep->srv->key,
+	                 "max_length", (json_int_t)rep->max_length, "max_length_from",
+	                 rep->max_length_from ? rep->max_length_from : "", "table9",
 	                 "regimes", regimes, "rows", rows, "table10", t10, "perplexity", ppl);
 }
 
@@ -604,6 +617,41 @@ static char *stderr_key(const char *key)
 	return comma ? xasprintf("%.*s_stderr%s", (int)(comma - key), key, comma) : xasprintf("%s_stderr", key);
 }
 
+/* The metrics of run t in regime r over its items — or, for a group task, over its subtasks (st): the whole group
+ * (group NULL, sub -1), an intermediate group, or one subtask (sub >= 0) — with the harness's stderr keys. */
+static json_t *metric_results(const eval_report *rep, int32_t r, int32_t t, const eval_subtasks *st, const char *group,
+                              int32_t sub, const char *alias)
+{
+	const eval_task_run *run = &rep->runs[t];
+	int64_t n = run->n_items;
+	json_t *o = json_pack("{s:s}", "alias", alias);
+	if (n == 0)
+		return o;
+	const char *key;
+	json_t *v;
+	json_object_foreach(json_object_get(result_at(rep, r, t, 0), "metrics"), key, v) {
+		double *x = xmalloc((size_t)n * sizeof *x);
+		for (int64_t i = 0; i < n; i++)
+			x[i] = metric_of(result_at(rep, r, t, i), key);
+		double mean, se;
+		int64_t size = n;
+		if (st) {
+			eval_group_stat(st, x, n, group, sub, &mean, &se, &size);
+		} else {
+			mean = eval_mean(x, n);
+			se = eval_stderr(x, n);
+		}
+		json_object_set_new(o, key, num(mean));
+		char *sk = stderr_key(key);
+		json_object_set_new(o, sk, stderr_value(se));
+		free(sk);
+		free(x);
+		if (st && sub < 0)
+			json_object_set_new(o, "samples", json_integer(size));
+	}
+	return o;
+}
+
 static json_t *task_results(const eval_report *rep, const agg *a, int32_t r, int32_t t)
 {
 	const eval_task_run *run = &rep->runs[t];
@@ -621,21 +669,50 @@ static json_t *task_results(const eval_report *rep, const agg *a, int32_t r, int
 		json_object_set_new(o, "perplexity,none", num(exp(loss)));
 		return o;
 	}
-	if (c->n == 0)
-		return o;
-	const char *key;
-	json_t *v;
-	json_object_foreach(json_object_get(result_at(rep, r, t, 0), "metrics"), key, v) {
-		double *x = xmalloc((size_t)c->n * sizeof *x);
-		for (int64_t i = 0; i < c->n; i++)
-			x[i] = metric_of(result_at(rep, r, t, i), key);
-		json_object_set_new(o, key, num(eval_mean(x, c->n)));
-		char *sk = stderr_key(key);
-		json_object_set_new(o, sk, stderr_value(eval_stderr(x, c->n)));
-		free(sk);
-		free(x);
+	json_decref(o);
+	return metric_results(rep, r, t, NULL, NULL, -1, run->task->name);
+}
+
+/* A group task's rows, as the harness's results hold them: the group (pooled over its subtasks), its intermediate
+ * groups (MMLU's four categories), every subtask; the group rows also into groups, the subtask lists into
+ * group_subtasks, each subtask's counts into nsamples. */
+static void group_rows(const eval_report *rep, int32_t r, int32_t t, const eval_subtasks *st, json_t *results,
+                       json_t *groups, json_t *group_subtasks, json_t *nsamples)
+{
+	const eval_task *task = rep->runs[t].task;
+	json_t *top = metric_results(rep, r, t, st, NULL, -1, task->name);
+	json_object_set_new(results, task->name, top);
+	json_object_set(groups, task->name, top);
+	json_t *children = json_array();
+	bool mmlu = !strcmp(task->name, "mmlu");
+	for (int32_t g = 0; mmlu && eval_mmlu_groups[g]; g++) {
+		const char *gname = eval_mmlu_groups[g];
+		json_t *members = json_array();
+		for (int32_t j = 0; j < st->n; j++)
+			if (st->group[j] && !strcmp(st->group[j], gname))
+				json_array_append_new(members, json_string(st->name[j]));
+		if (json_array_size(members) == 0) {
+			json_decref(members);
+			continue;
+		}
+		char *alias = xasprintf(" - %s", gname + 5);   /* " - stem", " - social_sciences" */
+		json_t *row = metric_results(rep, r, t, st, gname, -1, alias);
+		free(alias);
+		json_object_set_new(results, gname, row);
+		json_object_set(groups, gname, row);
+		json_object_set_new(group_subtasks, gname, members);
+		json_array_append_new(children, json_string(gname));
 	}
-	return o;
+	for (int32_t j = 0; j < st->n; j++) {
+		if (!mmlu || !st->group[j])
+			json_array_append_new(children, json_string(st->name[j]));
+		char *alias = xasprintf("%s- %s", mmlu && st->group[j] ? "  " : " ", st->alias[j]);
+		json_object_set_new(results, st->name[j], metric_results(rep, r, t, st, NULL, j, alias));
+		free(alias);
+		json_object_set_new(nsamples, st->name[j], json_pack("{s:I,s:I}", "original", (json_int_t)st->in_file[j],
+		                                                      "effective", (json_int_t)st->size[j]));
+	}
+	json_object_set_new(group_subtasks, task->name, children);
 }
 
 static json_t *results_json(const agg *a)
@@ -644,11 +721,18 @@ static json_t *results_json(const agg *a)
 	int32_t R = rep->n_regimes, T = rep->n_runs;
 	json_t *regimes = json_object();
 	for (int32_t r = 0; r < R; r++) {
-		json_t *results = json_object(), *nsamples = json_object(), *hib = json_object();
+		json_t *results = json_object(), *nsamples = json_object(), *hib = json_object(), *groups = json_object();
+		json_t *group_subtasks = json_object();
 		double tokens = 0;
 		for (int32_t t = 0; t < T; t++) {
 			const eval_task_run *run = &rep->runs[t];
-			json_object_set_new(results, run->task->name, task_results(rep, a, r, t));
+			eval_subtasks st;
+			if (!is_ppl(run) && eval_subtasks_of(run, &st) == 0) {
+				group_rows(rep, r, t, &st, results, groups, group_subtasks, nsamples);
+				eval_subtasks_free(&st);
+			} else {
+				json_object_set_new(results, run->task->name, task_results(rep, a, r, t));
+			}
 			json_object_set_new(nsamples, run->task->name, json_pack("{s:I,s:I}", "original", (json_int_t)run->n_file,
 			                                                          "effective", (json_int_t)run->n_items));
 			json_object_set_new(hib, run->task->name, json_pack("{s:b}", run->task->metric, !is_ppl(run)));
@@ -657,8 +741,10 @@ static json_t *results_json(const agg *a)
 		json_t *aah = json_pack("{s:o,s:o,s:o,s:o,s:f}", "acr", num(a->acr[r]), "attention_work_ratio", num(a->work[r]),
 		                        "kv_memory_ratio", num(a->kv[r]), "tokens_per_second", num(rep->tokens_per_second[r]),
 		                        "tokens", tokens);
-		json_object_set_new(regimes, rep->regimes[r], json_pack("{s:o,s:o,s:o,s:o}", "results", results, "aah", aah,
-		                                                        "n-samples", nsamples, "higher_is_better", hib));
+		json_object_set_new(regimes, rep->regimes[r],
+		                    json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "results", results, "groups", groups,
+		                              "group_subtasks", group_subtasks, "aah", aah, "n-samples", nsamples,
+		                              "higher_is_better", hib));
 	}
 	json_t *versions = json_object(), *nshot = json_object();
 	for (int32_t t = 0; t < T; t++) {

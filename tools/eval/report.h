@@ -4,7 +4,8 @@
  * tokens/s, the largest absolute score change against full attention in percentage points, and the items that
  * flipped each way on that benchmark with an exact McNemar p), the table 6 shape for perplexity, as Markdown, CSV
  * and JSON; an SVG of score change against ACR; DIR/results.json in lm-evaluation-harness's results shape per
- * regime; DIR/samples/REGIME/TASK.jsonl per item. */
+ * regime (a group task's subtasks and groups as their own rows, groups and group_subtasks as the harness writes
+ * them; groups.h); DIR/samples/REGIME/TASK.jsonl per item. */
 #ifndef AAH_EVAL_REPORT_H
 #define AAH_EVAL_REPORT_H
 
@@ -29,6 +30,8 @@ typedef struct eval_report {
 	json_t *const *const *results;
 	const double *tokens_per_second;   /* (n_regimes), NAN when not measured */
 	json_t *config;                    /* settings for results.json (borrowed) */
+	int64_t max_length;                /* the harness's max_length the requests were cut to */
+	const char *max_length_from;       /* where it came from, for the tables: "--max-length", the default, … */
 } eval_report;
 
 /* The three tables in Markdown (what `aah-eval` prints and DIR/tables.md holds). The caller frees. */

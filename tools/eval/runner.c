@@ -306,8 +306,8 @@ static item_rc run_generate(worker *w, const eval_unit *u, json_t **result, char
 	const eval_task_run *run = u->run;
 	const eval_task *task = run->task;
 	const eval_tokens *t = u->tok;
-	int64_t max_ctx = (w->p->o->max_length - 1) - run->max_gen_toks;   /* max_length - max_gen_toks, left-truncated */
-	int64_t from = t->n_ctx > max_ctx ? t->n_ctx - max_ctx : 0;
+	/* TemplateAPI: x[-(max_length - max_gen_toks):], its max_length one less than the harness's --max-length */
+	int64_t from = eval_gen_prompt_start(t->n_ctx, w->p->o->max_length, run->max_gen_toks);
 	json_t *req = base_request(w, ids_json(t->ctx + from, t->n_ctx - from, NULL, 0));
 	json_object_set_new(req, "max_tokens", json_integer(run->max_gen_toks));
 	json_t *stop = json_array();
@@ -357,7 +357,8 @@ static item_rc run_generate(worker *w, const eval_unit *u, json_t **result, char
 			if (py_text_has_nul(program)) {
 				/* Python refuses source with a NUL character before running any of it */
 				v = 0;
-				sandbox = json_pack("{s:s,s:i,s:s}", "status", "failed", "exit_code", 1, "output",
+				sandbox = json_pack("{s:s,s:s,s:i,s:s}", "status", "failed", "result",
+				                    "failed: source code string cannot contain null bytes", "exit_code", 1, "output",
 				                    "SyntaxError: source code cannot contain null bytes");
 			} else if (eval_sandbox_run(&w->p->o->sandbox, w->index, program, &r, why, sizeof why) != 0) {
 				char wh[512];
@@ -365,9 +366,11 @@ static item_rc run_generate(worker *w, const eval_unit *u, json_t **result, char
 				snprintf(err, errlen, "%s: %s", wh, why);
 				rc = ITEM_FAILED;
 			} else {
-				v = r.status == EVAL_SANDBOX_PASSED ? 1.0 : 0.0;
-				sandbox = json_pack("{s:s,s:i,s:o}", "status", eval_sandbox_status_name(r.status), "exit_code",
-				                    r.exit_code, "output", json_output(r.output, r.output_len));
+				v = r.passed ? 1.0 : 0.0;   /* code_eval: passed = result == "passed" */
+				sandbox = json_pack("{s:s,s:o,s:s,s:i,s:o}", "status", eval_sandbox_status_name(r.status), "result",
+				                    json_output(r.result, strlen(r.result)), "mode",
+				                    eval_sandbox_mode_name(w->p->o->sandbox.mode), "exit_code", r.exit_code, "output",
+				                    json_output(r.output, r.output_len));
 			}
 			free(program);
 		}

@@ -117,8 +117,8 @@ char *eval_cut_at_stops(const char *text, const char *const *until, const char *
 
 char *eval_filter_apply(const eval_filter *f, const char *resp)
 {
-	if (f->lstrip)
-		return py_lstrip(resp);   /* remove_whitespace: resp.lstrip() */
+	if (f->strip)
+		return py_strip(resp);   /* remove_whitespace: resp.strip() (extraction.py WhitespaceFilter) */
 	if (!f->regex)
 		return xstrdup(resp);
 	char err[256];
@@ -240,4 +240,12 @@ double eval_mcnemar_p(int64_t b, int64_t c)
 		p += exp(lgamma((double)n + 1) - lgamma((double)i + 1) - lgamma((double)(n - i) + 1) - (double)n * log(2.0));
 	p *= 2;
 	return p > 1 ? 1 : p;
+}
+
+int64_t eval_gen_prompt_start(int64_t n_ctx, int64_t max_length, int64_t max_gen_toks)
+{
+	int64_t n = (max_length - 1) - max_gen_toks;
+	if (n > 0)
+		return n_ctx > n ? n_ctx - n : 0;
+	return -n < n_ctx ? -n : n_ctx;
 }

@@ -25,6 +25,11 @@ size_t eval_pair_context_len(const char *context);
 void eval_ll_request(const int32_t *ctx, int64_t n_ctx, const int32_t *cont, int64_t n_cont, int64_t max_len,
                      int32_t *out, int64_t *n_out, int64_t *ctxlen);
 
+/* The first prompt token a generation request keeps, as TemplateAPI slices it: x[-n:] with
+ * n = (max_length - 1) - max_gen_toks, Python's slice: n > 0 the last n; n = 0 all of x (x[-0:] is x[0:]); n < 0
+ * all but the first -n (empty when -n >= n_ctx). */
+int64_t eval_gen_prompt_start(int64_t n_ctx, int64_t max_length, int64_t max_gen_toks);
+
 /* parse_logprobs for one echoed choice: sum(token_logprobs[ctxlen:n_prompt]), and is_greedy (each of those equal to
  * the largest of its top_logprobs). 0, or -1 with err when the response lacks what that needs. */
 int eval_ll_parse(const json_t *choice_logprobs, int64_t ctxlen, int64_t n_prompt, double *ll, bool *greedy, char *err,

@@ -297,13 +297,12 @@ static const eval_field gpqa_layout[] = {
 };
 
 /* zeroshot utils.preprocess: None → " "; strip; " [title]" → ". "; "  " → " ". n_shot: None → " "; strip. */
-static char *gpqa_preprocess(const json_t *v, bool zeroshot)
+/* zeroshot/utils.py and n_shot/utils.py preprocess alike: None → " "; strip; " [title]" → ". "; "  " → " " */
+static char *gpqa_preprocess(const json_t *v)
 {
 	if (!json_is_string(v))
 		return xstrdup(" ");
 	char *a = py_strip(json_string_value(v));
-	if (!zeroshot)
-		return a;
 	char *b = py_replace(a, " [title]", ". ");
 	char *c = py_replace(b, "  ", " ");
 	free(a);
@@ -315,11 +314,10 @@ static char *gpqa_preprocess(const json_t *v, bool zeroshot)
  * generator seeded 0; n_shot: random.Random(42)), answer = "(" + "ABCD"[choices.index(correct)] + ")" */
 static void gpqa_process(json_t *doc, py_random *rng, int32_t k)
 {
-	bool zs = k == 0;
-	char *c[4] = {gpqa_preprocess(json_object_get(doc, "Incorrect Answer 1"), zs),
-	              gpqa_preprocess(json_object_get(doc, "Incorrect Answer 2"), zs),
-	              gpqa_preprocess(json_object_get(doc, "Incorrect Answer 3"), zs),
-	              gpqa_preprocess(json_object_get(doc, "Correct Answer"), zs)};
+	char *c[4] = {gpqa_preprocess(json_object_get(doc, "Incorrect Answer 1")),
+	              gpqa_preprocess(json_object_get(doc, "Incorrect Answer 2")),
+	              gpqa_preprocess(json_object_get(doc, "Incorrect Answer 3")),
+	              gpqa_preprocess(json_object_get(doc, "Correct Answer"))};
 	int32_t perm[4] = {0, 1, 2, 3};
 	py_random_shuffle(rng, perm, 4);
 	int32_t answer = 0;

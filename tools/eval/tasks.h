@@ -37,7 +37,7 @@ typedef struct eval_filter {
 	const char *name;     /* the harness's filter name: the "metric,NAME" key of results */
 	const char *regex;    /* RegexFilter pattern (take_first), or NULL */
 	int32_t group_select;
-	bool lstrip;          /* remove_whitespace */
+	bool strip;           /* remove_whitespace: the harness's extraction.py strips both ends (resp.strip()) */
 } eval_filter;
 
 /* exact_match's options (HF evaluate): regexes removed from prediction and reference, then case, then punctuation. */
