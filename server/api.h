@@ -8,7 +8,7 @@
 enum MHD_Result api_completions(http_request *req);      /* POST /v1/completions (completions.c) */
 enum MHD_Result api_models(http_request *req);           /* GET /v1/models (info_api.c) */
 enum MHD_Result api_health(http_request *req);           /* GET /health (info_api.c) */
-enum MHD_Result api_metrics(http_request *req);          /* GET /metrics (metrics.c) */
+enum MHD_Result api_metrics(http_request *req);          /* GET /metrics (metrics_api.c) */
 enum MHD_Result api_stats(http_request *req);            /* GET /v1/stats (stats_api.c) */
 enum MHD_Result api_dashboard(http_request *req);        /* GET /dashboard (stats_api.c; the page is dashboard.html) */
 enum MHD_Result api_tokenize(http_request *req);         /* POST /tokenize (tokenize_api.c) */
