@@ -49,6 +49,7 @@ struct http_front_link {
 	atomic_bool answered;             /* a response was queued for the current request */
 	atomic_uint completed;            /* requests libmicrohttpd has completed */
 	atomic_int refused;               /* the front answered the request libmicrohttpd had begun (its status) */
+	atomic_bool closed;               /* the front closed the socketpair */
 	bool probe;
 	int fd;                           /* libmicrohttpd's end of the socketpair */
 	http_front *front;
@@ -88,7 +89,7 @@ typedef struct conn {
 	bool inner_eof;
 	bool mhd_done;                    /* libmicrohttpd answered while the body was still coming: it closes next */
 	bool close_after;                 /* close once the current request is answered */
-	bool probe_sent;                  /* the 102 that tells a half-closed client from a gone one */
+	bool urgent_sent;                 /* the urgent byte that tells a half-closed client from a gone one */
 	bool shut_wr;
 	bool short_linger;                /* a client cut for slowness: its lingering close lasts LINGER_SHORT_S */
 	bool answer_pending;              /* the front answers this request once the earlier answers are through */
@@ -117,10 +118,11 @@ struct http_front {
 	pthread_mutex_t mu;               /* pending */
 	http_front_link *pending;         /* admitted, not yet taken by libmicrohttpd */
 	atomic_bool quiesce_req, stop_req;
+	atomic_int busy;                  /* connections with a request in progress or an answer still leaving */
 	/* the front thread's own */
 	ep_tag tag_listen, tag_wake;
 	bool listening, quiesced;
-	double accept_pause_until;
+	double accept_pause_until, last_tick;
 	conn *all, *hold_head, *hold_tail, *dead;
 	int32_t n_active, n_probe, n_hold, n_total;
 	/* the current burst over the limit, for one log line */
@@ -172,6 +174,7 @@ http_front_link *http_front_link_take(http_front *f, int fd)
 void http_front_link_release(http_front_link *l) { link_unref(l); }
 void http_front_link_answered(http_front_link *l, bool answered) { atomic_store(&l->answered, answered); }
 bool http_front_link_probe(const http_front_link *l) { return l->probe; }
+bool http_front_link_closed(const http_front_link *l) { return atomic_load(&l->closed); }
 int http_front_link_refused(http_front_link *l) { return atomic_load(&l->refused); }
 
 void http_front_link_completed(http_front_link *l)
@@ -185,7 +188,6 @@ void http_front_link_completed(http_front_link *l)
 static const char *reason(int s)
 {
 	switch (s) {
-	case 102: return "Processing";
 	case 400: return "Bad Request";
 	case 408: return "Request Timeout";
 	case 413: return "Content Too Large";
@@ -221,8 +223,12 @@ static void inner_close(http_front *f, conn *c)
 	if (c->in_epoll)
 		epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->ifd, NULL);
 	c->in_epoll = false;
+	if (c->link)   /* before the close, so that a request parking now sees it (http_request_park) */
+		atomic_store(&c->link->closed, true);
 	close(c->ifd);
 	c->ifd = -1;
+	if (c->link && f->p.link_closed)
+		f->p.link_closed(f->p.ctx, c->link);
 	c->owed = 0;
 	if (c->probe)
 		f->n_probe--;
@@ -442,6 +448,7 @@ static void conn_admit(http_front *f, conn *c, bool probe, double now)
 	atomic_init(&l->answered, false);
 	atomic_init(&l->completed, 0);
 	atomic_init(&l->refused, 0);
+	atomic_init(&l->closed, false);
 	l->probe = probe;
 	l->fd = sv[1];
 	l->front = f;
@@ -655,7 +662,7 @@ static bool conn_completions(http_front *f, conn *c, double now)
 			if (c->ifd >= 0 && ioctl(c->ifd, FIONREAD, &q) == 0 && q > 0)
 				c->owed = (uint64_t)q;   /* its answer's tail, not read yet: all of it is in, and nothing after */
 			c->resp_bytes = 0;
-			c->probe_sent = false;
+
 			c->t_progress = now;
 		} else if (c->phase != REQ_IDLE) {
 			c->mhd_done = c->close_after = true;   /* answered before its body came; it closes next */
@@ -699,7 +706,6 @@ static bool conn_step(http_front *f, conn *c, double now)
 		return false;
 	}
 	bool changed = false;
-	const bool out_empty = c->out_off == c->out_len;
 	changed |= conn_completions(f, c, now);
 	if (c->ifd >= 0 && c->inner_eof) {
 		/* libmicrohttpd closed: a request it left unanswered gets an answer here */
@@ -719,15 +725,16 @@ static bool conn_step(http_front *f, conn *c, double now)
 		c->answer_pending = false;
 		changed = true;
 	}
-	/* a client that shut its side while its request runs: a 102 (any HTTP/1.1 client skips it) tells a half-close,
-	 * which still reads the answer, from a close, which answers it with a reset and so cancels the request */
-	if (c->state == CONN_ACTIVE && c->peer_shut && c->phase == REQ_WAIT && c->minor >= 1 && !c->probe_sent &&
-	    c->link && !atomic_load(&c->link->answered) && c->owed == 0 && out_empty) {
-		static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
-		memcpy(c->out, processing, sizeof processing - 1);
-		c->out_off = 0;
-		c->out_len = sizeof processing - 1;
-		c->probe_sent = true;
+	/* a client that shut its side while its request runs: one byte of TCP urgent data tells a half-close from a
+	 * close. A socket that is still open (SO_OOBINLINE is off everywhere by default) takes it out of band, so that
+	 * nothing of it reaches the bytes of the response (no interim 1xx the client did not ask for); a socket that is
+	 * closed answers a data segment with a reset, which cancels the request. Sent once a connection. */
+	if (c->state == CONN_ACTIVE && c->peer_shut && c->phase == REQ_WAIT && !c->urgent_sent && c->link &&
+	    !atomic_load(&c->link->answered)) {
+		static const char mark = 0;
+		if (send(c->cfd, &mark, 1, MSG_OOB | MSG_NOSIGNAL) < 0 && !again())
+			c->client_dead = true;
+		c->urgent_sent = true;
 		changed = true;
 	}
 	if (c->rd_eof && c->state != CONN_CLOSING) {
@@ -1010,6 +1017,14 @@ static void *front_main(void *arg)
 		if (accept_ready || !f->listening)
 			accept_all(f, now);
 		burst_tick(f, now);
+		int32_t busy = 0;
+		for (conn *c = f->all; c; c = c->next)
+			busy += c->out_off < c->out_len || (c->state == CONN_ACTIVE && (c->phase != REQ_IDLE || c->owed > 0));
+		atomic_store(&f->busy, busy);
+		if (f->p.tick && now - f->last_tick >= 1.0) {
+			f->last_tick = now;
+			f->p.tick(f->p.ctx);
+		}
 		while (f->dead) {
 			conn *c = f->dead;
 			f->dead = c->dead_next;
@@ -1091,6 +1106,7 @@ fail:
 }
 
 uint16_t http_front_port(const http_front *f) { return f->port; }
+int32_t http_front_busy(http_front *f) { return f ? atomic_load(&f->busy) : 0; }
 
 void http_front_quiesce(http_front *f)
 {

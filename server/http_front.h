@@ -31,12 +31,19 @@ typedef struct http_front_params {
 	/* Front thread: the front answered a request itself, with this status (for the request counters). May be
 	 * NULL. */
 	void (*answered)(void *ctx, int status);
+	/* Front thread: it has closed the socketpair of l (http_front_link_closed is true from now on): a request
+	 * libmicrohttpd suspended on it is to be woken, since a suspended connection notices nothing. May be NULL. */
+	void (*link_closed)(void *ctx, http_front_link *l);
+	/* Front thread, about once a second. May be NULL. */
+	void (*tick)(void *ctx);
 	void *ctx;
 } http_front_params;
 
 /* Listens and starts the front's thread. Returns NULL with a message in err. */
 http_front *http_front_start(const http_front_params *p, char *err, size_t err_len);
 uint16_t http_front_port(const http_front *f);
+/* Connections with a request in progress or an answer still leaving (as of the front's last turn). */
+int32_t http_front_busy(http_front *f);
 /* Stops listening (new connections are refused by the kernel), answers waiting ones 503, closes idle ones, and
  * closes the others after their current request. */
 void http_front_quiesce(http_front *f);
@@ -55,6 +62,8 @@ void http_front_link_release(http_front_link *l);
 void http_front_link_answered(http_front_link *l, bool answered);
 /* The current request is over (libmicrohttpd's completion callback): the front may pass on the next. */
 void http_front_link_completed(http_front_link *l);
+/* The front has closed this connection's socketpair (its client is gone, or the front cut it). */
+bool http_front_link_closed(const http_front_link *l);
 /* Admitted into a probe slot: it answers GET /health or /metrics once, with Connection: close. */
 bool http_front_link_probe(const http_front_link *l);
 /* The status the front answered the current request with (a deadline or a framing error in its body: the
