@@ -1,15 +1,25 @@
-/* server/http_front.c — see http_front.h. Every connection is a small state machine on one epoll thread:
- *   HOLD     over max_connections: its first head is read (not passed on) until a slot frees, oldest first; a probe
- *            (GET /health, GET /metrics) takes a probe slot at once; after request_timeout it is answered 503.
- *   ACTIVE   has libmicrohttpd's socketpair: client bytes go through http_framing to it, its bytes back as they come.
- *            One request at a time: the next is parsed only after libmicrohttpd completed the last, so that every
- *            byte from it belongs to a known request, and the front may answer a request itself (a framing error,
- *            a deadline) once the earlier answers are through.
- *   CLOSING  the last answer is written, then the write side shut and the client's bytes read and dropped until it
- *            closes, or LINGER_* pass: a lingering close, so that a client still sending a body reads the answer
- *            instead of a reset (a client cut for trickling lingers a second only). It holds no slot.
- * A request's phases inside ACTIVE: IDLE (none yet; connection_timeout), HEAD and BODY (request_timeout from its
- * first byte), WAIT (all passed on; libmicrohttpd's to answer). */
+/* server/http_front.c — see http_front.h. One epoll thread; every connection is a state machine whose states are
+ * named, each with one handler (conn_step's table), and whose deadlines are named timers, each with one rule for when
+ * it is due and one handler for when it passes (the timer table), as nginx's phase handlers and event timers are:
+ *
+ *   WAIT_HEAD ──head in──▶ WAIT_SLOT ──slot frees (admit_held)──▶ SERVE
+ *      │  (over max_connections: its first head is read, not passed on; a probe, GET /health or /metrics, takes a
+ *      │   probe slot at once)                                       │
+ *      └──TIMER_WAIT (request_timeout): 503──▶ ANSWER                │  one request at a time, by phase:
+ *   accept with a free slot ──────────────────────────────────────▶ SERVE  IDLE → HEAD → BODY → WAIT → IDLE …
+ *   SERVE ──framing error, TIMER_REQUEST (408), libmicrohttpd gone unanswered (503)──▶ ANSWER
+ *   SERVE ──the last request answered (Connection: close, a probe, quiesce, the client's EOF)──▶ FLUSH
+ *   ANSWER ──the earlier answers through──▶ FLUSH (the front's own answer written)
+ *   FLUSH ──all written: write side shut──▶ LINGER ──client's EOF, TIMER_LINGER_*──▶ DEAD
+ *   any ──reset, TIMER_IDLE, TIMER_SEND (a client not reading)──▶ DEAD
+ *
+ * SERVE's phases: IDLE (none of the next request yet; TIMER_IDLE), HEAD and BODY (TIMER_REQUEST from its first
+ * byte), WAIT (all passed on; libmicrohttpd's to answer), DISCARD (libmicrohttpd answered before the body was in: the
+ * rest is read and dropped, and it closes). Only after libmicrohttpd completed a request is the next parsed, so that
+ * every byte from it belongs to a known request, and the front may answer one itself once earlier answers are through.
+ * LINGER is a lingering close: a client still sending a body reads the answer instead of a reset (a client cut for
+ * trickling lingers a second only). What the two sockets have said (the client's EOF or reset, libmicrohttpd's close)
+ * is kept apart from the state, as facts the handlers read. */
 #include "server/http_front.h"
 
 #include <arpa/inet.h>
@@ -56,8 +66,48 @@ struct http_front_link {
 	http_front_link *next;            /* in front->pending until taken */
 };
 
-typedef enum conn_state { CONN_HOLD, CONN_ACTIVE, CONN_CLOSING } conn_state;
-typedef enum req_phase { REQ_IDLE, REQ_HEAD, REQ_BODY, REQ_WAIT } req_phase;
+typedef enum conn_state {
+	CONN_WAIT_HEAD,                   /* no slot: its first head is read (not passed on) */
+	CONN_WAIT_SLOT,                   /* no slot, its head is in: it waits for one, oldest first */
+	CONN_SERVE,                       /* a slot and libmicrohttpd's socketpair: requests pass, by phase */
+	CONN_ANSWER,                      /* the front answers the current request, once earlier answers are through */
+	CONN_FLUSH,                       /* closing: the last answer is written */
+	CONN_LINGER,                      /* closing: the write side shut, the client's bytes read and dropped */
+	CONN_DEAD,                        /* closed; freed at the end of the loop's turn */
+	N_CONN_STATES
+} conn_state;
+
+typedef enum req_phase { REQ_IDLE, REQ_HEAD, REQ_BODY, REQ_WAIT, REQ_DISCARD } req_phase;
+
+/* What the client's socket has said, in order: a later fact implies the earlier ones. */
+typedef enum peer_status {
+	PEER_OPEN,
+	PEER_SHUT,                        /* it shut its write side (RDHUP); bytes may still be unread */
+	PEER_EOF,                         /* every byte of it is read */
+	PEER_GONE,                        /* a reset, or an error on it */
+} peer_status;
+
+/* libmicrohttpd's side of the socketpair. */
+typedef enum inner_status {
+	INNER_NONE,                       /* no socketpair (ifd -1) */
+	INNER_OPEN,
+	INNER_HUP,                        /* libmicrohttpd closed its end: what is left is read, then EOF */
+	INNER_EOF,
+} inner_status;
+
+typedef enum slot_kind { SLOT_NONE, SLOT_SERVE, SLOT_PROBE } slot_kind;
+
+/* The connection's deadlines, each a timer of its own: when it is due (INFINITY: not armed) and what its passing
+ * does (the timer table below). */
+typedef enum conn_timer {
+	TIMER_WAIT,                       /* WAIT_*: a slot within request_timeout of the accept, or 503 */
+	TIMER_REQUEST,                    /* SERVE, HEAD and BODY: the request within request_timeout, or 408 */
+	TIMER_IDLE,                       /* SERVE, IDLE with nothing read: the next request within connection_timeout */
+	TIMER_SEND,                       /* an answer leaving: the client reads some within connection_timeout */
+	TIMER_LINGER,                     /* LINGER: lasts LINGER_TIME_S (LINGER_SHORT_S for a slow client) … */
+	TIMER_LINGER_IDLE,                /* … and LINGER_IDLE_S without a byte */
+	N_CONN_TIMERS
+} conn_timer;
 
 struct conn;
 typedef struct ep_tag {
@@ -68,7 +118,7 @@ enum { TAG_CLIENT, TAG_INNER, TAG_LISTEN, TAG_WAKE };
 
 typedef struct conn {
 	struct conn *prev, *next;         /* every connection */
-	struct conn *hold_next;           /* HOLD: the waiting ones, oldest first */
+	struct conn *hold_next;           /* WAIT_*: the waiting ones, oldest first */
 	struct conn *dead_next;
 	ep_tag tag_c, tag_i;
 	int cfd, ifd;                     /* the client; our end of the socketpair (-1: none) */
@@ -76,24 +126,16 @@ typedef struct conn {
 	bool in_epoll;
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
-	char peer[64];
+	char peer_name[64];
 	conn_state state;
 	req_phase phase;
-	bool dead;
-	bool probe;                       /* holds a probe slot */
-	bool head_held;                   /* HOLD: its first head is parsed and waits */
-	bool rd_eof;                      /* the client's bytes are all read (recv gave 0) */
-	bool peer_shut;                   /* the client shut its write side (RDHUP or rd_eof) */
-	bool client_dead;                 /* reset, or an error on it */
-	bool inner_hup;                   /* libmicrohttpd closed its end: what is left is read, then inner_eof */
-	bool inner_eof;
-	bool mhd_done;                    /* libmicrohttpd answered while the body was still coming: it closes next */
-	bool close_after;                 /* close once the current request is answered */
+	peer_status peer;
+	inner_status inner;
+	slot_kind slot;
+	bool last_request;                /* close once the current request is answered */
 	bool urgent_sent;                 /* the urgent byte that tells a half-closed client from a gone one */
-	bool shut_wr;
-	bool short_linger;                /* a client cut for slowness: its lingering close lasts LINGER_SHORT_S */
-	bool answer_pending;              /* the front answers this request once the earlier answers are through */
-	int32_t ans_status, ans_retry;
+	double linger_s;                  /* how long LINGER may last */
+	int32_t ans_status, ans_retry;    /* ANSWER: the front's own answer */
 	const char *ans_type, *ans_code;
 	char ans_msg[200];
 	http_front_link *link;
@@ -101,7 +143,6 @@ typedef struct conn {
 	uint64_t owed;                    /* bytes of earlier answers still in the socketpair */
 	uint64_t resp_bytes;              /* bytes read from it for the current request */
 	uint64_t discarded;
-	int32_t minor;
 	double t_accept, t_phase, t_progress, t_linger, t_read;
 	char *in, *fwd, *out;             /* one allocation: IN_CAP, FWD_CAP, OUT_CAP */
 	size_t in_len, fwd_off, fwd_len, out_off, out_len;
@@ -183,7 +224,7 @@ void http_front_link_completed(http_front_link *l)
 	wake(l->front);
 }
 
-/* ---- connections ---- */
+/* ---- connections: plumbing ---- */
 
 static const char *reason(int s)
 {
@@ -201,6 +242,11 @@ static const char *reason(int s)
 	}
 }
 
+static bool waiting(const conn *c) { return c->state == CONN_WAIT_HEAD || c->state == CONN_WAIT_SLOT; }
+static bool closing(const conn *c) { return c->state >= CONN_FLUSH; }
+static bool out_pending(const conn *c) { return c->out_off < c->out_len; }
+static bool answered_by_mhd(const conn *c) { return c->link && atomic_load(&c->link->answered); }
+
 static void epoll_set(http_front *f, int fd, ep_tag *tag, uint32_t *cur, bool *registered, uint32_t want)
 {
 	if (fd < 0)
@@ -216,6 +262,7 @@ static void epoll_set(http_front *f, int fd, ep_tag *tag, uint32_t *cur, bool *r
 		*cur = want;
 }
 
+/* Closes the socketpair and gives the slot back. */
 static void inner_close(http_front *f, conn *c)
 {
 	if (c->ifd < 0)
@@ -227,14 +274,25 @@ static void inner_close(http_front *f, conn *c)
 		atomic_store(&c->link->closed, true);
 	close(c->ifd);
 	c->ifd = -1;
+	c->inner = INNER_NONE;
+	c->owed = 0;
 	if (c->link && f->p.link_closed)
 		f->p.link_closed(f->p.ctx, c->link);
-	c->owed = 0;
-	if (c->probe)
+	if (c->slot == SLOT_PROBE)
 		f->n_probe--;
-	else if (c->state == CONN_ACTIVE)
+	else if (c->slot == SLOT_SERVE)
 		f->n_active--;
-	c->probe = false;
+	c->slot = SLOT_NONE;
+}
+
+static void hold_append(http_front *f, conn *c)
+{
+	if (f->hold_tail)
+		f->hold_tail->hold_next = c;
+	else
+		f->hold_head = c;
+	f->hold_tail = c;
+	f->n_hold++;
 }
 
 static void hold_remove(http_front *f, conn *c)
@@ -253,30 +311,46 @@ static void hold_remove(http_front *f, conn *c)
 	f->n_hold--;
 }
 
-static void conn_free(http_front *f, conn *c)
+/* Every transition goes through here: it leaves the old state (a waiting one leaves the queue) and runs the new
+ * one's entry action. */
+static void conn_goto(http_front *f, conn *c, conn_state next, double now)
 {
-	if (c->dead)
+	if (c->state == CONN_DEAD || next == c->state)
 		return;
-	c->dead = true;
-	if (c->state == CONN_HOLD)
+	if (waiting(c) && next != CONN_WAIT_SLOT)
 		hold_remove(f, c);
-	inner_close(f, c);
-	if (c->cfd >= 0) {
-		epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->cfd, NULL);
-		close(c->cfd);
-		c->cfd = -1;
+	c->state = next;
+	switch (next) {
+	case CONN_FLUSH:
+		inner_close(f, c);
+		c->in_len = 0;
+		break;
+	case CONN_LINGER:
+		shutdown(c->cfd, SHUT_WR);
+		c->t_linger = c->t_read = now;
+		break;
+	case CONN_DEAD:
+		inner_close(f, c);
+		if (c->cfd >= 0) {
+			epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->cfd, NULL);
+			close(c->cfd);
+			c->cfd = -1;
+		}
+		link_unref(c->link);
+		c->link = NULL;
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			f->all = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		f->n_total--;
+		c->dead_next = f->dead;   /* freed at the end of the loop's turn: an event of this turn may still name it */
+		f->dead = c;
+		break;
+	default:
+		break;
 	}
-	link_unref(c->link);
-	c->link = NULL;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		f->all = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	f->n_total--;
-	c->dead_next = f->dead;   /* freed at the end of the loop's turn: an event of this turn may still name it */
-	f->dead = c;
 }
 
 static void burst_note(http_front *f, double now)
@@ -318,24 +392,25 @@ static void burst_tick(http_front *f, double now)
 }
 
 /* Appends the front's own answer (the API's error object) to out. */
-static void answer_write(conn *c, int status, const char *type, const char *code, int retry, const char *msg)
+static void answer_write(conn *c)
 {
 	char clean[200];
 	size_t n = 0;
-	for (; msg[n] && n < sizeof clean - 1; n++)   /* valid UTF-8 for the encoder, whatever a client's bytes were */
+	for (const char *msg = c->ans_msg; msg[n] && n < sizeof clean - 1; n++)   /* valid UTF-8 for the encoder */
 		clean[n] = (unsigned char)msg[n] >= 0x80 || (unsigned char)msg[n] < 0x20 ? '?' : msg[n];
 	clean[n] = 0;
-	json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", clean, "type", type, "param", "code", code);
+	json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", clean, "type", c->ans_type, "param", "code",
+	                      c->ans_code);
 	char *body = e ? json_dumps(e, JSON_COMPACT) : NULL;
 	json_decref(e);
 	const char *b = body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
 	char retry_h[40] = "";
-	if (retry > 0)
-		snprintf(retry_h, sizeof retry_h, "Retry-After: %d\r\n", retry);
+	if (c->ans_retry > 0)
+		snprintf(retry_h, sizeof retry_h, "Retry-After: %d\r\n", c->ans_retry);
 	char head[256];
 	int hn = snprintf(head, sizeof head,
 	                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-	                  status, reason(status), strlen(b), retry_h);
+	                  c->ans_status, reason(c->ans_status), strlen(b), retry_h);
 	if (c->out_off > 0) {
 		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
 		c->out_len -= c->out_off;
@@ -350,43 +425,34 @@ static void answer_write(conn *c, int status, const char *type, const char *code
 	free(body);
 }
 
-static void to_closing(http_front *f, conn *c)
-{
-	inner_close(f, c);
-	if (c->state == CONN_HOLD)
-		hold_remove(f, c);
-	c->state = CONN_CLOSING;
-	c->in_len = 0;
-}
-
-/* The front answers the current request itself. Where libmicrohttpd has already answered it, its answer stands and
- * the connection closes after it; otherwise the front's goes out once earlier answers are through. */
+/* The front answers the current request itself (ANSWER). Where libmicrohttpd has already answered it, its answer
+ * stands and the connection closes after it (DISCARD). */
 static void conn_refuse(http_front *f, conn *c, int status, const char *type, const char *code, int retry,
-                        const char *msg)
+                        const char *msg, double now)
 {
-	if (c->answer_pending || c->state == CONN_CLOSING)
+	if (c->state == CONN_ANSWER || closing(c))
 		return;
-	if (c->state == CONN_ACTIVE && c->link && c->phase >= REQ_BODY &&
-	    (atomic_load(&c->link->answered) || c->resp_bytes > 0)) {
-		c->mhd_done = true;
-		c->close_after = true;
+	if (c->state == CONN_SERVE && c->link && c->phase >= REQ_BODY && (answered_by_mhd(c) || c->resp_bytes > 0)) {
+		c->phase = REQ_DISCARD;
+		c->last_request = true;
 		return;
 	}
 	/* one line per request answered, as for libmicrohttpd's (the connection limit's refusals go into the burst's
 	 * line instead) */
 	const bool limit = status == 429 || (status == 503 && !strcmp(code, "server_busy"));
 	log_msg(limit ? LOG_DEBUG : LOG_INFO, NULL, "%s %s %d from %s (answered by the front): %s",
-	        *c->fr.req.method ? c->fr.req.method : "-", *c->fr.req.path ? c->fr.req.path : "-", status, c->peer, msg);
+	        *c->fr.req.method ? c->fr.req.method : "-", *c->fr.req.path ? c->fr.req.path : "-", status, c->peer_name,
+	        msg);
 	if (c->link)   /* libmicrohttpd may have begun it: its completion then neither counts nor logs it again */
 		atomic_store(&c->link->refused, status);
 	if (f->p.answered)
 		f->p.answered(f->p.ctx, status);
-	c->answer_pending = true;
 	c->ans_status = status;
 	c->ans_type = type;
 	c->ans_code = code;
 	c->ans_retry = retry;
 	snprintf(c->ans_msg, sizeof c->ans_msg, "%s", msg);
+	conn_goto(f, c, CONN_ANSWER, now);
 }
 
 static conn *conn_new(http_front *f, int fd, const struct sockaddr_storage *a, socklen_t al, double now)
@@ -407,13 +473,15 @@ static conn *conn_new(http_front *f, int fd, const struct sockaddr_storage *a, s
 	c->tag_c = (ep_tag){ TAG_CLIENT, c };
 	c->tag_i = (ep_tag){ TAG_INNER, c };
 	c->t_accept = c->t_progress = c->t_phase = now;
+	c->linger_s = LINGER_TIME_S;
+	c->state = CONN_WAIT_HEAD;   /* until accept_all places it */
 	http_framing_init(&c->fr, f->p.max_body_bytes);
 	if (a->ss_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, c->peer, sizeof c->peer);
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, c->peer_name, sizeof c->peer_name);
 	else if (a->ss_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, c->peer, sizeof c->peer);
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, c->peer_name, sizeof c->peer_name);
 	else
-		snprintf(c->peer, sizeof c->peer, "?");
+		snprintf(c->peer_name, sizeof c->peer_name, "?");
 	c->next = f->all;
 	if (f->all)
 		f->all->prev = c;
@@ -425,23 +493,19 @@ static conn *conn_new(http_front *f, int fd, const struct sockaddr_storage *a, s
 	return c;
 }
 
-/* Gives c a socketpair to libmicrohttpd (a probe slot when probe). */
+/* Gives c a slot (a probe slot when probe) and a socketpair to libmicrohttpd: SERVE. */
 static void conn_admit(http_front *f, conn *c, bool probe, double now)
 {
-	if (c->state == CONN_HOLD) {
-		hold_remove(f, c);
-		if (!probe) {
-			f->b_waited++;
-			if (now - c->t_accept > f->burst_longest)
-				f->burst_longest = now - c->t_accept;
-		}
+	if (waiting(c) && !probe) {
+		f->b_waited++;
+		if (now - c->t_accept > f->burst_longest)
+			f->burst_longest = now - c->t_accept;
 	}
 	int sv[2];
 	http_front_link *l = calloc(1, sizeof *l);
 	if (!l || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
 		free(l);
-		c->state = CONN_ACTIVE;   /* so that the answer goes out as for any request */
-		conn_refuse(f, c, 503, "server_error", "server_busy", 1, "no socket for the connection; retry");
+		conn_refuse(f, c, 503, "server_error", "server_busy", 1, "no socket for the connection; retry", now);
 		return;
 	}
 	atomic_init(&l->refs, 2);
@@ -465,14 +529,14 @@ static void conn_admit(http_front *f, conn *c, bool probe, double now)
 	l->next = f->pending;
 	f->pending = l;
 	pthread_mutex_unlock(&f->mu);
-	c->state = CONN_ACTIVE;
-	c->head_held = false;
-	c->probe = probe;
+	conn_goto(f, c, CONN_SERVE, now);
+	c->slot = probe ? SLOT_PROBE : SLOT_SERVE;
 	if (probe)
 		f->n_probe++;
 	else
 		f->n_active++;
 	c->ifd = sv[0];
+	c->inner = INNER_OPEN;
 	c->link = l;
 	c->in_epoll = false;
 	c->ev_i = 0;
@@ -481,32 +545,31 @@ static void conn_admit(http_front *f, conn *c, bool probe, double now)
 		http_front_link *taken = http_front_link_take(f, sv[1]);
 		link_unref(taken);
 		inner_close(f, c);
-		conn_refuse(f, c, 503, "server_error", "server_busy", 1, "the server could not take the connection; retry");
+		conn_refuse(f, c, 503, "server_error", "server_busy", 1, "the server could not take the connection; retry",
+		            now);
 	}
 }
 
 static bool held_probe(const conn *c)
 {
 	const http_framing_request *r = &c->fr.req;
-	return c->head_held && !strcmp(r->method, "GET") && (!strcmp(r->path, "/health") || !strcmp(r->path, "/metrics"));
+	return c->state == CONN_WAIT_SLOT && !strcmp(r->method, "GET") &&
+	       (!strcmp(r->path, "/health") || !strcmp(r->path, "/metrics"));
 }
 
-/* A held connection's head is in: a probe takes a probe slot at once (or when one frees: admit_held). */
-static void hold_head_done(http_front *f, conn *c, double now)
+/* A probe that waits takes a probe slot when one is free; it serves that one request. */
+static void probe_admit(http_front *f, conn *c, double now)
 {
 	if (held_probe(c) && f->n_probe < f->p.probe_connections && !f->quiesced) {
 		conn_admit(f, c, true, now);
-		c->close_after = true;
+		c->last_request = true;
 		f->b_probes++;
 	}
 }
 
-/* Parses what the client sent into fwd. */
+/* Parses what the client sent into fwd: the phases IDLE → HEAD → BODY → WAIT. */
 static bool conn_parse(http_front *f, conn *c, double now)
 {
-	if (c->state == CONN_CLOSING || c->answer_pending || c->mhd_done || c->phase == REQ_WAIT ||
-	    (c->state == CONN_HOLD && c->head_held) || (c->close_after && c->phase == REQ_IDLE))
-		return false;
 	if (c->fwd_off > 0) {
 		memmove(c->fwd, c->fwd + c->fwd_off, c->fwd_len - c->fwd_off);
 		c->fwd_len -= c->fwd_off;
@@ -515,7 +578,8 @@ static bool conn_parse(http_front *f, conn *c, double now)
 	bool progress = false;
 	size_t off = 0;
 	/* also with no input left: a head without a body ends its request at once (HTTP_FRAMING_END next) */
-	while (c->phase != REQ_WAIT && !c->answer_pending && !c->head_held) {
+	while ((c->state == CONN_WAIT_HEAD || c->state == CONN_SERVE) && c->phase <= REQ_BODY &&
+	       !(c->phase == REQ_IDLE && c->last_request)) {
 		bool was_started = c->fr.started;
 		http_framing_event ev;
 		size_t k = http_framing_feed(&c->fr, c->in + off, c->in_len - off, c->fwd, FWD_CAP, &c->fwd_len, &ev);
@@ -527,12 +591,11 @@ static bool conn_parse(http_front *f, conn *c, double now)
 		}
 		if (ev == HTTP_FRAMING_HEAD) {
 			c->phase = REQ_BODY;
-			c->minor = c->fr.req.minor;
 			c->resp_bytes = 0;
 			progress = true;
-			if (c->state == CONN_HOLD) {
-				c->head_held = true;
-				hold_head_done(f, c, now);
+			if (c->state == CONN_WAIT_HEAD) {
+				conn_goto(f, c, CONN_WAIT_SLOT, now);
+				probe_admit(f, c, now);
 			}
 		} else if (ev == HTTP_FRAMING_END) {
 			c->phase = REQ_WAIT;
@@ -542,7 +605,7 @@ static bool conn_parse(http_front *f, conn *c, double now)
 			conn_refuse(f, c, s, "invalid_request_error",
 			            s == 413 ? "request_too_large" : s == 414 || s == 431 ? "header_too_large"
 			            : s == 501 ? "not_implemented" : s == 505 ? "http_version_not_supported" : "bad_request",
-			            0, c->fr.message);
+			            0, c->fr.message, now);
 			progress = true;
 		} else {
 			break;   /* more input wanted, or fwd full */
@@ -561,13 +624,13 @@ static bool conn_pump(http_front *f, conn *c, double now)
 	bool any = false, progress;
 	do {
 		progress = false;
-		if (c->cfd >= 0 && !c->rd_eof && !c->client_dead) {
+		if (c->cfd >= 0 && c->peer < PEER_EOF) {
 			ssize_t r = 0;
-			bool drop = c->state == CONN_CLOSING || c->mhd_done;
+			const bool drop = closing(c) || c->phase == REQ_DISCARD;
 			char junk[16384];
 			if (drop)
 				r = recv(c->cfd, junk, sizeof junk, 0);
-			else if (c->in_len < IN_CAP && !(c->state == CONN_HOLD && c->head_held))
+			else if (c->in_len < IN_CAP && c->state != CONN_WAIT_SLOT)
 				r = recv(c->cfd, c->in + c->in_len, IN_CAP - c->in_len, 0);
 			else
 				r = -2;
@@ -581,14 +644,14 @@ static bool conn_pump(http_front *f, conn *c, double now)
 				c->t_read = now;
 				progress = true;
 			} else if (r == 0) {
-				c->rd_eof = c->peer_shut = true;
+				c->peer = PEER_EOF;
 				progress = true;
 			} else if (r == -1 && !again()) {
-				c->client_dead = true;
+				c->peer = PEER_GONE;
 			}
 		}
 		progress |= conn_parse(f, c, now);
-		if (c->ifd >= 0 && !c->inner_hup && c->fwd_off < c->fwd_len) {
+		if (c->inner == INNER_OPEN && c->fwd_off < c->fwd_len) {
 			ssize_t w = send(c->ifd, c->fwd + c->fwd_off, c->fwd_len - c->fwd_off, MSG_NOSIGNAL);
 			if (w > 0) {
 				c->fwd_off += (size_t)w;
@@ -596,17 +659,17 @@ static bool conn_pump(http_front *f, conn *c, double now)
 					c->fwd_off = c->fwd_len = 0;
 				progress = true;
 			} else if (w < 0 && !again()) {
-				c->inner_hup = true;
+				c->inner = INNER_HUP;
 			}
 		}
-		if (c->ifd >= 0 && !c->inner_eof) {
+		if (c->inner == INNER_OPEN || c->inner == INNER_HUP) {
 			if (c->out_off > 0) {
 				memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
 				c->out_len -= c->out_off;
 				c->out_off = 0;
 			}
 			size_t room = OUT_CAP - ANSWER_ROOM > c->out_len ? OUT_CAP - ANSWER_ROOM - c->out_len : 0;
-			if (c->answer_pending && room > c->owed)
+			if (c->state == CONN_ANSWER && room > c->owed)
 				room = (size_t)c->owed;   /* earlier answers only: what comes after is dropped with the socketpair */
 			if (room > 0) {
 				ssize_t r = recv(c->ifd, c->out + c->out_len, room, 0);
@@ -619,16 +682,13 @@ static bool conn_pump(http_front *f, conn *c, double now)
 						c->owed = 0;
 					}
 					progress = true;
-				} else if (r == 0 || !again()) {
-					c->inner_eof = true;
-					progress = true;
-				} else if (c->inner_hup) {
-					c->inner_eof = true;   /* closed, and nothing left to read */
+				} else if (r == 0 || !again() || c->inner == INNER_HUP) {
+					c->inner = INNER_EOF;   /* closed, and nothing left to read */
 					progress = true;
 				}
 			}
 		}
-		if (c->cfd >= 0 && !c->client_dead && c->out_off < c->out_len) {
+		if (c->cfd >= 0 && c->peer != PEER_GONE && out_pending(c)) {
 			ssize_t w = send(c->cfd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
 			if (w > 0) {
 				c->out_off += (size_t)w;
@@ -637,15 +697,16 @@ static bool conn_pump(http_front *f, conn *c, double now)
 				c->t_progress = now;
 				progress = true;
 			} else if (w < 0 && !again()) {
-				c->client_dead = true;
+				c->peer = PEER_GONE;
 			}
 		}
 		any |= progress;
-	} while (progress && !c->client_dead);
+	} while (progress && c->peer != PEER_GONE);
 	return any;
 }
 
-/* libmicrohttpd completed requests: the next may be parsed. Returns true when it had. */
+/* libmicrohttpd completed requests: WAIT → IDLE, and the next may be parsed; one completed before its body was in
+ * was answered early (DISCARD). Returns true when it had. */
 static bool conn_completions(http_front *f, conn *c, double now)
 {
 	if (!c->link)
@@ -662,154 +723,213 @@ static bool conn_completions(http_front *f, conn *c, double now)
 			if (c->ifd >= 0 && ioctl(c->ifd, FIONREAD, &q) == 0 && q > 0)
 				c->owed = (uint64_t)q;   /* its answer's tail, not read yet: all of it is in, and nothing after */
 			c->resp_bytes = 0;
-
 			c->t_progress = now;
-		} else if (c->phase != REQ_IDLE) {
-			c->mhd_done = c->close_after = true;   /* answered before its body came; it closes next */
+		} else if (c->phase == REQ_HEAD || c->phase == REQ_BODY) {
+			c->phase = REQ_DISCARD;   /* answered before its body came; it closes next */
+			c->last_request = true;
 		}
 	}
 	return any;
 }
 
-static double conn_due(const http_front *f, const conn *c)
+/* ---- connections: one handler per state, after the bytes moved ---- */
+
+static bool step_wait(http_front *f, conn *c, double now)
 {
-	double d = INFINITY;
-	const double rt = f->p.request_timeout_s, idle = f->p.idle_timeout_s;
-	const bool out_pending = c->out_off < c->out_len;
-	switch (c->state) {
-	case CONN_HOLD:
-		d = c->t_accept + rt;
-		break;
-	case CONN_ACTIVE:
-		if ((c->phase == REQ_HEAD || c->phase == REQ_BODY) && !c->mhd_done && !c->answer_pending)
-			d = fmin(d, c->t_phase + rt);
-		if (out_pending || (c->phase == REQ_IDLE && c->in_len == 0))
-			d = fmin(d, c->t_progress + idle);
-		break;
-	case CONN_CLOSING:
-		if (out_pending)
-			d = fmin(d, c->t_progress + idle);
-		if (c->shut_wr)
-			d = fmin(d, fmin(c->t_linger + (c->short_linger ? LINGER_SHORT_S : LINGER_TIME_S),
-			                 c->t_read + LINGER_IDLE_S));
-		break;
+	if (c->state == CONN_WAIT_HEAD && c->peer >= PEER_EOF) {
+		conn_goto(f, c, CONN_DEAD, now);   /* gone before its request was in */
+		return true;
 	}
-	return d;
+	return false;
 }
 
-/* What follows from the state after the bytes moved: answers, closes, deadlines. Returns true when it changed
- * something that may let more bytes move. */
-static bool conn_step(http_front *f, conn *c, double now)
+static bool step_serve(http_front *f, conn *c, double now)
 {
-	if (c->client_dead) {
-		conn_free(f, c);
-		return false;
-	}
-	bool changed = false;
-	changed |= conn_completions(f, c, now);
-	if (c->ifd >= 0 && c->inner_eof) {
+	if (c->inner == INNER_EOF) {
 		/* libmicrohttpd closed: a request it left unanswered gets an answer here */
-		bool owed = c->phase != REQ_IDLE && !c->answer_pending && !c->mhd_done && c->link &&
-		            !atomic_load(&c->link->answered) && c->resp_bytes == 0;
+		const bool owed = c->phase != REQ_IDLE && c->phase != REQ_DISCARD && !answered_by_mhd(c) &&
+		                  c->resp_bytes == 0;
 		inner_close(f, c);
 		if (owed)
-			conn_refuse(f, c, 503, "server_error", "server_busy", 1, "the request could not be served; retry");
-		else if (!c->answer_pending)
-			to_closing(f, c);
-		changed = true;
+			conn_refuse(f, c, 503, "server_error", "server_busy", 1, "the request could not be served; retry", now);
+		else
+			conn_goto(f, c, CONN_FLUSH, now);
+		return true;
 	}
-	if (c->answer_pending && (c->ifd < 0 || c->owed == 0)) {
-		inner_close(f, c);
-		to_closing(f, c);
-		answer_write(c, c->ans_status, c->ans_type, c->ans_code, c->ans_retry, c->ans_msg);
-		c->answer_pending = false;
-		changed = true;
-	}
+	bool changed = false;
 	/* a client that shut its side while its request runs: one byte of TCP urgent data tells a half-close from a
 	 * close. A socket that is still open (SO_OOBINLINE is off everywhere by default) takes it out of band, so that
 	 * nothing of it reaches the bytes of the response (no interim 1xx the client did not ask for); a socket that is
 	 * closed answers a data segment with a reset, which cancels the request. Sent once a connection. */
-	if (c->state == CONN_ACTIVE && c->peer_shut && c->phase == REQ_WAIT && !c->urgent_sent && c->link &&
-	    !atomic_load(&c->link->answered)) {
+	if (c->phase == REQ_WAIT && c->peer >= PEER_SHUT && !c->urgent_sent && !answered_by_mhd(c)) {
 		static const char mark = 0;
 		if (send(c->cfd, &mark, 1, MSG_OOB | MSG_NOSIGNAL) < 0 && !again())
-			c->client_dead = true;
+			c->peer = PEER_GONE;
 		c->urgent_sent = true;
 		changed = true;
 	}
-	if (c->rd_eof && c->state != CONN_CLOSING) {
-		if (c->state == CONN_HOLD && !c->head_held) {
-			conn_free(f, c);   /* gone before its request was in */
-			return false;
+	if (c->peer >= PEER_EOF && c->in_len == 0) {
+		if (c->phase == REQ_HEAD || c->phase == REQ_BODY) {
+			conn_goto(f, c, CONN_DEAD, now);   /* its request can never be complete */
+			return true;
 		}
-		if (c->state == CONN_ACTIVE && c->in_len == 0 && (c->phase == REQ_HEAD || c->phase == REQ_BODY) &&
-		    !c->answer_pending && !c->mhd_done) {
-			conn_free(f, c);   /* its request can never be complete */
-			return false;
-		}
-		if (c->state == CONN_ACTIVE && c->phase == REQ_IDLE && c->in_len == 0)
-			c->close_after = true;
-	}
-	if (c->state == CONN_ACTIVE && c->close_after && c->phase == REQ_IDLE && c->owed == 0 &&
-	    c->out_off == c->out_len && c->fwd_len == 0) {
-		if (c->rd_eof) {
-			conn_free(f, c);
-			return false;
-		}
-		to_closing(f, c);
-		changed = true;
-	}
-	if (c->state == CONN_CLOSING) {
-		if (c->out_off == c->out_len && !c->shut_wr) {
-			shutdown(c->cfd, SHUT_WR);
-			c->shut_wr = true;
-			c->t_linger = c->t_read = now;
-		}
-		if (c->shut_wr && (c->rd_eof || c->discarded > LINGER_BYTES)) {
-			conn_free(f, c);
-			return false;
+		if (c->phase == REQ_IDLE && !c->last_request) {
+			c->last_request = true;
+			changed = true;
 		}
 	}
-	if (now >= conn_due(f, c)) {
-		if (c->state == CONN_HOLD) {
-			f->b_503++;
-			hold_remove(f, c);   /* (still HOLD, out of the queue) */
-			c->short_linger = !c->head_held;   /* not even its head in: it trickles */
-			conn_refuse(f, c, 503, "server_error", "server_busy", 1,
-			            "every connection slot stayed busy: retry later (max_connections)");
-		} else if (c->state == CONN_ACTIVE && (c->phase == REQ_HEAD || c->phase == REQ_BODY) &&
-		           now >= c->t_phase + f->p.request_timeout_s) {
-			char msg[128];
-			snprintf(msg, sizeof msg, "the request's head and body did not arrive within request_timeout (%gs)",
-			         f->p.request_timeout_s);
-			c->short_linger = true;
-			conn_refuse(f, c, 408, "invalid_request_error", "request_timeout", 0, msg);
-		} else {
-			conn_free(f, c);   /* idle, a client not reading its answer, or a lingering close that has lasted */
-			return false;
-		}
-		changed = true;
+	if (c->last_request && c->phase == REQ_IDLE && c->owed == 0 && !out_pending(c) && c->fwd_len == 0) {
+		conn_goto(f, c, c->peer >= PEER_EOF ? CONN_DEAD : CONN_FLUSH, now);
+		return true;
 	}
 	return changed;
 }
 
+static bool step_answer(http_front *f, conn *c, double now)
+{
+	if (c->ifd >= 0 && c->inner != INNER_EOF && c->owed > 0)
+		return false;   /* earlier answers still coming through */
+	conn_goto(f, c, CONN_FLUSH, now);
+	answer_write(c);
+	return true;
+}
+
+static bool step_flush(http_front *f, conn *c, double now)
+{
+	if (out_pending(c))
+		return false;
+	conn_goto(f, c, CONN_LINGER, now);
+	return true;
+}
+
+static bool step_linger(http_front *f, conn *c, double now)
+{
+	if (c->peer < PEER_EOF && c->discarded <= LINGER_BYTES)
+		return false;
+	conn_goto(f, c, CONN_DEAD, now);
+	return true;
+}
+
+static bool step_dead(http_front *f, conn *c, double now) { return false; }
+
+static bool (*const conn_steps[N_CONN_STATES])(http_front *, conn *, double) = {
+	[CONN_WAIT_HEAD] = step_wait, [CONN_WAIT_SLOT] = step_wait, [CONN_SERVE] = step_serve,
+	[CONN_ANSWER] = step_answer,  [CONN_FLUSH] = step_flush,    [CONN_LINGER] = step_linger,
+	[CONN_DEAD] = step_dead,
+};
+
+/* ---- connections: one timer per deadline ---- */
+
+static double due_wait(const http_front *f, const conn *c)
+{
+	return waiting(c) ? c->t_accept + f->p.request_timeout_s : INFINITY;
+}
+
+static double due_request(const http_front *f, const conn *c)
+{
+	return c->state == CONN_SERVE && (c->phase == REQ_HEAD || c->phase == REQ_BODY)
+	               ? c->t_phase + f->p.request_timeout_s : INFINITY;
+}
+
+static double due_idle(const http_front *f, const conn *c)
+{
+	return c->state == CONN_SERVE && c->phase == REQ_IDLE && c->in_len == 0 ? c->t_progress + f->p.idle_timeout_s
+	                                                                        : INFINITY;
+}
+
+static double due_send(const http_front *f, const conn *c)
+{
+	/* (an ANSWER waits on earlier answers leaving: the same deadline) */
+	return out_pending(c) || c->state == CONN_ANSWER ? c->t_progress + f->p.idle_timeout_s : INFINITY;
+}
+
+static double due_linger(const http_front *f, const conn *c)
+{
+	return c->state == CONN_LINGER ? c->t_linger + c->linger_s : INFINITY;
+}
+
+static double due_linger_idle(const http_front *f, const conn *c)
+{
+	return c->state == CONN_LINGER ? c->t_read + LINGER_IDLE_S : INFINITY;
+}
+
+static void expire_wait(http_front *f, conn *c, double now)
+{
+	f->b_503++;
+	if (c->state == CONN_WAIT_HEAD)
+		c->linger_s = LINGER_SHORT_S;   /* not even its head in: it trickles */
+	conn_refuse(f, c, 503, "server_error", "server_busy", 1,
+	            "every connection slot stayed busy: retry later (max_connections)", now);
+}
+
+static void expire_request(http_front *f, conn *c, double now)
+{
+	char msg[128];
+	snprintf(msg, sizeof msg, "the request's head and body did not arrive within request_timeout (%gs)",
+	         f->p.request_timeout_s);
+	c->linger_s = LINGER_SHORT_S;
+	conn_refuse(f, c, 408, "invalid_request_error", "request_timeout", 0, msg, now);
+}
+
+/* idle between requests, a client not reading its answer, a lingering close that has lasted: a plain close */
+static void expire_close(http_front *f, conn *c, double now) { conn_goto(f, c, CONN_DEAD, now); }
+
+static const struct conn_timer_def {
+	double (*due)(const http_front *f, const conn *c);
+	void (*expire)(http_front *f, conn *c, double now);
+} conn_timers[N_CONN_TIMERS] = {
+	[TIMER_WAIT] = { due_wait, expire_wait },
+	[TIMER_REQUEST] = { due_request, expire_request },
+	[TIMER_IDLE] = { due_idle, expire_close },
+	[TIMER_SEND] = { due_send, expire_close },
+	[TIMER_LINGER] = { due_linger, expire_close },
+	[TIMER_LINGER_IDLE] = { due_linger_idle, expire_close },
+};
+
+static double conn_due(const http_front *f, const conn *c)
+{
+	double d = INFINITY;
+	for (int t = 0; t < N_CONN_TIMERS; t++)
+		d = fmin(d, conn_timers[t].due(f, c));
+	return d;
+}
+
+/* The state's handler, then the first timer that is due. Returns true when it changed something that may let more
+ * bytes move. */
+static bool conn_step(http_front *f, conn *c, double now)
+{
+	if (c->peer == PEER_GONE) {
+		conn_goto(f, c, CONN_DEAD, now);
+		return false;
+	}
+	bool changed = conn_completions(f, c, now);
+	changed |= conn_steps[c->state](f, c, now);
+	for (int t = 0; t < N_CONN_TIMERS && c->state != CONN_DEAD; t++)
+		if (now >= conn_timers[t].due(f, c)) {
+			conn_timers[t].expire(f, c, now);
+			changed = true;
+			break;
+		}
+	return changed && c->state != CONN_DEAD;
+}
+
 static void conn_interest(http_front *f, conn *c)
 {
-	if (c->dead)
+	if (c->state == CONN_DEAD)
 		return;
 	uint32_t want_c = 0;
-	if (!c->rd_eof && (c->state == CONN_CLOSING || c->mhd_done ||
-	                   (c->in_len < IN_CAP && !(c->state == CONN_HOLD && c->head_held))))
+	if (c->peer < PEER_EOF && (closing(c) || c->phase == REQ_DISCARD ||
+	                           (c->in_len < IN_CAP && c->state != CONN_WAIT_SLOT)))
 		want_c |= EPOLLIN;
-	if (!c->peer_shut)
+	if (c->peer < PEER_SHUT)
 		want_c |= EPOLLRDHUP;
-	if (c->out_off < c->out_len)
+	if (out_pending(c))
 		want_c |= EPOLLOUT;
 	bool reg = true;
 	epoll_set(f, c->cfd, &c->tag_c, &c->ev_c, &reg, want_c);
 	if (c->ifd < 0)
 		return;
-	if (c->inner_hup) {   /* whatever is left is read as out drains: no more events wanted (a HUP repeats) */
+	if (c->inner >= INNER_HUP) {   /* whatever is left is read as out drains: no more events wanted (a HUP repeats) */
 		if (c->in_epoll)
 			epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->ifd, NULL);
 		c->in_epoll = false;
@@ -825,7 +945,7 @@ static void conn_interest(http_front *f, conn *c)
 
 static void conn_run(http_front *f, conn *c, double now)
 {
-	for (int i = 0; i < 16 && !c->dead; i++) {
+	for (int i = 0; i < 16 && c->state != CONN_DEAD; i++) {
 		bool moved = conn_pump(f, c, now);
 		bool changed = conn_step(f, c, now);
 		if (!moved && !changed)
@@ -840,7 +960,7 @@ static int32_t same_peer(const http_front *f, const conn *c)
 {
 	int32_t n = 0;
 	for (const conn *o = f->all; o; o = o->next)
-		if (o != c && o->state != CONN_CLOSING && !strcmp(o->peer, c->peer))
+		if (o != c && !closing(o) && !strcmp(o->peer_name, c->peer_name))
 			n++;
 	return n;
 }
@@ -871,19 +991,12 @@ static void accept_all(http_front *f, double now)
 		if (f->p.per_ip_connections > 0 && same_peer(f, c) >= f->p.per_ip_connections) {
 			burst_note(f, now);
 			f->b_429++;
-			c->state = CONN_ACTIVE;
 			conn_refuse(f, c, 429, "rate_limit_error", "too_many_connections", 1,
-			            "too many connections from this address (per_ip_connections)");
+			            "too many connections from this address (per_ip_connections)", now);
 		} else if (f->n_active < f->p.max_connections && !f->hold_head) {
 			conn_admit(f, c, false, now);
 		} else {
-			c->state = CONN_HOLD;
-			if (f->hold_tail)
-				f->hold_tail->hold_next = c;
-			else
-				f->hold_head = c;
-			f->hold_tail = c;
-			f->n_hold++;
+			hold_append(f, c);   /* WAIT_HEAD */
 			burst_note(f, now);
 		}
 		conn_run(f, c, now);
@@ -902,10 +1015,9 @@ static conn *idle_victim(http_front *f, double now)
 {
 	conn *best = NULL;
 	for (conn *c = f->all; c; c = c->next)
-		if (c->state == CONN_ACTIVE && !c->probe && c->ifd >= 0 && c->phase == REQ_IDLE && !c->fr.started &&
-		    c->seen > 0 && now - c->t_progress >= IDLE_RECLAIM_S &&
-		    c->in_len == 0 && c->out_off == c->out_len && c->fwd_len == 0 && c->owed == 0 && !c->answer_pending &&
-		    (!best || c->t_progress < best->t_progress)) {
+		if (c->state == CONN_SERVE && c->slot == SLOT_SERVE && c->phase == REQ_IDLE && !c->fr.started &&
+		    c->seen > 0 && now - c->t_progress >= IDLE_RECLAIM_S && c->in_len == 0 && !out_pending(c) &&
+		    c->fwd_len == 0 && c->owed == 0 && (!best || c->t_progress < best->t_progress)) {
 			int q = 0;   /* not one whose next request is already here, unread */
 			if (ioctl(c->cfd, FIONREAD, &q) == 0 && q == 0)
 				best = c;
@@ -921,7 +1033,7 @@ static void admit_held(http_front *f, double now)
 		conn *v = idle_victim(f, now);
 		if (!v)
 			break;
-		conn_free(f, v);
+		conn_goto(f, v, CONN_DEAD, now);
 		f->b_idle_closed++;
 	}
 	while (f->hold_head && f->n_active < f->p.max_connections && !f->quiesced) {
@@ -932,7 +1044,7 @@ static void admit_held(http_front *f, double now)
 	for (conn *c = f->hold_head, *next; c && f->n_probe < f->p.probe_connections && !f->quiesced; c = next) {
 		next = c->hold_next;
 		if (held_probe(c)) {
-			hold_head_done(f, c, now);
+			probe_admit(f, c, now);
 			conn_run(f, c, now);
 		}
 	}
@@ -950,11 +1062,21 @@ static void quiesce(http_front *f, double now)
 	}
 	for (conn *c = f->all, *next; c; c = next) {
 		next = c->next;
-		if (c->state == CONN_HOLD)
-			conn_refuse(f, c, 503, "server_error", "shutting_down", 5, "the server is shutting down");
-		else if (c->state == CONN_ACTIVE)
-			c->close_after = true;
+		if (waiting(c))
+			conn_refuse(f, c, 503, "server_error", "shutting_down", 5, "the server is shutting down", now);
+		else if (c->state == CONN_SERVE)
+			c->last_request = true;
 		conn_run(f, c, now);
+	}
+}
+
+static void dead_free(http_front *f)
+{
+	while (f->dead) {
+		conn *c = f->dead;
+		f->dead = c->dead_next;
+		free(c->in);
+		free(c);
 	}
 }
 
@@ -982,21 +1104,18 @@ static void *front_main(void *arg)
 				ssize_t r = read(f->wfd, &v, sizeof v);
 				(void)r;
 				woke = true;
-			} else if (!t->c->dead) {
+			} else if (t->c->state != CONN_DEAD) {
 				conn *c = t->c;
 				if (t->kind == TAG_CLIENT) {
+					if (e & EPOLLRDHUP && c->peer < PEER_SHUT)
+						c->peer = PEER_SHUT;
+					if (e & EPOLLHUP)   /* both ways shut: a reset, or the end of a lingering close */
+						c->peer = c->state == CONN_LINGER ? (c->peer > PEER_EOF ? c->peer : PEER_EOF) : PEER_GONE;
 					if (e & EPOLLERR)
-						c->client_dead = true;
-					if (e & EPOLLHUP) {   /* both ways shut: a reset, or the end of a lingering close */
-						if (c->state == CONN_CLOSING && c->shut_wr)
-							c->rd_eof = true;
-						else
-							c->client_dead = true;
-					}
-					if (e & EPOLLRDHUP)
-						c->peer_shut = true;
+						c->peer = PEER_GONE;
 				} else if (e & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
-					c->inner_hup = true;
+					if (c->inner == INNER_OPEN)
+						c->inner = INNER_HUP;
 				}
 				conn_run(f, c, now);
 			}
@@ -1019,27 +1138,18 @@ static void *front_main(void *arg)
 		burst_tick(f, now);
 		int32_t busy = 0;
 		for (conn *c = f->all; c; c = c->next)
-			busy += c->out_off < c->out_len || (c->state == CONN_ACTIVE && (c->phase != REQ_IDLE || c->owed > 0));
+			busy += out_pending(c) || c->state == CONN_ANSWER ||
+			        (c->state == CONN_SERVE && (c->phase != REQ_IDLE || c->owed > 0));
 		atomic_store(&f->busy, busy);
 		if (f->p.tick && now - f->last_tick >= 1.0) {
 			f->last_tick = now;
 			f->p.tick(f->p.ctx);
 		}
-		while (f->dead) {
-			conn *c = f->dead;
-			f->dead = c->dead_next;
-			free(c->in);
-			free(c);
-		}
+		dead_free(f);
 	}
 	while (f->all)
-		conn_free(f, f->all);
-	while (f->dead) {
-		conn *c = f->dead;
-		f->dead = c->dead_next;
-		free(c->in);
-		free(c);
-	}
+		conn_goto(f, f->all, CONN_DEAD, now_s());
+	dead_free(f);
 	return NULL;
 }
 

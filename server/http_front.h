@@ -4,7 +4,7 @@
  * slot, then gets 503 with Retry-After: never a reset), a few more slots for GET /health and /metrics alone, a
  * deadline for each request's head and body, framing refusals answered with the API's error object, a lingering close
  * after every answer that leaves a body unread, and a response for a client that half-closes after its request.
- * One thread, epoll; libmicrohttpd's connection threads talk to it only through a link per connection. */
+ * One thread, epoll; libmicrohttpd's threads talk to it only through a link per connection. */
 #ifndef AAH_SERVER_HTTP_FRONT_H
 #define AAH_SERVER_HTTP_FRONT_H
 
