@@ -1,30 +1,27 @@
 /* server/http_front.c — see http_front.h. One epoll thread; every connection is a state machine whose states are
- * named, each with one handler (conn_step's table), and whose deadlines are named timers, each with one rule for when
- * it is due and one handler for when it passes (the timer table), as nginx's phase handlers and event timers are:
+ * named, each with one handler (conn_steps), and whose deadlines are named timers, each with one rule for when it is
+ * due and one handler for when it passes (conn_timers), as nginx's phase handlers and event timers are:
  *
- *   WAIT_HEAD ──head in──▶ WAIT_SLOT ──slot frees (admit_held)──▶ SERVE
- *      │  (over max_connections: its first head is read, not passed on; a probe, GET /health or /metrics, takes a
- *      │   probe slot at once)                                       │
- *      └──TIMER_WAIT (request_timeout): 503──▶ ANSWER                │  one request at a time, by phase:
- *   accept with a free slot ──────────────────────────────────────▶ SERVE  IDLE → HEAD → BODY → WAIT → IDLE …
- *   SERVE ──framing error, TIMER_REQUEST (408), libmicrohttpd gone unanswered (503)──▶ ANSWER
- *   SERVE ──the last request answered (Connection: close, a probe, quiesce, the client's EOF)──▶ FLUSH
- *   ANSWER ──the earlier answers through──▶ FLUSH (the front's own answer written)
- *   FLUSH ──all written: write side shut──▶ LINGER ──client's EOF, TIMER_LINGER_*──▶ DEAD
- *   any ──reset, TIMER_IDLE, TIMER_SEND (a client not reading)──▶ DEAD
+ *   accept ─▶ FRESH ──first bytes──▶ SERVE (a slot free, nobody waiting) | WAIT_HEAD (the end of the line)
+ *     FRESH holds no slot and no buffers; TIMER_IDLE closes it, and past FRESH_PER_SLOT per slot the oldest makes
+ *     room for a new one: a flood of silent connections costs little and keeps no one out.
+ *   WAIT_HEAD ──head in──▶ WAIT_SLOT ──a slot frees (admit_held; a probe: a probe slot)──▶ SERVE
+ *   WAIT_* ──TIMER_WAIT (request_timeout from the first byte): 503──▶ ANSWER
+ *   SERVE: one request at a time, by phase: IDLE → HEAD → BODY → WAIT → IDLE …; DISCARD when libmicrohttpd answered
+ *     before the body was in (the rest is dropped, and it closes)
+ *   SERVE ──framing error, TIMER_REQUEST (408), libmicrohttpd closed unanswered (503)──▶ ANSWER
+ *   SERVE ──its last request answered (Connection: close, a probe, quiesce, the client's EOF)──▶ FLUSH
+ *   ANSWER ──the earlier answers through──▶ FLUSH ──all written, write side shut──▶ LINGER ──EOF, TIMER_LINGER*──▶ DEAD
+ *   any ──a reset, TIMER_IDLE, TIMER_SEND (a client not reading)──▶ DEAD
  *
- * SERVE's phases: IDLE (none of the next request yet; TIMER_IDLE), HEAD and BODY (TIMER_REQUEST from its first
- * byte), WAIT (all passed on; libmicrohttpd's to answer), DISCARD (libmicrohttpd answered before the body was in: the
- * rest is read and dropped, and it closes). Only after libmicrohttpd completed a request is the next parsed, so that
- * every byte from it belongs to a known request, and the front may answer one itself once earlier answers are through.
- * LINGER is a lingering close: a client still sending a body reads the answer instead of a reset (a client cut for
- * trickling lingers a second only). What the two sockets have said (the client's EOF or reset, libmicrohttpd's close)
- * is kept apart from the state, as facts the handlers read. */
+ * The next request is parsed only after libmicrohttpd completed the last, so that every byte from it belongs to a
+ * known request, and the front may answer one itself once earlier answers are through. LINGER is a lingering close:
+ * a client still sending a body reads the answer instead of a reset (one cut for trickling lingers a second only).
+ * What the sockets have said (the client's EOF or reset, libmicrohttpd's close) is kept apart from the state. */
 #include "server/http_front.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,8 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/http_answer.h"
 #include "server/http_framing.h"
 #include "server/log.h"
+#include "server/log_limit.h"
 
 #define IN_CAP 8192                      /* client bytes read, not yet parsed */
 #define FWD_CAP HTTP_FRAMING_OUT_MIN     /* canonical bytes for libmicrohttpd; a head is parsed only into an empty one */
@@ -53,6 +52,7 @@
 #define IDLE_RECLAIM_S 1.0               /* a connection idle this long between requests may give its slot up */
 #define BURST_QUIET_S 1.0                /* a burst over the limit ends after this long without one */
 #define BURST_REPEAT_S 60.0              /* a lasting burst is logged again this often */
+#define FRESH_PER_SLOT 8                 /* FRESH connections kept per slot; past it the oldest is closed for a new one */
 
 struct http_front_link {
 	atomic_int refs;                  /* the front's and libmicrohttpd's */
@@ -67,6 +67,7 @@ struct http_front_link {
 };
 
 typedef enum conn_state {
+	CONN_FRESH,                       /* accepted, nothing sent yet: no slot, no place in line, no buffers */
 	CONN_WAIT_HEAD,                   /* no slot: its first head is read (not passed on) */
 	CONN_WAIT_SLOT,                   /* no slot, its head is in: it waits for one, oldest first */
 	CONN_SERVE,                       /* a slot and libmicrohttpd's socketpair: requests pass, by phase */
@@ -100,9 +101,10 @@ typedef enum slot_kind { SLOT_NONE, SLOT_SERVE, SLOT_PROBE } slot_kind;
 /* The connection's deadlines, each a timer of its own: when it is due (INFINITY: not armed) and what its passing
  * does (the timer table below). */
 typedef enum conn_timer {
-	TIMER_WAIT,                       /* WAIT_*: a slot within request_timeout of the accept, or 503 */
+	TIMER_WAIT,                       /* WAIT_*: a slot within request_timeout of its first byte, or 503 */
 	TIMER_REQUEST,                    /* SERVE, HEAD and BODY: the request within request_timeout, or 408 */
-	TIMER_IDLE,                       /* SERVE, IDLE with nothing read: the next request within connection_timeout */
+	TIMER_IDLE,                       /* FRESH, or SERVE and IDLE with nothing read: a request within
+	                                   * connection_timeout, or a plain close */
 	TIMER_SEND,                       /* an answer leaving: the client reads some within connection_timeout */
 	TIMER_LINGER,                     /* LINGER: lasts LINGER_TIME_S (LINGER_SHORT_S for a slow client) … */
 	TIMER_LINGER_IDLE,                /* … and LINGER_IDLE_S without a byte */
@@ -118,7 +120,7 @@ enum { TAG_CLIENT, TAG_INNER, TAG_LISTEN, TAG_WAKE };
 
 typedef struct conn {
 	struct conn *prev, *next;         /* every connection */
-	struct conn *hold_next;           /* WAIT_*: the waiting ones, oldest first */
+	struct conn *hold_next;           /* WAIT_*: the waiting ones, oldest first; FRESH: the fresh ones, oldest first */
 	struct conn *dead_next;
 	ep_tag tag_c, tag_i;
 	int cfd, ifd;                     /* the client; our end of the socketpair (-1: none) */
@@ -143,10 +145,11 @@ typedef struct conn {
 	uint64_t owed;                    /* bytes of earlier answers still in the socketpair */
 	uint64_t resp_bytes;              /* bytes read from it for the current request */
 	uint64_t discarded;
-	double t_accept, t_phase, t_progress, t_linger, t_read;
-	char *in, *fwd, *out;             /* one allocation: IN_CAP, FWD_CAP, OUT_CAP */
+	double t_accept, t_wait, t_phase, t_progress, t_linger, t_read;
+	/* one allocation, made when it leaves FRESH (NULL before: a connection that sends nothing costs little) */
+	http_framing *fr;
+	char *in, *fwd, *out;             /* IN_CAP, FWD_CAP, OUT_CAP */
 	size_t in_len, fwd_off, fwd_len, out_off, out_len;
-	http_framing fr;
 } conn;
 
 struct http_front {
@@ -164,12 +167,14 @@ struct http_front {
 	ep_tag tag_listen, tag_wake;
 	bool listening, quiesced;
 	double accept_pause_until, last_tick;
-	conn *all, *hold_head, *hold_tail, *dead;
-	int32_t n_active, n_probe, n_hold, n_total;
+	conn *all, *hold_head, *hold_tail, *fresh_head, *fresh_tail, *dead;
+	int32_t n_active, n_probe, n_hold, n_fresh, n_total;
+	uint64_t b_evicted;               /* FRESH connections closed for newer ones (over the cap, or out of fds) */
 	/* the current burst over the limit, for one log line */
 	bool burst;
 	double burst_t0, burst_last, burst_logged, burst_longest;
 	uint64_t b_waited, b_503, b_429, b_probes, b_idle_closed;
+	log_limit log;                    /* lines that could repeat (accept failing for want of descriptors) */
 };
 
 static double now_s(void)
@@ -226,22 +231,6 @@ void http_front_link_completed(http_front_link *l)
 
 /* ---- connections: plumbing ---- */
 
-static const char *reason(int s)
-{
-	switch (s) {
-	case 400: return "Bad Request";
-	case 408: return "Request Timeout";
-	case 413: return "Content Too Large";
-	case 414: return "URI Too Long";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 501: return "Not Implemented";
-	case 503: return "Service Unavailable";
-	case 505: return "HTTP Version Not Supported";
-	default: return "Internal Server Error";
-	}
-}
-
 static bool waiting(const conn *c) { return c->state == CONN_WAIT_HEAD || c->state == CONN_WAIT_SLOT; }
 static bool closing(const conn *c) { return c->state >= CONN_FLUSH; }
 static bool out_pending(const conn *c) { return c->out_off < c->out_len; }
@@ -285,19 +274,20 @@ static void inner_close(http_front *f, conn *c)
 	c->slot = SLOT_NONE;
 }
 
-static void hold_append(http_front *f, conn *c)
+/* The two lines, oldest first, through hold_next: the waiting (WAIT_*) and the fresh. */
+static void queue_append(conn **head, conn **tail, int32_t *n, conn *c)
 {
-	if (f->hold_tail)
-		f->hold_tail->hold_next = c;
+	if (*tail)
+		(*tail)->hold_next = c;
 	else
-		f->hold_head = c;
-	f->hold_tail = c;
-	f->n_hold++;
+		*head = c;
+	*tail = c;
+	(*n)++;
 }
 
-static void hold_remove(http_front *f, conn *c)
+static void queue_remove(conn **head, conn **tail, int32_t *n, conn *c)
 {
-	conn **p = &f->hold_head, *prev = NULL;
+	conn **p = head, *prev = NULL;
 	while (*p && *p != c) {
 		prev = *p;
 		p = &(*p)->hold_next;
@@ -305,10 +295,29 @@ static void hold_remove(http_front *f, conn *c)
 	if (!*p)
 		return;
 	*p = c->hold_next;
-	if (f->hold_tail == c)
-		f->hold_tail = prev;
+	if (*tail == c)
+		*tail = prev;
 	c->hold_next = NULL;
-	f->n_hold--;
+	(*n)--;
+}
+
+static void hold_append(http_front *f, conn *c) { queue_append(&f->hold_head, &f->hold_tail, &f->n_hold, c); }
+static void hold_remove(http_front *f, conn *c) { queue_remove(&f->hold_head, &f->hold_tail, &f->n_hold, c); }
+
+/* Leaving FRESH: the parser and the buffers of a connection that has sent something. */
+static bool conn_buffers(http_front *f, conn *c)
+{
+	if (c->fr)
+		return true;
+	char *m = malloc(sizeof(http_framing) + IN_CAP + FWD_CAP + OUT_CAP);
+	if (!m)
+		return false;
+	c->fr = (http_framing *)m;
+	http_framing_init(c->fr, f->p.max_body_bytes);
+	c->in = m + sizeof(http_framing);
+	c->fwd = c->in + IN_CAP;
+	c->out = c->fwd + FWD_CAP;
+	return true;
 }
 
 /* Every transition goes through here: it leaves the old state (a waiting one leaves the queue) and runs the new
@@ -317,6 +326,11 @@ static void conn_goto(http_front *f, conn *c, conn_state next, double now)
 {
 	if (c->state == CONN_DEAD || next == c->state)
 		return;
+	if (c->state == CONN_FRESH) {
+		queue_remove(&f->fresh_head, &f->fresh_tail, &f->n_fresh, c);
+		if (next != CONN_DEAD && !conn_buffers(f, c))
+			next = CONN_DEAD;   /* out of memory: it cannot even be answered */
+	}
 	if (waiting(c) && next != CONN_WAIT_SLOT)
 		hold_remove(f, c);
 	c->state = next;
@@ -359,7 +373,7 @@ static void burst_note(http_front *f, double now)
 		f->burst = true;
 		f->burst_t0 = f->burst_logged = now;
 		f->burst_longest = 0;
-		f->b_waited = f->b_503 = f->b_429 = f->b_probes = f->b_idle_closed = 0;
+		f->b_waited = f->b_503 = f->b_429 = f->b_probes = f->b_idle_closed = f->b_evicted = 0;
 	}
 	f->burst_last = now;
 }
@@ -369,11 +383,12 @@ static void burst_log(http_front *f, double now, bool ended)
 	log_msg(LOG_WARN, NULL,
 	        "connections: the limit of %d %s %.1fs: %llu waited for a slot and got it (longest %.2fs; %llu idle "
 	        "connections closed for them), %llu answered 503 after request_timeout, %llu answered 429 "
-	        "(per_ip_connections %d), %llu probes served beyond it",
+	        "(per_ip_connections %d), %llu probes served beyond it, %llu connections that sent nothing closed for "
+	        "newer ones",
 	        f->p.max_connections, ended ? "was reached for" : "has been reached for", now - f->burst_t0,
 	        (unsigned long long)f->b_waited, f->burst_longest, (unsigned long long)f->b_idle_closed,
 	        (unsigned long long)f->b_503, (unsigned long long)f->b_429, f->p.per_ip_connections,
-	        (unsigned long long)f->b_probes);
+	        (unsigned long long)f->b_probes, (unsigned long long)f->b_evicted);
 }
 
 static void burst_tick(http_front *f, double now)
@@ -391,38 +406,16 @@ static void burst_tick(http_front *f, double now)
 	}
 }
 
-/* Appends the front's own answer (the API's error object) to out. */
+/* Appends the front's own answer to out (http_answer.h). */
 static void answer_write(conn *c)
 {
-	char clean[200];
-	size_t n = 0;
-	for (const char *msg = c->ans_msg; msg[n] && n < sizeof clean - 1; n++)   /* valid UTF-8 for the encoder */
-		clean[n] = (unsigned char)msg[n] >= 0x80 || (unsigned char)msg[n] < 0x20 ? '?' : msg[n];
-	clean[n] = 0;
-	json_t *e = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", clean, "type", c->ans_type, "param", "code",
-	                      c->ans_code);
-	char *body = e ? json_dumps(e, JSON_COMPACT) : NULL;
-	json_decref(e);
-	const char *b = body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
-	char retry_h[40] = "";
-	if (c->ans_retry > 0)
-		snprintf(retry_h, sizeof retry_h, "Retry-After: %d\r\n", c->ans_retry);
-	char head[256];
-	int hn = snprintf(head, sizeof head,
-	                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-	                  c->ans_status, reason(c->ans_status), strlen(b), retry_h);
 	if (c->out_off > 0) {
 		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
 		c->out_len -= c->out_off;
 		c->out_off = 0;
 	}
-	size_t bl = strlen(b);
-	if (c->out_len + (size_t)hn + bl <= OUT_CAP) {
-		memcpy(c->out + c->out_len, head, (size_t)hn);
-		memcpy(c->out + c->out_len + (size_t)hn, b, bl);
-		c->out_len += (size_t)hn + bl;
-	}
-	free(body);
+	c->out_len += http_answer_format(c->out + c->out_len, OUT_CAP - c->out_len, c->ans_status, c->ans_type,
+	                                 c->ans_code, c->ans_retry, c->ans_msg);
 }
 
 /* The front answers the current request itself (ANSWER). Where libmicrohttpd has already answered it, its answer
@@ -432,6 +425,10 @@ static void conn_refuse(http_front *f, conn *c, int status, const char *type, co
 {
 	if (c->state == CONN_ANSWER || closing(c))
 		return;
+	if (!conn_buffers(f, c)) {   /* (a FRESH one refused at once has none yet) */
+		conn_goto(f, c, CONN_DEAD, now);
+		return;
+	}
 	if (c->state == CONN_SERVE && c->link && c->phase >= REQ_BODY && (answered_by_mhd(c) || c->resp_bytes > 0)) {
 		c->phase = REQ_DISCARD;
 		c->last_request = true;
@@ -441,7 +438,7 @@ static void conn_refuse(http_front *f, conn *c, int status, const char *type, co
 	 * line instead) */
 	const bool limit = status == 429 || (status == 503 && !strcmp(code, "server_busy"));
 	log_msg(limit ? LOG_DEBUG : LOG_INFO, NULL, "%s %s %d from %s (answered by the front): %s",
-	        *c->fr.req.method ? c->fr.req.method : "-", *c->fr.req.path ? c->fr.req.path : "-", status, c->peer_name,
+	        *c->fr->req.method ? c->fr->req.method : "-", *c->fr->req.path ? c->fr->req.path : "-", status, c->peer_name,
 	        msg);
 	if (c->link)   /* libmicrohttpd may have begun it: its completion then neither counts nor logs it again */
 		atomic_store(&c->link->refused, status);
@@ -458,24 +455,18 @@ static void conn_refuse(http_front *f, conn *c, int status, const char *type, co
 static conn *conn_new(http_front *f, int fd, const struct sockaddr_storage *a, socklen_t al, double now)
 {
 	conn *c = calloc(1, sizeof *c);
-	char *bufs = c ? malloc(IN_CAP + FWD_CAP + OUT_CAP) : NULL;
-	if (!bufs) {
-		free(c);
+	if (!c)
 		return NULL;
-	}
-	c->in = bufs;
-	c->fwd = bufs + IN_CAP;
-	c->out = bufs + IN_CAP + FWD_CAP;
 	c->cfd = fd;
 	c->ifd = -1;
 	c->addr = *a;
 	c->addr_len = al;
 	c->tag_c = (ep_tag){ TAG_CLIENT, c };
 	c->tag_i = (ep_tag){ TAG_INNER, c };
-	c->t_accept = c->t_progress = c->t_phase = now;
+	c->t_accept = c->t_wait = c->t_progress = c->t_phase = now;
 	c->linger_s = LINGER_TIME_S;
-	c->state = CONN_WAIT_HEAD;   /* until accept_all places it */
-	http_framing_init(&c->fr, f->p.max_body_bytes);
+	c->state = CONN_FRESH;
+	queue_append(&f->fresh_head, &f->fresh_tail, &f->n_fresh, c);
 	if (a->ss_family == AF_INET6)
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, c->peer_name, sizeof c->peer_name);
 	else if (a->ss_family == AF_INET)
@@ -498,8 +489,8 @@ static void conn_admit(http_front *f, conn *c, bool probe, double now)
 {
 	if (waiting(c) && !probe) {
 		f->b_waited++;
-		if (now - c->t_accept > f->burst_longest)
-			f->burst_longest = now - c->t_accept;
+		if (now - c->t_wait > f->burst_longest)
+			f->burst_longest = now - c->t_wait;
 	}
 	int sv[2];
 	http_front_link *l = calloc(1, sizeof *l);
@@ -552,7 +543,7 @@ static void conn_admit(http_front *f, conn *c, bool probe, double now)
 
 static bool held_probe(const conn *c)
 {
-	const http_framing_request *r = &c->fr.req;
+	const http_framing_request *r = &c->fr->req;
 	return c->state == CONN_WAIT_SLOT && !strcmp(r->method, "GET") &&
 	       (!strcmp(r->path, "/health") || !strcmp(r->path, "/metrics"));
 }
@@ -580,12 +571,12 @@ static bool conn_parse(http_front *f, conn *c, double now)
 	/* also with no input left: a head without a body ends its request at once (HTTP_FRAMING_END next) */
 	while ((c->state == CONN_WAIT_HEAD || c->state == CONN_SERVE) && c->phase <= REQ_BODY &&
 	       !(c->phase == REQ_IDLE && c->last_request)) {
-		bool was_started = c->fr.started;
+		bool was_started = c->fr->started;
 		http_framing_event ev;
-		size_t k = http_framing_feed(&c->fr, c->in + off, c->in_len - off, c->fwd, FWD_CAP, &c->fwd_len, &ev);
+		size_t k = http_framing_feed(c->fr, c->in + off, c->in_len - off, c->fwd, FWD_CAP, &c->fwd_len, &ev);
 		off += k;
 		progress |= k > 0;
-		if (!was_started && c->fr.started && c->phase == REQ_IDLE) {
+		if (!was_started && c->fr->started && c->phase == REQ_IDLE) {
 			c->phase = REQ_HEAD;
 			c->t_phase = now;
 		}
@@ -601,11 +592,11 @@ static bool conn_parse(http_front *f, conn *c, double now)
 			c->phase = REQ_WAIT;
 			progress = true;
 		} else if (ev == HTTP_FRAMING_ERROR) {
-			const int s = c->fr.status;
+			const int s = c->fr->status;
 			conn_refuse(f, c, s, "invalid_request_error",
 			            s == 413 ? "request_too_large" : s == 414 || s == 431 ? "header_too_large"
 			            : s == 501 ? "not_implemented" : s == 505 ? "http_version_not_supported" : "bad_request",
-			            0, c->fr.message, now);
+			            0, c->fr->message, now);
 			progress = true;
 		} else {
 			break;   /* more input wanted, or fwd full */
@@ -630,7 +621,7 @@ static bool conn_pump(http_front *f, conn *c, double now)
 			char junk[16384];
 			if (drop)
 				r = recv(c->cfd, junk, sizeof junk, 0);
-			else if (c->in_len < IN_CAP && c->state != CONN_WAIT_SLOT)
+			else if (c->in && c->in_len < IN_CAP && c->state != CONN_WAIT_SLOT)
 				r = recv(c->cfd, c->in + c->in_len, IN_CAP - c->in_len, 0);
 			else
 				r = -2;
@@ -734,6 +725,36 @@ static bool conn_completions(http_front *f, conn *c, double now)
 
 /* ---- connections: one handler per state, after the bytes moved ---- */
 
+/* Its first bytes are here: a slot if one is free and nobody waits, else the end of the line. */
+static void conn_place(http_front *f, conn *c, double now)
+{
+	if (!conn_buffers(f, c)) {
+		conn_goto(f, c, CONN_DEAD, now);
+		return;
+	}
+	c->t_wait = c->t_progress = now;   /* its place in line, and its idle clock, run from its first byte */
+	if (f->n_active < f->p.max_connections && !f->hold_head) {
+		conn_admit(f, c, false, now);
+	} else {
+		conn_goto(f, c, CONN_WAIT_HEAD, now);
+		hold_append(f, c);
+		burst_note(f, now);
+	}
+}
+
+static bool step_fresh(http_front *f, conn *c, double now)
+{
+	char b;
+	ssize_t r = recv(c->cfd, &b, 1, MSG_PEEK);
+	if (r < 0 && again())
+		return false;
+	if (r <= 0)
+		conn_goto(f, c, CONN_DEAD, now);   /* gone without a word */
+	else
+		conn_place(f, c, now);
+	return true;
+}
+
 static bool step_wait(http_front *f, conn *c, double now)
 {
 	if (c->state == CONN_WAIT_HEAD && c->peer >= PEER_EOF) {
@@ -813,7 +834,7 @@ static bool step_linger(http_front *f, conn *c, double now)
 static bool step_dead(http_front *f, conn *c, double now) { return false; }
 
 static bool (*const conn_steps[N_CONN_STATES])(http_front *, conn *, double) = {
-	[CONN_WAIT_HEAD] = step_wait, [CONN_WAIT_SLOT] = step_wait, [CONN_SERVE] = step_serve,
+	[CONN_FRESH] = step_fresh,    [CONN_WAIT_HEAD] = step_wait, [CONN_WAIT_SLOT] = step_wait, [CONN_SERVE] = step_serve,
 	[CONN_ANSWER] = step_answer,  [CONN_FLUSH] = step_flush,    [CONN_LINGER] = step_linger,
 	[CONN_DEAD] = step_dead,
 };
@@ -822,7 +843,7 @@ static bool (*const conn_steps[N_CONN_STATES])(http_front *, conn *, double) = {
 
 static double due_wait(const http_front *f, const conn *c)
 {
-	return waiting(c) ? c->t_accept + f->p.request_timeout_s : INFINITY;
+	return waiting(c) ? c->t_wait + f->p.request_timeout_s : INFINITY;
 }
 
 static double due_request(const http_front *f, const conn *c)
@@ -833,8 +854,8 @@ static double due_request(const http_front *f, const conn *c)
 
 static double due_idle(const http_front *f, const conn *c)
 {
-	return c->state == CONN_SERVE && c->phase == REQ_IDLE && c->in_len == 0 ? c->t_progress + f->p.idle_timeout_s
-	                                                                        : INFINITY;
+	return c->state == CONN_FRESH || (c->state == CONN_SERVE && c->phase == REQ_IDLE && c->in_len == 0)
+	               ? c->t_progress + f->p.idle_timeout_s : INFINITY;
 }
 
 static double due_send(const http_front *f, const conn *c)
@@ -965,16 +986,35 @@ static int32_t same_peer(const http_front *f, const conn *c)
 	return n;
 }
 
+/* The connection that has sent nothing for longest makes room for a new one: a flood of idle connections can
+ * neither fill the front nor keep a client that speaks out. */
+static void evict_fresh(http_front *f, double now)
+{
+	burst_note(f, now);
+	f->b_evicted++;
+	conn_goto(f, f->fresh_head, CONN_DEAD, now);
+}
+
 static void accept_all(http_front *f, double now)
 {
+	/* FRESH connections have a cap of their own: they hold no slot and little memory */
 	const int32_t cap = 3 * f->p.max_connections + f->p.probe_connections;
-	while (f->listening && f->n_total < cap && now >= f->accept_pause_until) {
+	const int32_t fresh_cap = FRESH_PER_SLOT * (f->p.max_connections + f->p.probe_connections);
+	while (f->listening && f->n_total - f->n_fresh < cap && now >= f->accept_pause_until) {
+		if (f->n_fresh >= fresh_cap)
+			evict_fresh(f, now);
 		struct sockaddr_storage a;
 		socklen_t al = sizeof a;
 		int fd = accept4(f->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
+			if ((errno == EMFILE || errno == ENFILE) && f->fresh_head) {
+				evict_fresh(f, now);   /* its descriptor for this one */
+				continue;
+			}
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-				log_msg(LOG_WARN, NULL, "connections: cannot accept (%s): pausing 100 ms", strerror(errno));
+				log_limit_msg(&f->log, "accept", LOG_WARN, "connections: ",
+				              errno == EMFILE || errno == ENFILE ? "cannot accept (out of descriptors): pausing 100 ms"
+				                                                 : "cannot accept (out of memory): pausing 100 ms");
 				f->accept_pause_until = now + 0.1;
 			}
 			if (errno == ECONNABORTED || errno == EINTR)
@@ -993,15 +1033,10 @@ static void accept_all(http_front *f, double now)
 			f->b_429++;
 			conn_refuse(f, c, 429, "rate_limit_error", "too_many_connections", 1,
 			            "too many connections from this address (per_ip_connections)", now);
-		} else if (f->n_active < f->p.max_connections && !f->hold_head) {
-			conn_admit(f, c, false, now);
-		} else {
-			hold_append(f, c);   /* WAIT_HEAD */
-			burst_note(f, now);
 		}
-		conn_run(f, c, now);
+		conn_run(f, c, now);   /* FRESH until its first bytes (step_fresh) */
 	}
-	bool want = f->lfd >= 0 && !f->quiesced && f->n_total < cap && now >= f->accept_pause_until;
+	bool want = f->lfd >= 0 && !f->quiesced && f->n_total - f->n_fresh < cap && now >= f->accept_pause_until;
 	if (f->lfd >= 0 && want != f->listening) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &f->tag_listen };
 		epoll_ctl(f->epfd, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, f->lfd, &ev);
@@ -1015,7 +1050,7 @@ static conn *idle_victim(http_front *f, double now)
 {
 	conn *best = NULL;
 	for (conn *c = f->all; c; c = c->next)
-		if (c->state == CONN_SERVE && c->slot == SLOT_SERVE && c->phase == REQ_IDLE && !c->fr.started &&
+		if (c->state == CONN_SERVE && c->slot == SLOT_SERVE && c->phase == REQ_IDLE && !c->fr->started &&
 		    c->seen > 0 && now - c->t_progress >= IDLE_RECLAIM_S && c->in_len == 0 && !out_pending(c) &&
 		    c->fwd_len == 0 && c->owed == 0 && (!best || c->t_progress < best->t_progress)) {
 			int q = 0;   /* not one whose next request is already here, unread */
@@ -1062,7 +1097,9 @@ static void quiesce(http_front *f, double now)
 	}
 	for (conn *c = f->all, *next; c; c = next) {
 		next = c->next;
-		if (waiting(c))
+		if (c->state == CONN_FRESH)
+			conn_goto(f, c, CONN_DEAD, now);   /* nothing asked, nothing to answer */
+		else if (waiting(c))
 			conn_refuse(f, c, 503, "server_error", "shutting_down", 5, "the server is shutting down", now);
 		else if (c->state == CONN_SERVE)
 			c->last_request = true;
@@ -1075,7 +1112,7 @@ static void dead_free(http_front *f)
 	while (f->dead) {
 		conn *c = f->dead;
 		f->dead = c->dead_next;
-		free(c->in);
+		free(c->fr);
 		free(c);
 	}
 }
@@ -1141,9 +1178,11 @@ static void *front_main(void *arg)
 			busy += out_pending(c) || c->state == CONN_ANSWER ||
 			        (c->state == CONN_SERVE && (c->phase != REQ_IDLE || c->owed > 0));
 		atomic_store(&f->busy, busy);
-		if (f->p.tick && now - f->last_tick >= 1.0) {
+		if (now - f->last_tick >= 1.0) {
 			f->last_tick = now;
-			f->p.tick(f->p.ctx);
+			log_limit_flush(&f->log, false);
+			if (f->p.tick)
+				f->p.tick(f->p.ctx);
 		}
 		dead_free(f);
 	}
@@ -1165,6 +1204,7 @@ http_front *http_front_start(const http_front_params *p, char *err, size_t err_l
 	f->p = *p;
 	f->lfd = f->epfd = f->wfd = -1;
 	pthread_mutex_init(&f->mu, NULL);
+	log_limit_init(&f->log);
 	atomic_init(&f->quiesce_req, false);
 	atomic_init(&f->stop_req, false);
 	f->tag_listen = (ep_tag){ TAG_LISTEN, NULL };
@@ -1210,6 +1250,8 @@ fail:
 		close(f->epfd);
 	if (f->wfd >= 0)
 		close(f->wfd);
+	log_limit_flush(&f->log, true);
+	log_limit_free(&f->log);
 	pthread_mutex_destroy(&f->mu);
 	free(f);
 	return NULL;
@@ -1249,6 +1291,8 @@ void http_front_free(http_front *f)
 		f->pending = l->next;
 		link_unref(l);
 	}
+	log_limit_flush(&f->log, true);
+	log_limit_free(&f->log);
 	pthread_mutex_destroy(&f->mu);
 	free(f);
 }

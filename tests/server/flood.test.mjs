@@ -1,8 +1,9 @@
 // tests/server/flood.test.mjs — issue 21's regression tests through real sockets, with the defaults: 2000 TCP
-// connections opened within a second that send nothing, held 8 s and closed. After it /health answers within 5 s, a
-// greedy completion equals one from before, the log has a few dozen lines at most, and the process holds as many
-// descriptors as before; with SIGTERM sent while the flood is held, aahd exits 0 within shutdown_grace_seconds (+1 s).
-// Run by tests/test_server.sh beside integration.test.mjs.
+// connections opened within a second that send nothing, held 8 s and closed. While they are held a client that speaks
+// is served (/health, and a greedy completion equal to one from before); after, /health answers within 5 s, the same
+// completion again, the log has a few dozen lines at most, the process holds as many descriptors as before, and
+// SIGTERM exits 0 within shutdown_grace_seconds (+1 s). So it does with SIGTERM sent while the flood is held, and a
+// second signal exits at once whatever still runs. Run by tests/test_server.sh beside integration.test.mjs.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -31,7 +32,7 @@ async function flood(port, n) {
 const greedy = { prompt: 'The flood is over and', max_tokens: 8, temperature: 0 };
 
 describe('a flood of idle connections (issue 21)', () => {
-  test('2000 held 8 s and closed: /health within 5 s, the same completion, few log lines, descriptors back',
+  test('2000 held 8 s and closed: served meanwhile, /health within 5 s after, the same completion, few log lines, descriptors back',
     async () => {
       const grace = 3;
       const srv = await startServer(['--shutdown-grace-seconds', String(grace)]);
@@ -42,7 +43,14 @@ describe('a flood of idle connections (issue 21)', () => {
         const fdBefore = fds(srv.proc.pid);
         const logBefore = srv.log().split('\n').length;
         const socks = await flood(srv.port, FLOOD);
-        await sleep(HOLD_MS);
+        // while they are held, a client that speaks is served: the silent ones hold no slot
+        const t1 = Date.now();
+        const during = await request(srv.port, 'GET', '/health');
+        assert.equal(during.status, 200, during.text);
+        const mid = await request(srv.port, 'POST', '/v1/completions', greedy);
+        assert.equal(mid.status, 200, mid.text);
+        assert.equal(mid.json.choices[0].text, before.json.choices[0].text);
+        await sleep(HOLD_MS - (Date.now() - t1));
         for (const s of socks) s.destroy();
         const t0 = Date.now();
         await until(async () => {
@@ -86,6 +94,37 @@ describe('a flood of idle connections (issue 21)', () => {
       assert.ok(r, `still running ${(Date.now() - t0) / 1000}s after SIGTERM:\n${srv.log().slice(-2000)}`);
       assert.equal(r.code, 0, srv.log().slice(-2000));
       assert.ok(Date.now() - t0 <= (grace + 1) * 1000 + 500);
+    } finally {
+      for (const s of socks) s.destroy();
+      if (srv.proc.exitCode === null && srv.proc.signalCode === null) srv.proc.kill('SIGKILL');
+      await srv.exited;
+    }
+  });
+
+  test('a second signal exits at once, a long stream and the flood still held', async () => {
+    const srv = await startServer(['--shutdown-grace-seconds', '60'], { AAHD_TEST_STEP_DELAY_US: '20000' });
+    let socks = [];
+    try {
+      socks = await flood(srv.port, 500);
+      // a stream of 400 tokens at 20 ms a step (8 s at least) holds the drain
+      const streaming = new Promise((resolve) => {
+        const s = net.connect(srv.port, '127.0.0.1');
+        const body = JSON.stringify({ prompt: 'a long one', max_tokens: 400, stream: true });
+        s.on('data', () => resolve(s));
+        s.on('error', () => {});
+        s.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${body.length}\r\n\r\n${body}`);
+      });
+      const s = await streaming;
+      socks.push(s);
+      srv.proc.kill('SIGTERM');
+      await until(() => /draining/.test(srv.log()), 5000, 'draining');
+      const t0 = Date.now();
+      srv.proc.kill('SIGTERM');
+      const r = await Promise.race([srv.exited, sleep(2000).then(() => null)]);
+      assert.ok(r, `still running ${(Date.now() - t0) / 1000}s after the second signal:\n${srv.log().slice(-2000)}`);
+      assert.equal(r.code, 0, srv.log().slice(-2000));
+      assert.match(srv.log(), /second signal/);
     } finally {
       for (const s of socks) s.destroy();
       if (srv.proc.exitCode === null && srv.proc.signalCode === null) srv.proc.kill('SIGKILL');
