@@ -38,15 +38,15 @@ static void job_unref(cmpl_job *j)
 
 /* The engine thread's notification: a bump and a wake (a resume of the parked connection), nothing that could
  * block it. The waiter is read under mu, which cmpl_job_release takes to clear it: a request is never woken after
- * it has let go of its job. */
+ * it has let go of its job; the resume itself comes after mu (see http_request_wake). */
 static void job_notify(void *ctx, bool last)
 {
 	cmpl_job *j = ctx;
 	pthread_mutex_lock(&j->mu);
 	j->version++;
-	if (j->waiter)
-		http_request_wake(j->waiter);
+	struct MHD_Connection *resume = j->waiter ? http_request_wake(j->waiter) : NULL;
 	pthread_mutex_unlock(&j->mu);
+	http_resume(resume);   /* (still suspended until this: the request cannot have gone meanwhile) */
 	if (last)
 		job_unref(j);
 }

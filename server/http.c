@@ -40,6 +40,8 @@ struct http_server {
 	bool stopper_started;
 	atomic_bool stopped;
 	atomic_int live;                  /* requests between on_access's first call and on_completed */
+	atomic_int mhd_connections;       /* handed to libmicrohttpd and not yet notified closed (front_admit) */
+	unsigned mhd_room;
 };
 
 typedef struct route {
@@ -262,23 +264,32 @@ bool http_request_park(http_request *req)
 	return wait;
 }
 
-/* With park_mu held. */
-static void wake_locked(http_server *h, http_request *req)
+/* With park_mu held: the connection to resume (outside every lock: MHD_resume_connection takes libmicrohttpd's own,
+ * and a lock of ours around it could close a cycle), or NULL. Once unlinked here nobody else resumes it, and it stays
+ * suspended (so it cannot be freed) until the caller does. */
+static struct MHD_Connection *wake_locked(http_server *h, http_request *req)
 {
-	if (req->parked) {
-		park_unlink(h, req);
-		MHD_resume_connection(req->conn);
-	} else {
+	if (!req->parked) {
 		req->woken = true;
+		return NULL;
 	}
+	park_unlink(h, req);
+	return req->conn;
 }
 
-void http_request_wake(http_request *req)
+struct MHD_Connection *http_request_wake(http_request *req)
 {
 	http_server *h = req->http;
 	pthread_mutex_lock(&h->park_mu);
-	wake_locked(h, req);
+	struct MHD_Connection *c = wake_locked(h, req);
 	pthread_mutex_unlock(&h->park_mu);
+	return c;
+}
+
+void http_resume(struct MHD_Connection *conn)
+{
+	if (conn)
+		MHD_resume_connection(conn);
 }
 
 bool http_request_stopping(const http_request *req)
@@ -295,13 +306,13 @@ bool http_request_stopping(const http_request *req)
 static void front_link_closed(void *ctx, http_front_link *l)
 {
 	http_server *h = ctx;
+	struct MHD_Connection *c = NULL;   /* a link carries one request at a time */
 	pthread_mutex_lock(&h->park_mu);
-	for (http_request *r = h->parked, *next; r; r = next) {
-		next = r->park_next;
+	for (http_request *r = h->parked; r && !c; r = r->park_next)
 		if (r->link == l)
-			wake_locked(h, r);
-	}
+			c = wake_locked(h, r);
 	pthread_mutex_unlock(&h->park_mu);
+	http_resume(c);
 }
 
 /* ---- the request's life ---- */
@@ -499,16 +510,45 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 		*socket_context = ci ? http_front_link_take(h->front, ci->connect_fd) : NULL;
-	} else if (*socket_context) {
+		return;
+	}
+	if (atomic_fetch_sub(&h->mhd_connections, 1) >= (int)h->mhd_room)   /* (libmicrohttpd has counted it out too) */
+		http_front_wake(h->front);   /* room again for one that waits */
+	if (*socket_context) {
 		http_front_link_release(*socket_context);
 		*socket_context = NULL;
 	}
 }
 
+/* libmicrohttpd 0.9.75 must never meet its connection limit: the path that refuses a connection over it returns
+ * with the worker's cleanup mutex still locked, and that worker (and with it MHD_stop_daemon) is stuck for good
+ * (the wedge of issue 21). Its limit is split evenly among the pool's workers, and it places a connection by the
+ * socket's number, so one worker may get them all: the limit is the pool times (mhd_room + 64), and the front admits
+ * no connection while libmicrohttpd holds mhd_room in all, closed-but-not-yet-cleaned ones included (counted from
+ * front_admit to MHD_CONNECTION_NOTIFY_CLOSED): a worker held up (a log write to a full pipe) makes clients wait for
+ * a slot, never wedges it. */
+static bool front_room(void *ctx)
+{
+	http_server *h = ctx;
+	return atomic_load(&h->mhd_connections) < (int)h->mhd_room;
+}
+
 static int front_admit(void *ctx, int fd, const struct sockaddr *addr, socklen_t addr_len)
 {
 	http_server *h = ctx;
-	return MHD_add_connection(h->d, fd, addr, addr_len) == MHD_YES ? 0 : -1;   /* MHD closes fd when it refuses */
+	if (atomic_fetch_add(&h->mhd_connections, 1) >= (int)h->mhd_room) {
+		int n = atomic_fetch_sub(&h->mhd_connections, 1) - 1;
+		char msg[160];
+		snprintf(msg, sizeof msg, "the HTTP library holds %d connections (room for %u): refusing one", n, h->mhd_room);
+		log_limit_msg(&h->mhd_log, "room", LOG_WARN, "http: ", msg);
+		close(fd);
+		return -1;
+	}
+	if (MHD_add_connection(h->d, fd, addr, addr_len) != MHD_YES) {   /* MHD closes fd when it refuses */
+		atomic_fetch_sub(&h->mhd_connections, 1);
+		return -1;
+	}
+	return 0;
 }
 
 static void front_answered(void *ctx, int status)
@@ -555,6 +595,7 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 	pthread_mutex_init(&h->park_mu, NULL);
 	atomic_init(&h->stopped, false);
 	atomic_init(&h->live, 0);
+	atomic_init(&h->mhd_connections, 0);
 	log_limit_init(&h->mhd_log);
 	struct sockaddr_storage addr;
 	socklen_t alen;
@@ -563,16 +604,17 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 		return NULL;
 	}
 	/* libmicrohttpd listens on nothing: the front hands it each connection, and its epoll threads notice at once
-	 * when the front closes one. Its own limits are a backstop the front keeps it from reaching: room for every slot
-	 * twice, and a timeout past both of the front's. */
+	 * when the front closes one. Its own limits are a backstop the front keeps it from reaching (front_admit): room
+	 * for every slot twice and some on any one worker, and a timeout past both of the front's. */
 	const unsigned slots = (unsigned)(cfg->max_connections + cfg->probe_connections);
+	h->mhd_room = 2 * slots + 64;
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 	                 MHD_USE_NO_LISTEN_SOCKET;
 	h->d = MHD_start_daemon(
 	        flags, 0, NULL, NULL, on_access, h,
 	        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,   /* first, so that every message goes through it */
 	        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS,
-	        MHD_OPTION_CONNECTION_LIMIT, 2 * slots + 64,
+	        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_POOL_THREADS * (h->mhd_room + 64),
 	        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->connection_timeout + cfg->request_timeout),
 	        /* headers and one upload chunk live in this; bodies are copied out piecewise */
 	        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
@@ -596,6 +638,7 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 		.admit = front_admit,
 		.answered = front_answered,
 		.link_closed = front_link_closed,
+		.room = front_room,
 		.tick = front_tick,
 		.ctx = h,
 	};
@@ -633,8 +676,12 @@ void http_server_stop_begin(http_server *h)
 	/* whatever is still parked (a stream between two tokens) is woken and ends; none parks again */
 	pthread_mutex_lock(&h->park_mu);
 	h->stopping = true;
-	while (h->parked)
-		wake_locked(h, h->parked);
+	while (h->parked) {
+		struct MHD_Connection *c = wake_locked(h, h->parked);
+		pthread_mutex_unlock(&h->park_mu);
+		http_resume(c);
+		pthread_mutex_lock(&h->park_mu);
+	}
 	pthread_mutex_unlock(&h->park_mu);
 	if (!h->d || pthread_create(&h->stopper, NULL, stopper_main, h) != 0) {
 		if (h->d)

@@ -71,8 +71,10 @@ void http_server_stop(http_server *h);
  * called again once woken. Returns false, parking nothing, when a wake came since the last park, the client is gone
  * or the server stops: the caller looks at once at what changed (http_client_gone, http_request_stopping). */
 bool http_request_park(http_request *req);
-/* Any thread (the engine's notification): resumes req when parked, or makes its next park return false. */
-void http_request_wake(http_request *req);
+/* Any thread (the engine's notification): makes req's next park return false, or, when it is parked, returns its
+ * connection for http_resume, which the caller calls once it holds no lock of its own (NULL: nothing to resume). */
+struct MHD_Connection *http_request_wake(http_request *req);
+void http_resume(struct MHD_Connection *conn);
 /* True once the server stops: a handler that still waits for the engine ends its request instead. */
 bool http_request_stopping(const http_request *req);
 

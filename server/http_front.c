@@ -1,6 +1,6 @@
 /* server/http_front.c — see http_front.h. One epoll thread; every connection is a state machine whose states are
  * named, each with one handler (conn_steps), and whose deadlines are named timers, each with one rule for when it is
- * due and one handler for when it passes (conn_timers), as nginx's phase handlers and event timers are:
+ * due (timer_due) and one handler for when it passes (conn_timers), as nginx's phase handlers and event timers are:
  *
  *   accept ─▶ FRESH ──first bytes──▶ SERVE (a slot free, nobody waiting) | WAIT_HEAD (the end of the line)
  *     FRESH holds no slot and no buffers; TIMER_IDLE closes it, and past FRESH_PER_SLOT per slot the oldest makes
@@ -53,6 +53,7 @@
 #define BURST_QUIET_S 1.0                /* a burst over the limit ends after this long without one */
 #define BURST_REPEAT_S 60.0              /* a lasting burst is logged again this often */
 #define FRESH_PER_SLOT 8                 /* FRESH connections kept per slot; past it the oldest is closed for a new one */
+#define FRESH_MIN_AGE_S 1.0              /* … once it is this old: a younger one's first bytes may be on their way */
 
 struct http_front_link {
 	atomic_int refs;                  /* the front's and libmicrohttpd's */
@@ -223,6 +224,8 @@ bool http_front_link_probe(const http_front_link *l) { return l->probe; }
 bool http_front_link_closed(const http_front_link *l) { return atomic_load(&l->closed); }
 int http_front_link_refused(http_front_link *l) { return atomic_load(&l->refused); }
 
+void http_front_wake(http_front *f) { wake(f); }
+
 void http_front_link_completed(http_front_link *l)
 {
 	atomic_fetch_add(&l->completed, 1);
@@ -300,6 +303,9 @@ static void queue_remove(conn **head, conn **tail, int32_t *n, conn *c)
 	c->hold_next = NULL;
 	(*n)--;
 }
+
+/* libmicrohttpd can take another connection now (http_front_params.room); while it cannot, connections wait. */
+static bool inner_room(http_front *f) { return !f->p.room || f->p.room(f->p.ctx); }
 
 static void hold_append(http_front *f, conn *c) { queue_append(&f->hold_head, &f->hold_tail, &f->n_hold, c); }
 static void hold_remove(http_front *f, conn *c) { queue_remove(&f->hold_head, &f->hold_tail, &f->n_hold, c); }
@@ -551,7 +557,7 @@ static bool held_probe(const conn *c)
 /* A probe that waits takes a probe slot when one is free; it serves that one request. */
 static void probe_admit(http_front *f, conn *c, double now)
 {
-	if (held_probe(c) && f->n_probe < f->p.probe_connections && !f->quiesced) {
+	if (held_probe(c) && f->n_probe < f->p.probe_connections && !f->quiesced && inner_room(f)) {
 		conn_admit(f, c, true, now);
 		c->last_request = true;
 		f->b_probes++;
@@ -733,7 +739,7 @@ static void conn_place(http_front *f, conn *c, double now)
 		return;
 	}
 	c->t_wait = c->t_progress = now;   /* its place in line, and its idle clock, run from its first byte */
-	if (f->n_active < f->p.max_connections && !f->hold_head) {
+	if (f->n_active < f->p.max_connections && !f->hold_head && inner_room(f)) {
 		conn_admit(f, c, false, now);
 	} else {
 		conn_goto(f, c, CONN_WAIT_HEAD, now);
@@ -841,37 +847,23 @@ static bool (*const conn_steps[N_CONN_STATES])(http_front *, conn *, double) = {
 
 /* ---- connections: one timer per deadline ---- */
 
-static double due_wait(const http_front *f, const conn *c)
+/* When timer t of c is due: one rule per deadline (INFINITY: not armed). */
+static double timer_due(const http_front *f, const conn *c, conn_timer t)
 {
-	return waiting(c) ? c->t_wait + f->p.request_timeout_s : INFINITY;
-}
-
-static double due_request(const http_front *f, const conn *c)
-{
-	return c->state == CONN_SERVE && (c->phase == REQ_HEAD || c->phase == REQ_BODY)
-	               ? c->t_phase + f->p.request_timeout_s : INFINITY;
-}
-
-static double due_idle(const http_front *f, const conn *c)
-{
-	return c->state == CONN_FRESH || (c->state == CONN_SERVE && c->phase == REQ_IDLE && c->in_len == 0)
-	               ? c->t_progress + f->p.idle_timeout_s : INFINITY;
-}
-
-static double due_send(const http_front *f, const conn *c)
-{
-	/* (an ANSWER waits on earlier answers leaving: the same deadline) */
-	return out_pending(c) || c->state == CONN_ANSWER ? c->t_progress + f->p.idle_timeout_s : INFINITY;
-}
-
-static double due_linger(const http_front *f, const conn *c)
-{
-	return c->state == CONN_LINGER ? c->t_linger + c->linger_s : INFINITY;
-}
-
-static double due_linger_idle(const http_front *f, const conn *c)
-{
-	return c->state == CONN_LINGER ? c->t_read + LINGER_IDLE_S : INFINITY;
+	const double rt = f->p.request_timeout_s, idle = f->p.idle_timeout_s;
+	const bool serve = c->state == CONN_SERVE, linger = c->state == CONN_LINGER;
+	switch (t) {
+	case TIMER_WAIT: return waiting(c) ? c->t_wait + rt : INFINITY;
+	case TIMER_REQUEST: return serve && (c->phase == REQ_HEAD || c->phase == REQ_BODY) ? c->t_phase + rt : INFINITY;
+	case TIMER_IDLE:
+		return c->state == CONN_FRESH || (serve && c->phase == REQ_IDLE && c->in_len == 0) ? c->t_progress + idle
+		                                                                                   : INFINITY;
+	case TIMER_SEND:   /* (an ANSWER waits on earlier answers leaving: the same deadline) */
+		return out_pending(c) || c->state == CONN_ANSWER ? c->t_progress + idle : INFINITY;
+	case TIMER_LINGER: return linger ? c->t_linger + c->linger_s : INFINITY;
+	case TIMER_LINGER_IDLE: return linger ? c->t_read + LINGER_IDLE_S : INFINITY;
+	default: return INFINITY;
+	}
 }
 
 static void expire_wait(http_front *f, conn *c, double now)
@@ -895,23 +887,17 @@ static void expire_request(http_front *f, conn *c, double now)
 /* idle between requests, a client not reading its answer, a lingering close that has lasted: a plain close */
 static void expire_close(http_front *f, conn *c, double now) { conn_goto(f, c, CONN_DEAD, now); }
 
-static const struct conn_timer_def {
-	double (*due)(const http_front *f, const conn *c);
-	void (*expire)(http_front *f, conn *c, double now);
-} conn_timers[N_CONN_TIMERS] = {
-	[TIMER_WAIT] = { due_wait, expire_wait },
-	[TIMER_REQUEST] = { due_request, expire_request },
-	[TIMER_IDLE] = { due_idle, expire_close },
-	[TIMER_SEND] = { due_send, expire_close },
-	[TIMER_LINGER] = { due_linger, expire_close },
-	[TIMER_LINGER_IDLE] = { due_linger_idle, expire_close },
+/* What the passing of each timer does. */
+static void (*const conn_timers[N_CONN_TIMERS])(http_front *, conn *, double) = {
+	[TIMER_WAIT] = expire_wait,   [TIMER_REQUEST] = expire_request, [TIMER_IDLE] = expire_close,
+	[TIMER_SEND] = expire_close,  [TIMER_LINGER] = expire_close,    [TIMER_LINGER_IDLE] = expire_close,
 };
 
 static double conn_due(const http_front *f, const conn *c)
 {
 	double d = INFINITY;
 	for (int t = 0; t < N_CONN_TIMERS; t++)
-		d = fmin(d, conn_timers[t].due(f, c));
+		d = fmin(d, timer_due(f, c, (conn_timer)t));
 	return d;
 }
 
@@ -926,8 +912,8 @@ static bool conn_step(http_front *f, conn *c, double now)
 	bool changed = conn_completions(f, c, now);
 	changed |= conn_steps[c->state](f, c, now);
 	for (int t = 0; t < N_CONN_TIMERS && c->state != CONN_DEAD; t++)
-		if (now >= conn_timers[t].due(f, c)) {
-			conn_timers[t].expire(f, c, now);
+		if (now >= timer_due(f, c, (conn_timer)t)) {
+			conn_timers[t](f, c, now);
 			changed = true;
 			break;
 		}
@@ -986,13 +972,29 @@ static int32_t same_peer(const http_front *f, const conn *c)
 	return n;
 }
 
-/* The connection that has sent nothing for longest makes room for a new one: a flood of idle connections can
- * neither fill the front nor keep a client that speaks out. */
-static void evict_fresh(http_front *f, double now)
+/* The connection that has sent nothing for longest makes room for a new one, so that a flood of silent connections
+ * can neither fill the front nor keep a client that speaks out. One whose bytes turn out to be here is placed
+ * instead, and one younger than FRESH_MIN_AGE_S is left alone. Returns true when a connection left FRESH; false when
+ * the oldest is too young (*retry_at: when it will not be). */
+static bool evict_fresh(http_front *f, double now, double *retry_at)
 {
-	burst_note(f, now);
-	f->b_evicted++;
-	conn_goto(f, f->fresh_head, CONN_DEAD, now);
+	while (f->fresh_head) {
+		conn *c = f->fresh_head;
+		if (step_fresh(f, c, now)) {   /* it spoke, or left, after all */
+			conn_run(f, c, now);
+			return true;
+		}
+		if (now - c->t_accept < FRESH_MIN_AGE_S) {
+			*retry_at = c->t_accept + FRESH_MIN_AGE_S;
+			return false;
+		}
+		burst_note(f, now);
+		f->b_evicted++;
+		conn_goto(f, c, CONN_DEAD, now);
+		return true;
+	}
+	*retry_at = now + 0.1;
+	return false;
 }
 
 static void accept_all(http_front *f, double now)
@@ -1001,16 +1003,17 @@ static void accept_all(http_front *f, double now)
 	const int32_t cap = 3 * f->p.max_connections + f->p.probe_connections;
 	const int32_t fresh_cap = FRESH_PER_SLOT * (f->p.max_connections + f->p.probe_connections);
 	while (f->listening && f->n_total - f->n_fresh < cap && now >= f->accept_pause_until) {
-		if (f->n_fresh >= fresh_cap)
-			evict_fresh(f, now);
+		double retry_at;
+		if (f->n_fresh >= fresh_cap && !evict_fresh(f, now, &retry_at)) {
+			f->accept_pause_until = retry_at;   /* the rest wait in the listen backlog meanwhile */
+			break;
+		}
 		struct sockaddr_storage a;
 		socklen_t al = sizeof a;
 		int fd = accept4(f->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if ((errno == EMFILE || errno == ENFILE) && f->fresh_head) {
-				evict_fresh(f, now);   /* its descriptor for this one */
-				continue;
-			}
+			if ((errno == EMFILE || errno == ENFILE) && evict_fresh(f, now, &retry_at))
+				continue;   /* its descriptor for this one */
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
 				log_limit_msg(&f->log, "accept", LOG_WARN, "connections: ",
 				              errno == EMFILE || errno == ENFILE ? "cannot accept (out of descriptors): pausing 100 ms"
@@ -1071,7 +1074,7 @@ static void admit_held(http_front *f, double now)
 		conn_goto(f, v, CONN_DEAD, now);
 		f->b_idle_closed++;
 	}
-	while (f->hold_head && f->n_active < f->p.max_connections && !f->quiesced) {
+	while (f->hold_head && f->n_active < f->p.max_connections && !f->quiesced && inner_room(f)) {
 		conn *c = f->hold_head;
 		conn_admit(f, c, false, now);
 		conn_run(f, c, now);

@@ -34,6 +34,9 @@ typedef struct http_front_params {
 	/* Front thread: it has closed the socketpair of l (http_front_link_closed is true from now on): a request
 	 * libmicrohttpd suspended on it is to be woken, since a suspended connection notices nothing. May be NULL. */
 	void (*link_closed)(void *ctx, http_front_link *l);
+	/* Front thread: whether the admit side can take another connection now; while it cannot, connections wait for
+	 * a slot as when every slot is held (http_front_wake when it can again). May be NULL. */
+	bool (*room)(void *ctx);
 	/* Front thread, about once a second. May be NULL. */
 	void (*tick)(void *ctx);
 	void *ctx;
@@ -57,6 +60,8 @@ void http_front_free(http_front *f);
  * it). The caller holds a reference until http_front_link_release (MHD_CONNECTION_NOTIFY_CLOSED). */
 http_front_link *http_front_link_take(http_front *f, int fd);
 void http_front_link_release(http_front_link *l);
+/* Any thread: the front looks again at what waits (the admit side has room again). */
+void http_front_wake(http_front *f);
 /* A response is being queued for the current request (true: before any of it is written), or its queueing failed
  * after all (false: the front answers it when libmicrohttpd closes). */
 void http_front_link_answered(http_front_link *l, bool answered);

@@ -81,7 +81,7 @@ async function flood(build) {
 }
 
 async function keepalive(build) {
-  const srv = await startWith(build, []);
+  const srv = await startWith(build, ['--queue-length', String(2 * KEEP)]);   // every one of them admitted
   const pid = srv.proc.pid;
   const agent = new http.Agent({ keepAlive: true, maxSockets: KEEP });
   const one = () => new Promise((resolve, reject) => {

@@ -8,7 +8,8 @@
 // socket error, and exits 1 when a client saw a reset or a broken pipe, a probe failed, a greedy answer changed, or a
 // request was lost (an error, or a status other than 200; 503 allowed beside tricklers).
 //   node tests/server/soak.mjs --seconds 60 --clients 64 --max-connections 64 [--tricklers 72 --request-timeout 5]
-//   node tests/server/soak.mjs --seconds 40 --clients 64 --max-connections 64 --flood 2000
+//   node tests/server/soak.mjs --seconds 40 --clients 64 --max-connections 64 --flood 2000 [--log FILE: aahd's log]
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 
@@ -61,6 +62,7 @@ function one(kind, k) {
       res.on('error', () => {});
     });
     req.on('error', (e) => resolve(kind === 'cancel' && req.destroyed ? `${kind} cancelled` : `error ${e.code}`));
+    req.setTimeout(60000, () => { req.destroy(); resolve('error no answer in 60 s'); });   // a wedged server
     req.end(JSON.stringify(bodies[kind]));
   });
 }
@@ -124,6 +126,7 @@ const t0 = Date.now();
 await Promise.all([...Array.from({ length: clients }, (_, i) => client(i)), prober(), flood(),
   ...Array.from({ length: tricklers }, trickler)]);
 const r = await srv.stop();
+if (process.argv.includes('--log')) fs.writeFileSync(process.argv[process.argv.indexOf('--log') + 1], srv.log());
 const resets = Object.entries(count).filter(([k]) => /error (ECONNRESET|EPIPE)/.test(k)).reduce((a, [, v]) => a + v, 0);
 const probesBad = Object.entries(count).filter(([k]) => /^health/.test(k) && k !== 'health 200')
   .reduce((a, [, v]) => a + v, 0);
