@@ -44,9 +44,11 @@ static void job_notify(void *ctx, bool last)
 	cmpl_job *j = ctx;
 	pthread_mutex_lock(&j->mu);
 	j->version++;
-	struct MHD_Connection *resume = j->waiter ? http_request_wake(j->waiter) : NULL;
+	http_wake w = { NULL, NULL };
+	if (j->waiter)
+		w = http_request_wake(j->waiter);
 	pthread_mutex_unlock(&j->mu);
-	http_resume(resume);   /* (still suspended until this: the request cannot have gone meanwhile) */
+	http_resume(w);   /* (still suspended until this: the request cannot have gone meanwhile) */
 	if (last)
 		job_unref(j);
 }

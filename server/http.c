@@ -41,6 +41,7 @@ struct http_server {
 	atomic_bool stopped;
 	atomic_int live;                  /* requests between on_access's first call and on_completed */
 	atomic_int mhd_connections;       /* handed to libmicrohttpd and not yet notified closed (front_admit) */
+	atomic_int resuming;              /* wakes between their unlink and their MHD_resume_connection */
 	unsigned mhd_room;
 };
 
@@ -267,29 +268,32 @@ bool http_request_park(http_request *req)
 /* With park_mu held: the connection to resume (outside every lock: MHD_resume_connection takes libmicrohttpd's own,
  * and a lock of ours around it could close a cycle), or NULL. Once unlinked here nobody else resumes it, and it stays
  * suspended (so it cannot be freed) until the caller does. */
-static struct MHD_Connection *wake_locked(http_server *h, http_request *req)
+static http_wake wake_locked(http_server *h, http_request *req)
 {
 	if (!req->parked) {
 		req->woken = true;
-		return NULL;
+		return (http_wake){ h, NULL };
 	}
 	park_unlink(h, req);
-	return req->conn;
+	atomic_fetch_add(&h->resuming, 1);   /* until http_resume: MHD_stop_daemon must not see it suspended */
+	return (http_wake){ h, req->conn };
 }
 
-struct MHD_Connection *http_request_wake(http_request *req)
+http_wake http_request_wake(http_request *req)
 {
 	http_server *h = req->http;
 	pthread_mutex_lock(&h->park_mu);
-	struct MHD_Connection *c = wake_locked(h, req);
+	http_wake w = wake_locked(h, req);
 	pthread_mutex_unlock(&h->park_mu);
-	return c;
+	return w;
 }
 
-void http_resume(struct MHD_Connection *conn)
+void http_resume(http_wake w)
 {
-	if (conn)
-		MHD_resume_connection(conn);
+	if (!w.conn)
+		return;
+	MHD_resume_connection(w.conn);
+	atomic_fetch_sub(&w.h->resuming, 1);
 }
 
 bool http_request_stopping(const http_request *req)
@@ -306,13 +310,13 @@ bool http_request_stopping(const http_request *req)
 static void front_link_closed(void *ctx, http_front_link *l)
 {
 	http_server *h = ctx;
-	struct MHD_Connection *c = NULL;   /* a link carries one request at a time */
+	http_wake w = { h, NULL };   /* a link carries one request at a time */
 	pthread_mutex_lock(&h->park_mu);
-	for (http_request *r = h->parked; r && !c; r = r->park_next)
+	for (http_request *r = h->parked; r && !w.conn; r = r->park_next)
 		if (r->link == l)
-			c = wake_locked(h, r);
+			w = wake_locked(h, r);
 	pthread_mutex_unlock(&h->park_mu);
-	http_resume(c);
+	http_resume(w);
 }
 
 /* ---- the request's life ---- */
@@ -596,6 +600,7 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 	atomic_init(&h->stopped, false);
 	atomic_init(&h->live, 0);
 	atomic_init(&h->mhd_connections, 0);
+	atomic_init(&h->resuming, 0);
 	log_limit_init(&h->mhd_log);
 	struct sockaddr_storage addr;
 	socklen_t alen;
@@ -677,12 +682,15 @@ void http_server_stop_begin(http_server *h)
 	pthread_mutex_lock(&h->park_mu);
 	h->stopping = true;
 	while (h->parked) {
-		struct MHD_Connection *c = wake_locked(h, h->parked);
+		http_wake w = wake_locked(h, h->parked);
 		pthread_mutex_unlock(&h->park_mu);
-		http_resume(c);
+		http_resume(w);
 		pthread_mutex_lock(&h->park_mu);
 	}
 	pthread_mutex_unlock(&h->park_mu);
+	/* a wake of another thread's may be between its unlink and its resume: a moment */
+	while (atomic_load(&h->resuming) > 0)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	if (!h->d || pthread_create(&h->stopper, NULL, stopper_main, h) != 0) {
 		if (h->d)
 			MHD_stop_daemon(h->d);

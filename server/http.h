@@ -71,10 +71,15 @@ void http_server_stop(http_server *h);
  * called again once woken. Returns false, parking nothing, when a wake came since the last park, the client is gone
  * or the server stops: the caller looks at once at what changed (http_client_gone, http_request_stopping). */
 bool http_request_park(http_request *req);
-/* Any thread (the engine's notification): makes req's next park return false, or, when it is parked, returns its
- * connection for http_resume, which the caller calls once it holds no lock of its own (NULL: nothing to resume). */
-struct MHD_Connection *http_request_wake(http_request *req);
-void http_resume(struct MHD_Connection *conn);
+/* Any thread (the engine's notification): makes req's next park return false, or, when it is parked, returns what
+ * http_resume needs to resume it, which the caller calls once it holds no lock of its own (a conn of NULL: nothing to
+ * resume). Every wake that returns a connection must be followed by its http_resume: the stop waits for them. */
+typedef struct http_wake {
+	http_server *h;
+	struct MHD_Connection *conn;
+} http_wake;
+http_wake http_request_wake(http_request *req);
+void http_resume(http_wake w);
 /* True once the server stops: a handler that still waits for the engine ends its request instead. */
 bool http_request_stopping(const http_request *req);
 
