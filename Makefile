@@ -139,6 +139,8 @@ $(BUILD)/tests/check_choice_text: $(BUILD)/obj/tests/check_choice_text.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 $(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
+$(BUILD)/tests/check_http_answer: $(BUILD)/obj/server/http_answer.o
+$(BUILD)/tests/check_log_limit: $(BUILD)/obj/server/log_limit.o $(BUILD)/obj/server/log.o
 $(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o

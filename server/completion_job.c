@@ -27,7 +27,6 @@ static void job_free(cmpl_job *j)
 	free(j->choices);
 	completion_request_free(&j->req);
 	pthread_mutex_destroy(&j->mu);
-	pthread_cond_destroy(&j->cv);
 	free(j);
 }
 
@@ -37,14 +36,19 @@ static void job_unref(cmpl_job *j)
 		job_free(j);
 }
 
-/* The engine thread's notification: a bump and a signal, nothing that could block it. */
+/* The engine thread's notification: a bump and a wake (a resume of the parked connection), nothing that could
+ * block it. The waiter is read under mu, which cmpl_job_release takes to clear it: a request is never woken after
+ * it has let go of its job; the resume itself comes after mu (see http_request_wake). */
 static void job_notify(void *ctx, bool last)
 {
 	cmpl_job *j = ctx;
 	pthread_mutex_lock(&j->mu);
 	j->version++;
-	pthread_cond_broadcast(&j->cv);
+	http_wake w = { NULL, NULL };
+	if (j->waiter)
+		w = http_request_wake(j->waiter);
 	pthread_mutex_unlock(&j->mu);
+	http_resume(w);   /* (still suspended until this: the request cannot have gone meanwhile) */
 	if (last)
 		job_unref(j);
 }
@@ -60,34 +64,24 @@ void cmpl_job_release(cmpl_job *j)
 {
 	if (!j)
 		return;
+	cmpl_job_watch(j, NULL);
 	cmpl_job_cancel(j);
 	job_unref(j);
 }
 
-uint64_t cmpl_job_version(cmpl_job *j)
+void cmpl_job_watch(cmpl_job *j, http_request *req)
 {
 	pthread_mutex_lock(&j->mu);
-	uint64_t v = j->version;
+	j->waiter = req;
 	pthread_mutex_unlock(&j->mu);
-	return v;
 }
 
-int cmpl_job_wait(cmpl_job *j, uint64_t *seen, http_request *req)
+int cmpl_job_wait(cmpl_job *j, http_request *req)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += 100 * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&j->mu);
-	while (j->version == *seen)
-		if (pthread_cond_timedwait(&j->cv, &j->mu, &until) != 0)
-			break;
-	*seen = j->version;
-	pthread_mutex_unlock(&j->mu);
-	return http_client_gone(req) ? -1 : 0;
+	(void)j;   /* the job's notifications wake req (cmpl_job_watch); a wake since the last poll makes park say 0 */
+	if (http_client_gone(req) || http_request_stopping(req))
+		return -1;
+	return http_request_park(req) ? 1 : 0;
 }
 
 /* ---- text ---- */
@@ -410,7 +404,6 @@ enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
 		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
 	atomic_init(&j->refs, 1);
 	pthread_mutex_init(&j->mu, NULL);
-	pthread_cond_init(&j->cv, NULL);
 	j->srv = s;
 	j->created = time(NULL);
 	snprintf(j->id, sizeof j->id, "cmpl-%s", req->id);

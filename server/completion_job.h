@@ -44,9 +44,9 @@ typedef struct cmpl_choice {
 
 typedef struct cmpl_job {
 	atomic_int refs;                  /* the HTTP side's, plus one per choice until the engine's last notification */
-	pthread_mutex_t mu;               /* guards version */
-	pthread_cond_t cv;
+	pthread_mutex_t mu;               /* guards version and waiter */
 	uint64_t version;                 /* bumped by every notification of the engine thread */
+	http_request *waiter;             /* woken by every notification (cmpl_job_watch); NULL: nobody */
 	server_ctx *srv;
 	char id[48];                      /* "cmpl-…" */
 	time_t created;
@@ -63,14 +63,18 @@ typedef struct cmpl_job {
 /* Parses, validates, tokenizes and submits. On success *out is the job (release with cmpl_job_release) and the
  * return value is MHD_YES; otherwise *out is NULL and the error was answered (the return value is MHD's). */
 enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out);
-/* The version to pass to the first cmpl_job_wait. */
-uint64_t cmpl_job_version(cmpl_job *j);
+/* From now on every notification of the engine wakes req (http_request_wake); NULL: none does. The HTTP side calls it
+ * before its first cmpl_job_wait; cmpl_job_release ends it. */
+void cmpl_job_watch(cmpl_job *j, http_request *req);
 /* Takes what the engine published into each choice's text; a choice ends once its scheduler request has (the engine
  * thread ends one at the token that completes a stop string) and its tokens are taken. Returns true once every choice
  * has ended. */
 bool cmpl_job_poll(cmpl_job *j);
-/* Waits up to 100 ms for news from the engine after *seen (updated). Returns -1 when the client is gone. */
-int cmpl_job_wait(cmpl_job *j, uint64_t *seen, http_request *req);
+/* Waits for news from the engine without holding a thread, after a cmpl_job_poll that found the job unfinished.
+ * Returns 1: req is parked (http_request_park): the caller returns (MHD_YES, or 0 bytes from a content reader) and is
+ * called again once there is news. 0: there is news already; poll again. -1: the client is gone or the server stops;
+ * the caller ends the request. */
+int cmpl_job_wait(cmpl_job *j, http_request *req);
 /* Cancels every choice that has not ended. */
 void cmpl_job_cancel(cmpl_job *j);
 /* Drops the HTTP side's reference (cancelling what still runs); the job is freed once the engine is done with it. */

@@ -1,6 +1,7 @@
-/* server/completion_stream.c — SSE for /v1/completions (see completion_stream.h). MHD calls the reader on this
- * connection's own thread; it blocks there (never on the engine) until the job has news, and notices a client
- * that went away both by a failed write (MHD ends the request) and by polling the socket while it waits. */
+/* server/completion_stream.c — SSE for /v1/completions (see completion_stream.h). MHD calls the reader on one of
+ * its epoll threads; with nothing to send it parks the request (its connection suspended, 0 bytes returned) until
+ * the engine's next notification wakes it, and notices a client that went away both by a failed write (MHD ends the
+ * request) and, when woken by the front, by the closed socketpair. */
 #include "server/completion_stream.h"
 
 #include <stdio.h>
@@ -136,7 +137,6 @@ static int stream_fill(stream *s)
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	stream *s = cls;
-	uint64_t seen = cmpl_job_version(s->job);
 	while (s->pos == s->len) {
 		if (s->done)
 			return MHD_CONTENT_READER_END_OF_STREAM;
@@ -144,7 +144,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (s->pos < s->len)
 			break;
-		if (cmpl_job_wait(s->job, &seen, s->req) != 0) {
+		int w = cmpl_job_wait(s->job, s->req);
+		if (w > 0)
+			return 0;   /* parked: called again once the engine has news */
+		if (w < 0) {
 			log_msg(LOG_INFO, s->req->id, "client went away mid-stream: cancelling");
 			cmpl_job_cancel(s->job);
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -196,6 +199,7 @@ enum MHD_Result completion_stream_start(http_request *req, cmpl_job *j)
 	req->state = s;
 	req->state_abort = stream_abort;
 	req->state_free = stream_free;
+	cmpl_job_watch(j, req);
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");

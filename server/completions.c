@@ -1,5 +1,6 @@
 /* server/completions.c — POST /v1/completions: starts the job, then either hands it to a stream
- * (completion_stream.c) or waits on this connection's thread for every choice and answers in one JSON body. */
+ * (completion_stream.c) or parks the request until every choice has ended (each notification of the engine wakes
+ * it, and the handler is called again) and answers in one JSON body. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,28 +53,38 @@ static json_t *response_json(const cmpl_job *j)
 	                 cmpl_job_usage(j), "aah", cmpl_job_aah(j, NULL));
 }
 
+/* The request's state while it waits: the job, released when the request completes. */
+static void job_state_abort(void *state) { cmpl_job_cancel(state); }
+static void job_state_free(void *state) { cmpl_job_release(state); }
+
 enum MHD_Result api_completions(http_request *req)
 {
-	cmpl_job *j;
-	enum MHD_Result rc = cmpl_job_start(req, &j);
-	if (!j)
-		return rc;
-	if (j->req.stream)
-		return completion_stream_start(req, j);
-	uint64_t seen = cmpl_job_version(j);
-	while (!cmpl_job_poll(j))
-		if (cmpl_job_wait(j, &seen, req) != 0) {
+	cmpl_job *j = req->state_free == job_state_free ? req->state : NULL;
+	if (!j) {   /* the first call: validate, tokenize, submit */
+		enum MHD_Result rc = cmpl_job_start(req, &j);
+		if (!j)
+			return rc;
+		if (j->req.stream)
+			return completion_stream_start(req, j);
+		req->state = j;
+		req->state_abort = job_state_abort;
+		req->state_free = job_state_free;
+		cmpl_job_watch(j, req);
+	}
+	while (!cmpl_job_poll(j)) {
+		int w = cmpl_job_wait(j, req);
+		if (w > 0)
+			return MHD_YES;   /* parked: libmicrohttpd calls again once the engine has news */
+		if (w < 0) {
 			/* nobody to answer: free the pages now rather than after the whole generation */
 			log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
 			snprintf(req->note, sizeof req->note, "cancelled: client went away");
-			cmpl_job_release(j);
+			cmpl_job_cancel(j);
 			return MHD_NO;
 		}
+	}
 	job_note(req, j);
 	if (j->failed)
-		rc = http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
-	else
-		rc = http_reply_json(req, 200, response_json(j));
-	cmpl_job_release(j);
-	return rc;
+		return http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
+	return http_reply_json(req, 200, response_json(j));
 }

@@ -61,8 +61,8 @@ static const config_row rows[] = {
 	  "AAHD_API_KEY overrides it (keeps the key out of files and the process list)" },
 	{ "log_level", ENUM(log_level, levels), "info", "error, warn, info (one line per request), debug" },
 	{ "max_connections", INT(max_connections, 1, 65536), "256",
-	  "HTTP connections served at once (a thread and about 250 KiB each); more wait for a slot, and get 503 with "
-	  "Retry-After when none frees within request_timeout" },
+	  "HTTP connections served at once (no thread of their own; buffers and libmicrohttpd's pool, about 110 KiB "
+	  "each); more wait for a slot, and get 503 with Retry-After when none frees within request_timeout" },
 	{ "probe_connections", INT(probe_connections, 0, 1024), "4",
 	  "connections beyond max_connections for GET /health and GET /metrics alone (one request each)" },
 	{ "per_ip_connections", INT(per_ip_connections, 0, 65536), "0",

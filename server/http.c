@@ -1,11 +1,14 @@
-/* server/http.c — libmicrohttpd plumbing (see http.h): one thread per connection, so that a handler may wait for
- * the engine without stalling anyone else; the route table; bodies; API key; reply helpers. The connections come
- * from the front (http_front.h), which listens, limits them and checks every request's framing first. */
+/* server/http.c — libmicrohttpd plumbing (see http.h): its internal epoll threads with a small pool, so that a
+ * connection costs memory and no thread; a handler that waits for the engine parks its request (suspend), and the
+ * engine, the front (a client gone) or the stop wakes it (resume); the route table; bodies; API key; reply helpers.
+ * The connections come from the front (http_front.h), which listens, limits them and checks every request's framing
+ * first. libmicrohttpd's own messages pass through a rate limiter (log_limit.h). */
 #include "server/http.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,11 +22,27 @@
 #include "server/http_credentials.h"
 #include "server/http_front.h"
 #include "server/log.h"
+#include "server/log_limit.h"
+
+/* libmicrohttpd's epoll threads: each serves its share of the connections (handlers are short; the engine's work is
+ * on its own thread), so a few cover 2 to 16 cores. */
+#define HTTP_POOL_THREADS 4
 
 struct http_server {
 	struct MHD_Daemon *d;
 	server_ctx *srv;
 	http_front *front;
+	log_limit mhd_log;                /* libmicrohttpd's messages, once per burst with a count */
+	pthread_mutex_t park_mu;          /* parked, stopping, and every request's parked/woken */
+	http_request *parked;             /* suspended connections' requests */
+	bool stopping;
+	pthread_t stopper;                /* runs MHD_stop_daemon */
+	bool stopper_started;
+	atomic_bool stopped;
+	atomic_int live;                  /* requests between on_access's first call and on_completed */
+	atomic_int mhd_connections;       /* handed to libmicrohttpd and not yet notified closed (front_admit) */
+	atomic_int resuming;              /* wakes between their unlink and their MHD_resume_connection */
+	unsigned mhd_room;
 };
 
 typedef struct route {
@@ -211,6 +230,95 @@ bool http_client_gone(http_request *req)
 	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+/* ---- parking: a request that waits holds no thread ---- */
+
+static void park_unlink(http_server *h, http_request *req)
+{
+	if (req->park_prev)
+		req->park_prev->park_next = req->park_next;
+	else
+		h->parked = req->park_next;
+	if (req->park_next)
+		req->park_next->park_prev = req->park_prev;
+	req->park_prev = req->park_next = NULL;
+	req->parked = false;
+}
+
+bool http_request_park(http_request *req)
+{
+	http_server *h = req->http;
+	pthread_mutex_lock(&h->park_mu);
+	/* a wake since the last look, a front that closed the client's side, or the stop: nothing to wait for. (The
+	 * front sets its flag before it takes this lock to wake, so one of the two sees the other.) */
+	bool wait = !req->woken && !h->stopping && !(req->link && http_front_link_closed(req->link));
+	req->woken = false;
+	if (wait) {
+		MHD_suspend_connection(req->conn);
+		req->parked = true;
+		req->park_prev = NULL;
+		req->park_next = h->parked;
+		if (h->parked)
+			h->parked->park_prev = req;
+		h->parked = req;
+	}
+	pthread_mutex_unlock(&h->park_mu);
+	return wait;
+}
+
+/* With park_mu held: the connection to resume (outside every lock: MHD_resume_connection takes libmicrohttpd's own,
+ * and a lock of ours around it could close a cycle), or NULL. Once unlinked here nobody else resumes it, and it stays
+ * suspended (so it cannot be freed) until the caller does. */
+static http_wake wake_locked(http_server *h, http_request *req)
+{
+	if (!req->parked) {
+		req->woken = true;
+		return (http_wake){ h, NULL };
+	}
+	park_unlink(h, req);
+	atomic_fetch_add(&h->resuming, 1);   /* until http_resume: MHD_stop_daemon must not see it suspended */
+	return (http_wake){ h, req->conn };
+}
+
+http_wake http_request_wake(http_request *req)
+{
+	http_server *h = req->http;
+	pthread_mutex_lock(&h->park_mu);
+	http_wake w = wake_locked(h, req);
+	pthread_mutex_unlock(&h->park_mu);
+	return w;
+}
+
+void http_resume(http_wake w)
+{
+	if (!w.conn)
+		return;
+	MHD_resume_connection(w.conn);
+	atomic_fetch_sub(&w.h->resuming, 1);
+}
+
+bool http_request_stopping(const http_request *req)
+{
+	http_server *h = req->http;
+	pthread_mutex_lock(&h->park_mu);
+	bool s = h->stopping;
+	pthread_mutex_unlock(&h->park_mu);
+	return s;
+}
+
+/* The front's thread: it closed the socketpair of l (the client went, or the connection ended). A request parked on
+ * it wakes to find its client gone: a suspended connection would not notice by itself. */
+static void front_link_closed(void *ctx, http_front_link *l)
+{
+	http_server *h = ctx;
+	http_wake w = { h, NULL };   /* a link carries one request at a time */
+	pthread_mutex_lock(&h->park_mu);
+	for (http_request *r = h->parked; r && !w.conn; r = r->park_next)
+		if (r->link == l)
+			w = wake_locked(h, r);
+	pthread_mutex_unlock(&h->park_mu);
+	http_resume(w);
+}
+
 /* ---- the request's life ---- */
 
 static void request_id(char *out, size_t n)
@@ -285,13 +393,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                  void **req_cls)
 {
-	server_ctx *srv = cls;
+	http_server *h = cls;
+	server_ctx *srv = h->srv;
 	http_request *req = *req_cls;
 	if (!req) {
 		req = calloc(1, sizeof *req);
 		if (!req)
 			return MHD_NO;
 		req->srv = srv;
+		req->http = h;
+		atomic_fetch_add(&h->live, 1);
 		req->conn = conn;
 		req->t_start = now_s();
 		const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
@@ -344,7 +455,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
 {
-	server_ctx *srv = cls;
+	http_server *h = cls;
+	server_ctx *srv = h->srv;
 	http_request *req = *req_cls;
 	if (!req)
 		return;
@@ -374,10 +486,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	        now_s() - req->t_start, *req->note ? " " : "", req->note, how);
 	free(req->body);
 	free(req);
+	atomic_fetch_sub(&h->live, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	http_server *h = cls;
 	char msg[512];
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	/* Not warnings here: libmicrohttpd tries TCP options on the front's AF_UNIX socketpairs (and says so), and a
@@ -388,7 +502,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	for (size_t i = 0; i < sizeof debug_only / sizeof debug_only[0]; i++)
 		if (!strncmp(msg, debug_only[i], strlen(debug_only[i])))
 			lvl = LOG_DEBUG;
-	log_msg(lvl, NULL, "http: %s", msg);
+	/* keyed by the format: a message that repeats (a limit reached on every connection) is one line per burst */
+	log_limit_msg(&h->mhd_log, fmt, lvl, "http: ", msg);
 }
 
 /* A connection of the front's comes in (its link, found by the socket's number) or goes. */
@@ -399,22 +514,58 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 		*socket_context = ci ? http_front_link_take(h->front, ci->connect_fd) : NULL;
-	} else if (*socket_context) {
+		return;
+	}
+	if (atomic_fetch_sub(&h->mhd_connections, 1) >= (int)h->mhd_room)   /* (libmicrohttpd has counted it out too) */
+		http_front_wake(h->front);   /* room again for one that waits */
+	if (*socket_context) {
 		http_front_link_release(*socket_context);
 		*socket_context = NULL;
 	}
 }
 
+/* libmicrohttpd 0.9.75 must never meet its connection limit: the path that refuses a connection over it returns
+ * with the worker's cleanup mutex still locked, and that worker (and with it MHD_stop_daemon) is stuck for good
+ * (the wedge of issue 21). Its limit is split evenly among the pool's workers, and it places a connection by the
+ * socket's number, so one worker may get them all: the limit is the pool times (mhd_room + 64), and the front admits
+ * no connection while libmicrohttpd holds mhd_room in all, closed-but-not-yet-cleaned ones included (counted from
+ * front_admit to MHD_CONNECTION_NOTIFY_CLOSED): a worker held up (a log write to a full pipe) makes clients wait for
+ * a slot, never wedges it. */
+static bool front_room(void *ctx)
+{
+	http_server *h = ctx;
+	return atomic_load(&h->mhd_connections) < (int)h->mhd_room;
+}
+
 static int front_admit(void *ctx, int fd, const struct sockaddr *addr, socklen_t addr_len)
 {
 	http_server *h = ctx;
-	return MHD_add_connection(h->d, fd, addr, addr_len) == MHD_YES ? 0 : -1;   /* MHD closes fd when it refuses */
+	if (atomic_fetch_add(&h->mhd_connections, 1) >= (int)h->mhd_room) {
+		int n = atomic_fetch_sub(&h->mhd_connections, 1) - 1;
+		char msg[160];
+		snprintf(msg, sizeof msg, "the HTTP library holds %d connections (room for %u): refusing one", n, h->mhd_room);
+		log_limit_msg(&h->mhd_log, "room", LOG_WARN, "http: ", msg);
+		close(fd);
+		return -1;
+	}
+	if (MHD_add_connection(h->d, fd, addr, addr_len) != MHD_YES) {   /* MHD closes fd when it refuses */
+		atomic_fetch_sub(&h->mhd_connections, 1);
+		return -1;
+	}
+	return 0;
 }
 
 static void front_answered(void *ctx, int status)
 {
 	http_server *h = ctx;
 	server_metrics_count(&h->srv->metrics, status);
+}
+
+/* The front's thread, about once a second: the end of a burst of libmicrohttpd's messages gets its count. */
+static void front_tick(void *ctx)
+{
+	http_server *h = ctx;
+	log_limit_flush(&h->mhd_log, false);
 }
 
 /* ---- the daemon ---- */
@@ -445,31 +596,39 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 		return NULL;
 	}
 	h->srv = srv;
+	pthread_mutex_init(&h->park_mu, NULL);
+	atomic_init(&h->stopped, false);
+	atomic_init(&h->live, 0);
+	atomic_init(&h->mhd_connections, 0);
+	atomic_init(&h->resuming, 0);
+	log_limit_init(&h->mhd_log);
 	struct sockaddr_storage addr;
 	socklen_t alen;
 	if (resolve(cfg->host, (uint16_t)cfg->port, &addr, &alen, err, err_len) != 0) {
-		free(h);
+		http_server_free(h);
 		return NULL;
 	}
-	/* libmicrohttpd listens on nothing: the front hands it each connection. Its own limits are a backstop the front
-	 * keeps it from reaching: room for every slot twice (a closed connection is counted until its thread is
-	 * joined), and a timeout past both of the front's. */
+	/* libmicrohttpd listens on nothing: the front hands it each connection, and its epoll threads notice at once
+	 * when the front closes one. Its own limits are a backstop the front keeps it from reaching (front_admit): room
+	 * for every slot twice and some on any one worker, and a timeout past both of the front's. */
 	const unsigned slots = (unsigned)(cfg->max_connections + cfg->probe_connections);
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
-	                 MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+	h->mhd_room = 2 * slots + 64;
+	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+	                 MHD_USE_NO_LISTEN_SOCKET;
 	h->d = MHD_start_daemon(
-	        flags, 0, NULL, NULL, on_access, srv,
-	        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,   /* first, so that every message goes through it */
-	        MHD_OPTION_CONNECTION_LIMIT, 2 * slots + 64,
+	        flags, 0, NULL, NULL, on_access, h,
+	        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,   /* first, so that every message goes through it */
+	        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS,
+	        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_POOL_THREADS * (h->mhd_room + 64),
 	        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->connection_timeout + cfg->request_timeout),
 	        /* headers and one upload chunk live in this; bodies are copied out piecewise */
 	        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-	        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+	        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 	        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 	        MHD_OPTION_END);
 	if (!h->d) {
 		snprintf(err, err_len, "cannot start the HTTP library's threads");
-		free(h);
+		http_server_free(h);
 		return NULL;
 	}
 	http_front_params fp = {
@@ -483,14 +642,16 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 		.max_body_bytes = (uint64_t)cfg->max_body_bytes,
 		.admit = front_admit,
 		.answered = front_answered,
+		.link_closed = front_link_closed,
+		.room = front_room,
+		.tick = front_tick,
 		.ctx = h,
 	};
 	char why[256];
 	h->front = http_front_start(&fp, why, sizeof why);
 	if (!h->front) {
 		snprintf(err, err_len, "cannot listen on %s port %lld: %s", cfg->host, (long long)cfg->port, why);
-		MHD_stop_daemon(h->d);
-		free(h);
+		http_server_stop(h);
 		return NULL;
 	}
 	return h;
@@ -503,12 +664,64 @@ void http_server_quiesce(http_server *h)
 	http_front_quiesce(h->front);
 }
 
+static void *stopper_main(void *arg)
+{
+	http_server *h = arg;
+	MHD_stop_daemon(h->d);
+	h->d = NULL;
+	atomic_store(&h->stopped, true);
+	return NULL;
+}
+
+void http_server_stop_begin(http_server *h)
+{
+	if (!h || h->stopper_started)
+		return;
+	http_front_stop(h->front);   /* every socketpair closes; each parked request on one is woken */
+	/* whatever is still parked (a stream between two tokens) is woken and ends; none parks again */
+	pthread_mutex_lock(&h->park_mu);
+	h->stopping = true;
+	while (h->parked) {
+		http_wake w = wake_locked(h, h->parked);
+		pthread_mutex_unlock(&h->park_mu);
+		http_resume(w);
+		pthread_mutex_lock(&h->park_mu);
+	}
+	pthread_mutex_unlock(&h->park_mu);
+	/* a wake of another thread's may be between its unlink and its resume: a moment */
+	while (atomic_load(&h->resuming) > 0)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	if (!h->d || pthread_create(&h->stopper, NULL, stopper_main, h) != 0) {
+		if (h->d)
+			MHD_stop_daemon(h->d);
+		h->d = NULL;
+		atomic_store(&h->stopped, true);
+		return;
+	}
+	h->stopper_started = true;
+}
+
+int http_server_busy(http_server *h) { return atomic_load(&h->live) + http_front_busy(h->front); }
+
+bool http_server_stopped(http_server *h) { return !h || atomic_load(&h->stopped); }
+
+void http_server_free(http_server *h)
+{
+	if (!h)
+		return;
+	if (h->stopper_started)
+		pthread_join(h->stopper, NULL);
+	http_front_free(h->front);   /* after the last of its links is released */
+	log_limit_flush(&h->mhd_log, true);
+	log_limit_free(&h->mhd_log);
+	pthread_mutex_destroy(&h->park_mu);
+	free(h);
+}
+
 void http_server_stop(http_server *h)
 {
 	if (!h)
 		return;
-	http_front_stop(h->front);   /* every socketpair closes: libmicrohttpd's threads end */
-	MHD_stop_daemon(h->d);
-	http_front_free(h->front);   /* after the last of its links is released */
-	free(h);
+	http_server_stop_begin(h);
+	http_server_free(h);
 }

@@ -1,12 +1,12 @@
-/* server/metrics.c — GET /metrics (see metrics.h): a snapshot of the scheduler's counters and the HTTP status
- * counts, written as Prometheus text 0.0.4: HELP and TYPE per family, histograms with cumulative buckets. */
+/* server/metrics.c — the HTTP status counters and the text of /metrics (see metrics.h; the handler is metrics_api.c):
+ * a snapshot of the scheduler's counters and the status counts as Prometheus text 0.0.4, HELP and TYPE per family,
+ * histograms with cumulative buckets. A leaf: it includes nothing of the HTTP side. */
 #include "server/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/api.h"
 
 void server_metrics_count(server_metrics *m, int status)
 {
@@ -243,22 +243,4 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 		return NULL;
 	}
 	return text;
-}
-
-static server_metrics_info server_metrics_info_of(const server_ctx *srv)
-{
-	return (server_metrics_info){ .backend = srv->backend, .acr_context_length = srv->acr_context_length,
-	                              .queue_capacity = srv->cfg->queue_length, .max_batch = srv->cfg->max_batch };
-}
-
-enum MHD_Result api_metrics(http_request *req)
-{
-	size_t len;
-	server_metrics_info info = server_metrics_info_of(req->srv);
-	char *text = server_metrics_render(&req->srv->metrics, req->srv->sch, &info, &len);
-	if (!text)
-		return http_reply_error(req, 500, "server_error", NULL, NULL, "out of memory");
-	enum MHD_Result rc = http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
-	free(text);
-	return rc;
 }

@@ -1,4 +1,4 @@
-/* server/metrics.h — /metrics: the HTTP counters kept here, the engine's figures from the scheduler, rendered as
+/* server/metrics.h — the HTTP counters kept here (GET /metrics is metrics_api.c), the engine's figures from the scheduler, rendered as
  * Prometheus text exposition 0.0.4 with the metric names of DESIGN.md. */
 #ifndef AAH_SERVER_METRICS_H
 #define AAH_SERVER_METRICS_H

@@ -41,20 +41,25 @@ static void eos_add(server_ctx *s, int32_t id)
 	s->eos_ids[s->n_eos++] = id;
 }
 
-/* Waits until the scheduler is idle or the deadline passes; a second signal ends the wait at once. */
-static bool drain_wait(sched *sch, double deadline)
+/* Waits until busy(arg) is 0 or the deadline passes; a second signal (*hurry from then on) ends the wait at once,
+ * and every wait after it. Returns true when busy reached 0. */
+static bool wait_until(int (*busy)(void *), void *arg, double deadline, bool *hurry, int poll_ms)
 {
-	while (sched_busy(sch) > 0) {
-		if (aah_now_s() >= deadline)
+	while (busy(arg) > 0) {
+		if (*hurry || aah_now_s() >= deadline)
 			return false;
-		int sig = signals_wait(50);
+		int sig = signals_wait(poll_ms);
 		if (sig) {
-			log_msg(LOG_WARN, NULL, "second signal %d: not waiting for the grace period", sig);
-			return false;
+			log_msg(LOG_WARN, NULL, "second signal %d: exiting now", sig);
+			*hurry = true;
 		}
 	}
 	return true;
 }
+
+static int sched_busy_of(void *s) { return sched_busy(s); }
+static int http_busy_of(void *h) { return http_server_busy(h); }
+static int http_running_of(void *h) { return !http_server_stopped(h); }
 
 int server_run(const aahd_config *cfg)
 {
@@ -171,14 +176,27 @@ int server_run(const aahd_config *cfg)
 	atomic_store(&srv->draining, true);
 	http_server_quiesce(http);
 	sched_drain(srv->sch);
-	if (!drain_wait(srv->sch, aah_now_s() + (double)cfg->shutdown_grace_seconds)) {
+	/* The whole stop keeps within the grace and one second, whatever the connections do: the grace for the
+	 * requests, then half a second for the cancelled ones to end, a fifth for the last answers to leave, and the rest
+	 * for libmicrohttpd to stop; past that the process exits without it. A second signal skips every wait. */
+	const double end = aah_now_s() + (double)cfg->shutdown_grace_seconds;
+	bool hurry = false;
+	if (!wait_until(sched_busy_of, srv->sch, end, &hurry, 50)) {
 		log_msg(LOG_WARN, NULL, "cancelling %d unfinished requests", sched_busy(srv->sch));
 		sched_cancel_all(srv->sch);
-		drain_wait(srv->sch, aah_now_s() + 10);
+		wait_until(sched_busy_of, srv->sch, end + 0.5, &hurry, 10);
+	}
+	wait_until(http_busy_of, http, end + 0.7, &hurry, 10);
+	http_server_stop_begin(http);
+	if (!wait_until(http_running_of, http, end + 0.95, &hurry, 10)) {
+		/* a stuck library must not keep the process: the engine and the model go with the exit */
+		log_msg(LOG_ERROR, NULL, "the HTTP library did not stop in time: exiting without it");
+		log_msg(LOG_INFO, NULL, "stopped");
+		return 0;
 	}
 	rc = 0;
 done:
-	http_server_stop(http);   /* joins the connection threads: they have their answers by now */
+	http_server_stop(http);   /* (stopped already after a signal) */
 	sched_free(srv->sch);
 	engine_free(e);
 	tokenizer_free(srv->tok);
