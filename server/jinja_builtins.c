@@ -387,12 +387,7 @@ int jx_str_split(jctx *c, const jnode *at, jv s, jv sep, int64_t maxsplit, bool 
 			for (;;) {
 				while (i < x->len) { uint32_t cp; size_t k = ju_decode(x->s + i, x->len - i, &cp); if (!ju_isspace(cp)) break; i += k; }
 				if (i >= x->len) break;
-				if (maxsplit >= 0 && splits == maxsplit) {
-					size_t e = x->len;
-					while (e > i) { size_t p = e - 1; while (p > i && ((unsigned char)x->s[p] & 0xC0) == 0x80) p--; uint32_t cp; ju_decode(x->s + p, e - p, &cp); if (!ju_isspace(cp)) break; e = p; }
-					ADD(i, e);
-					break;
-				}
+				if (maxsplit >= 0 && splits == maxsplit) { ADD(i, x->len); break; }   /* the rest as it is */
 				size_t j = i;
 				while (j < x->len) { uint32_t cp; size_t k = ju_decode(x->s + j, x->len - j, &cp); if (ju_isspace(cp)) break; j += k; }
 				ADD(i, j);
@@ -405,12 +400,7 @@ int jx_str_split(jctx *c, const jnode *at, jv s, jv sep, int64_t maxsplit, bool 
 			for (;;) {
 				while (e > 0) { size_t p = e - 1; while (p > 0 && ((unsigned char)x->s[p] & 0xC0) == 0x80) p--; uint32_t cp; ju_decode(x->s + p, e - p, &cp); if (!ju_isspace(cp)) break; e = p; }
 				if (e == 0) break;
-				if (maxsplit >= 0 && splits == maxsplit) {
-					size_t i = 0;
-					while (i < e) { uint32_t cp; size_t k = ju_decode(x->s + i, e - i, &cp); if (!ju_isspace(cp)) break; i += k; }
-					ADD(i, e);
-					break;
-				}
+				if (maxsplit >= 0 && splits == maxsplit) { ADD(0, e); break; }
 				size_t b = e;
 				while (b > 0) { size_t p = b - 1; while (p > 0 && ((unsigned char)x->s[p] & 0xC0) == 0x80) p--; uint32_t cp; ju_decode(x->s + p, b - p, &cp); if (ju_isspace(cp)) break; b = p; }
 				ADD(b, e);

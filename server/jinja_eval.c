@@ -702,6 +702,15 @@ static int exec_node(jctx *c, const jnode *n)
 	case S_CONTINUE: return EXEC_CONTINUE;
 	case S_FILTER_BLOCK: {
 		jv v, f;
+		if (!n->b) {   /* {% generation %}: a call block's body, in a scope of its own */
+			jscope *outer = c->scope;
+			jscope s = { .parent = outer };
+			c->scope = &s;
+			int r = exec_block(c, n->body);
+			c->scope = outer;
+			scope_clear(c, &s);
+			return r < 0 ? -1 : r;
+		}
 		if (capture(c, n->body, &v) < 0) return -1;
 		int r = apply_filter_chain(c, n->b, v, &f);
 		jv_decref(c, v);

@@ -440,6 +440,16 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 	if (!strcmp(name, "map")) return select_filter(c, at, v, &a, false, false, true, out);
 	if (!strcmp(name, "attr")) {
 		if (!a0 || a0->kind != JV_STR) return jx_fail(c, JINJA_ERR_RUNTIME, at, "attr needs an attribute name");
+		/* a real attribute only (getattr), not an item: on a dict, its methods */
+		if (v.kind == JV_DICT || v.kind == JV_NS) {
+			if (v.kind == JV_NS) return jx_getattr(c, at, v, JSTR(*a0)->s, JSTR(*a0)->len, out);
+			jv f;
+			if (jx_getattr(c, at, v, JSTR(*a0)->s, JSTR(*a0)->len, &f) < 0) return -1;
+			if (f.kind == JV_METHOD) { *out = f; return 0; }
+			jv_decref(c, f);
+			*out = jv_undef(NULL);
+			return 0;
+		}
 		return jx_getattr(c, at, v, JSTR(*a0)->s, JSTR(*a0)->len, out);
 	}
 	if (!strcmp(name, "abs")) {

@@ -941,7 +941,10 @@ static jnode *parse_statement(parser *p)
 	} else if (is_name(at, "generation")) {
 		/* transformers' {% generation %} marks the assistant's text for a mask; rendering passes it through */
 		static const char *const ends[] = { "endgeneration", NULL };
-		if (expect_kind(p, JT_BLOCK_END, "'%}'") && (n = parse_body(p, ends)) && !close_tag(p)) n = NULL;
+		n = mknode(p, S_FILTER_BLOCK, at);   /* no filter: the body rendered in its own scope, as a call block */
+		if (n && !expect_kind(p, JT_BLOCK_END, "'%}'")) n = NULL;
+		if (n && !(n->body = parse_body(p, ends))) n = NULL;
+		if (n && !close_tag(p)) n = NULL;
 	} else if (is_name(at, "include") || is_name(at, "import") || is_name(at, "from") || is_name(at, "extends") ||
 	           is_name(at, "block") || is_name(at, "call") || is_name(at, "do") || is_name(at, "with") ||
 	           is_name(at, "autoescape") || is_name(at, "trans"))
