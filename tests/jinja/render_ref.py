@@ -2,7 +2,7 @@
 """tests/jinja/render_ref.py — the reference for server/jinja.h: renders TEMPLATE with the JSON object VARS as
 Hugging Face transformers' apply_chat_template renders a chat template (its _compile_jinja_template): python3-jinja2's
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, the loopcontrols extension and {% generation %}, tojson replaced by
-json.dumps with ensure_ascii=False, and raise_exception. Usage and exit status as aah-jinja's:
+json.dumps with ensure_ascii=False, raise_exception and strftime_now. Usage and exit status as aah-jinja's:
 render_ref.py TEMPLATE VARS.json (TEMPLATE a template file or a tokenizer_config.json); 0 rendered, 2 the template
 does not parse, 3 raise_exception, 5 any other render error. The output goes to stdout as UTF-8, nothing added.
 
@@ -11,6 +11,7 @@ format) and compares it with aah-jinja's line for it: the same output where Pyth
 fails (raise_exception's message the same). Prints each difference; exit status 1 when there is one."""
 import json
 import sys
+from datetime import datetime
 
 import jinja2
 import jinja2.ext
@@ -43,6 +44,10 @@ def raise_exception(message):
     raise RaisedByTemplate(message)
 
 
+def strftime_now(format):
+    return datetime.now().strftime(format)
+
+
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -65,6 +70,7 @@ def make_env():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
