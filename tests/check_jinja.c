@@ -373,6 +373,16 @@ START_TEST(test_limits)
 	for (int i = 0; i < 300; i++) { nest[k++] = 'n'; nest[k++] = 'o'; nest[k++] = 't'; nest[k++] = ' '; }
 	strcpy(nest + k, "1 }}");
 	expect_syntax(nest, "deeper than");
+	/* nesting that only running reaches: a macro recursing inside 100 levels of brackets */
+	char rec[1200];
+	k = (size_t)sprintf(rec, "{%% macro f(k) %%}{{ ");
+	for (int i = 0; i < 100; i++) rec[k++] = '[';
+	k += (size_t)sprintf(rec + k, "f(k + 1) if k < 60 else 0");
+	for (int i = 0; i < 100; i++) rec[k++] = ']';
+	strcpy(rec + k, " }}{% endmacro %}{{ f(0) }}");
+	out = render_lim(rec, "{}", NULL, &st, err, sizeof err);
+	ck_assert_int_eq(st, JINJA_ERR_LIMIT);
+	ck_assert_msg(strstr(err, "evaluation nested deeper than 512 levels"), "%s", err);
 	(void)out;
 }
 END_TEST
