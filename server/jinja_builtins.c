@@ -258,8 +258,7 @@ int jx_iterate(jctx *c, const jnode *at, jv v, jlist **out)
 	case JV_LIST: {
 		jlist *l = JLIST(v);
 		if (l->flavor != JL_GEN) { *out = (jlist *)jv_incref(v).o; return 0; }
-		if (l->broken && l->broken[0] == 'C') return jx_fail(c, JINJA_ERR_RUNTIME, at, "%s", l->broken);
-		if (l->broken) return jx_fail(c, JINJA_ERR_RUNTIME, at, "'%s' object is not iterable", l->broken);
+		if (l->broken) return jx_fail(c, JINJA_ERR_RUNTIME, at, "%s", l->broken);
 		/* a generator is used up by its walk: its items move to the list the walk gets */
 		jlist *w = jv_list_new(c, 0, false);
 		if (!w) return -1;

@@ -91,8 +91,8 @@ typedef struct jlist {
 	uint32_t n, cap;
 	bool tuple;
 	uint8_t flavor;          /* JL_* */
-	const char *broken;      /* JL_GEN over a value that is not iterable: its type name (or, starting with 'C', a
-	                          * whole message), for the error its first walk raises */
+	const char *broken;      /* a JL_GEN that fails when walked (over a value that is not iterable, …): the error,
+	                          * a static string */
 	jv *items;
 } jlist;
 #define JV_IS_GEN(v) ((v).kind == JV_LIST && JLIST(v)->flavor == JL_GEN)

@@ -104,7 +104,11 @@ def read_cases(path):
     return cases
 
 
-def compare_cases(cases_path, vars_path, c_path):
+# What --lenient leaves out: templates that use printf-style % formatting, which aahd refuses and Python may take
+# (docs/chat-templates.md lists the differences).
+
+
+def compare_cases(cases_path, vars_path, c_path, lenient=False):
     with open(vars_path, encoding="utf-8") as f:
         variables = json.load(f)
     with open(c_path, encoding="utf-8") as f:
@@ -115,11 +119,16 @@ def compare_cases(cases_path, vars_path, c_path):
     if len(got) != len(cases):
         print(f"aah-jinja rendered {len(got)} cases, the file has {len(cases)}")
         return 1
+    skipped = 0
     for (name, source), c in zip(cases, got):
-        rc, text = render(env, source, variables)
+        # a fresh copy for each case: a template can change a list in place (indent's s += "\n" on a list)
+        rc, text = render(env, source, json.loads(json.dumps(variables)))
         if c["name"] != name:
             print(f"case order differs: {name} / {c['name']}")
             return 1
+        if lenient and "printf-style" in c.get("err", ""):
+            skipped += 1
+            continue
         if rc == 0 and (c["rc"] != 0 or c["out"] != text):
             bad += 1
             print(f"DIFFERS {name}:\n  python: {text[:2000]!r}\n  C:      {c.get('out', c.get('err'))[:2000]!r}")
@@ -129,7 +138,8 @@ def compare_cases(cases_path, vars_path, c_path):
         elif rc == 3 and (c["rc"] != 3 or c["err"] != text):
             bad += 1
             print(f"DIFFERS {name}: python raises {text!r}, C says {c['err']!r} (rc {c['rc']})")
-    print(f"{len(cases) - bad} of {len(cases)} cases as python3-jinja2 renders them")
+    note = f" ({skipped} left out: % formatting)" if skipped else ""
+    print(f"{len(cases) - skipped - bad} of {len(cases) - skipped} cases as python3-jinja2 renders them{note}")
     return 1 if bad else 0
 
 
@@ -200,8 +210,10 @@ def main():
         return make_batch(sys.argv[2], sys.argv[3], sys.argv[4])
     if len(sys.argv) == 5 and sys.argv[1] == "--batch" and sys.argv[3] == "--compare":
         return compare_batch(sys.argv[2], sys.argv[4])
-    if len(sys.argv) == 6 and sys.argv[1] == "--cases" and sys.argv[4] == "--compare":
-        return compare_cases(sys.argv[2], sys.argv[3], sys.argv[5])
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--cases" and sys.argv[4] == "--compare":
+        if len(sys.argv) == 7 and sys.argv[6] != "--lenient":
+            return 1
+        return compare_cases(sys.argv[2], sys.argv[3], sys.argv[5], lenient=len(sys.argv) == 7)
     if len(sys.argv) != 3:
         print("usage: render_ref.py TEMPLATE VARS.json", file=sys.stderr)
         return 1
