@@ -722,6 +722,11 @@ static int exec_node(jctx *c, const jnode *n)
 		int r = apply_filter_chain(c, n->b, v, &f);
 		jv_decref(c, v);
 		if (r < 0) return -1;
+		if (f.kind != JV_STR) {   /* Jinja puts the result into the output as it is: "".join fails on a non-string */
+			jx_fail(c, JINJA_ERR_RUNTIME, n, "a filter block gives %s, not a string", jv_type_name(f));
+			jv_decref(c, f);
+			return -1;
+		}
 		r = out_value(c, n, f);
 		jv_decref(c, f);
 		return r;

@@ -17,7 +17,7 @@ filters = ["length", "trim", "tojson", "first", "last", "join", "join(',')", "de
            "upper", "lower", "title", "string", "int", "float", "abs", "round", "reverse | list", "sort | list", "unique | list",
            "items | list", "tojson(indent=2)", "default('D', true)", "replace('a', 'b')", "sum", "min", "max",
            "selectattr('role') | list", "map(attribute='role') | list", "reject('none') | list", "select('string') | list", "count",
-           "join(attribute='role')", "indent(2)", "e", "wordcount", "tojson(sort_keys=true)"]
+           "join(attribute='role')", "indent(2)", "wordcount", "tojson(sort_keys=true)"]
 tests = ["defined", "undefined", "none", "string", "mapping", "sequence", "number", "integer", "float", "boolean",
          "true", "false", "iterable", "odd", "even", "callable", "lower", "upper", "eq 1", "in lst", "divisibleby 2"]
 methods = ["upper()", "lower()", "strip()", "split()", "split(',')", "startswith('a')", "endswith('d')",
@@ -45,10 +45,33 @@ def expr(d=0):
     if r < 0.95:
         return f"({expr(d+1)} if {expr(d+1)} else {expr(d+1)})"
     return f"[{expr(d+1)}, {expr(d+1)}]"
+def ws():
+    return random.choice(["", "", " ", "\n", "  \n  ", "\t", "\n\n"])
+
+
+def tag(body):
+    """A block tag with random whitespace control on either side."""
+    return "{%" + random.choice(["", "", "-", "+"]) + " " + body + " " + random.choice(["", "", "-", "+"]) + "%}"
+
+
 def stmt(d=0):
     r = random.random()
+    if d <= 2 and r < 0.06:
+        return (tag("set ns = namespace(k=0, s='')") + ws() + tag("for x in " + random.choice(names)) + ws() +
+                tag("set ns.k = ns.k + 1") + tag("set ns.s = ns.s ~ x") + ws() + tag("endfor") + "{{ ns.k }}|{{ ns.s }}")
+    if d <= 2 and r < 0.12:
+        return (tag("macro m(a, b=" + random.choice(atoms) + ")") + ws() + "{{ a }}/{{ b }}" + stmt(d + 1) + ws() +
+                tag("endmacro") + "{{ m(" + expr(2) + ") }}" + ws() + "{{ m(b=" + expr(2) + ", a=1) }}")
+    if d <= 2 and r < 0.18:
+        return (tag("for x in " + expr(2) + " if " + expr(3)) + ws() + "{{ loop.index0 }}{{ loop.cycle('a', 'b') }}" +
+                tag("if loop.index > 2") + tag("break") + tag("endif") + ws() + stmt(d + 1) + tag("else") + "none" +
+                tag("endfor"))
+    if d <= 2 and r < 0.22:
+        return tag("filter " + random.choice(["upper", "trim", "title", "length"])) + ws() + stmt(d + 1) + tag("endfilter")
+    if d <= 2 and r < 0.26:
+        return tag("set blk") + ws() + stmt(d + 1) + ws() + tag("endset") + "[{{ blk }}]"
     if d > 2 or r < 0.4:
-        return "{{ " + expr() + " }}"
+        return "{{" + random.choice(["", "-"]) + " " + expr() + " " + random.choice(["", "-"]) + "}}"
     if r < 0.55:
         return "{% for x in " + expr(2) + " %}[{{ x }}{{ loop.index }}]" + stmt(d+1) + "{% endfor %}"
     if r < 0.7:
