@@ -751,8 +751,12 @@ static jnode *parse_assign_target(parser *p, bool with_namespace, const char *ex
 		jinja_token *t = cur(p);
 		if (t->kind != JT_NAME) { unexpected(p, "a name to assign to"); goto fail; }
 		if (is_name(t, "true") || is_name(t, "false") || is_name(t, "none") || is_name(t, "True") ||
-		    is_name(t, "False") || is_name(t, "None") || is_name(t, "loop")) {
+		    is_name(t, "False") || is_name(t, "None")) {
 			pfail(p, t, "cannot assign to '%.*s'", (int)t->len, t->s);
+			goto fail;
+		}
+		if (is_name(t, "loop") && (!with_namespace || p->loop_depth > 0)) {   /* a for target, or a set in a loop */
+			pfail(p, t, "cannot assign to the special loop variable in a for loop");
 			goto fail;
 		}
 		jnode *n = mknode(p, N_NAME, t);
