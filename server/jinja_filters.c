@@ -484,6 +484,29 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 	if (!strcmp(name, "int")) return number_filter(c, at, v, &a, false, out);
 	if (!strcmp(name, "float")) return number_filter(c, at, v, &a, true, out);
 	if (!strcmp(name, "sort")) return sort_filter(c, at, v, &a, out);
+	if (!strcmp(name, "dictsort")) {
+		/* dictsort(case_sensitive=False, by='key', reverse=False): the items, sorted by key or value */
+		jv *cs = farg(&a, 0, "case_sensitive"), *by = farg(&a, 1, "by"), *rev = farg(&a, 2, "reverse");
+		if (v.kind != JV_DICT) return jx_fail(c, JINJA_ERR_RUNTIME, at, "'%s' object has no attribute 'items'", jv_type_name(v));
+		int pos = 0;
+		if (by && by->kind == JV_STR && !strcmp(JSTR(*by)->s, "value")) pos = 1;
+		else if (by && !(by->kind == JV_STR && !strcmp(JSTR(*by)->s, "key")))
+			return jx_fail(c, JINJA_ERR_RUNTIME, at, "You can only sort by either \"key\" or \"value\"");
+		jv f, items;
+		if (jx_getattr(c, at, v, "items", 5, &f) < 0) return -1;
+		int r = jx_call_method(c, at, (jmethod *)f.o, NULL, 0, NULL, NULL, 0, &items);
+		jv_decref(c, f);
+		if (r < 0) return -1;
+		JLIST(items)->flavor = JL_LIST;
+		jv path;
+		if (jv_str_new(c, pos ? "1" : "0", 1, &path) < 0) { jv_decref(c, items); return -1; }
+		jv sargs[3] = { rev ? *rev : jv_bool(0), cs ? *cs : jv_bool(0), path };
+		fargs sa = { sargs, 3, NULL, NULL, 0 };
+		r = sort_filter(c, at, items, &sa, out);
+		jv_decref(c, path);
+		jv_decref(c, items);
+		return r;
+	}
 	if (!strcmp(name, "min") || !strcmp(name, "max")) return minmax_filter(c, at, v, &a, name[1] == 'a', out);
 	if (!strcmp(name, "select")) return select_filter(c, at, v, &a, false, false, false, out);
 	if (!strcmp(name, "reject")) return select_filter(c, at, v, &a, false, true, false, out);
@@ -704,7 +727,7 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 }
 
 static const char *const filter_names[] = {
-	"abs", "attr", "capitalize", "count", "d", "default", "e", "escape", "first", "float", "indent", "int", "items",
+	"abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float", "indent", "int", "items",
 	"join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse",
 	"round", "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
 	"wordcount", NULL,

@@ -17,7 +17,7 @@ filters = ["length", "trim", "tojson", "first", "last", "join", "join(',')", "de
            "upper", "lower", "title", "string", "int", "float", "abs", "round", "reverse | list", "sort | list", "unique | list",
            "items | list", "tojson(indent=2)", "default('D', true)", "replace('a', 'b')", "sum", "min", "max",
            "selectattr('role') | list", "map(attribute='role') | list", "reject('none') | list", "select('string') | list", "count",
-           "join(attribute='role')", "indent(2)", "wordcount", "tojson(sort_keys=true)"]
+           "join(attribute='role')", "indent(2)", "wordcount", "dictsort", "dictsort(by='value')", "tojson(sort_keys=true)"]
 tests = ["defined", "undefined", "none", "string", "mapping", "sequence", "number", "integer", "float", "boolean",
          "true", "false", "iterable", "odd", "even", "callable", "lower", "upper", "eq 1", "in lst", "divisibleby 2"]
 methods = ["upper()", "lower()", "strip()", "split()", "split(',')", "startswith('a')", "endswith('d')",
