@@ -304,10 +304,6 @@ START_TEST(test_limits)
 	                       &lim, &st, err, sizeof err);
 	ck_assert_int_eq(st, JINJA_ERR_LIMIT);
 	ck_assert_msg(strstr(err, "step limit (100000)"), "%s", err);
-	/* the same under the default limit (10^7 steps) */
-	out = render_lim("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}", NULL,
-	                 &st, err, sizeof err);
-	ck_assert_int_eq(st, JINJA_ERR_LIMIT);
 	/* output */
 	jinja_limits olim = { .max_output = 1000 };
 	out = render_lim("{% for i in range(1000) %}{{ 'xx' }}{% endfor %}", "{}", &olim, &st, err, sizeof err);
@@ -431,7 +427,7 @@ static void *render_thread(void *arg)
 	char err[128];
 	size_t len;
 	j->ok = 1;
-	for (int i = 0; i < 50 && j->ok; i++) {
+	for (int i = 0; i < 20 && j->ok; i++) {
 		char *out;
 		if (jinja_render(j->t, j->vars, NULL, &out, &len, err, sizeof err) != JINJA_OK) { j->ok = 0; break; }
 		if (j->out && strcmp(out, j->out) != 0) j->ok = 0;
