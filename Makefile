@@ -159,9 +159,8 @@ fuzz: $(BUILD)/libaah.a
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
 	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c server/http_credentials.c server/http_framing.c \
-	    $(wildcard server/jinja*.c) \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
-	    -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
+	    $(wildcard server/jinja*.c) -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.
