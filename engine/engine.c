@@ -437,6 +437,7 @@ int32_t engine_ctx_len(const engine *e) { return e->p.ctx_len; }
 int64_t engine_kv_pool_pages(const engine *e) { return e->kv.pool.n_pages; }
 int64_t engine_kv_page_bytes(const engine *e) { return (int64_t)e->kv.page_bytes; }
 int64_t engine_kv_pages_used(const engine *e) { return e->kv.pool.n_pages - e->kv.n_free; }
+int64_t engine_kv_pages_in_sequences(const engine *e) { return e->kv.pages_in_rings; }
 aah_backend *engine_backend(engine *e) { return e->be; }
 const char *engine_backend_desc(const engine *e) { return e->desc; }
 bool engine_projections_fused(const engine *e)

@@ -47,8 +47,10 @@ int32_t engine_ctx_len(const engine *e);
 /* Any thread: the KV page pool, in pages, and one page's bytes. */
 int64_t engine_kv_pool_pages(const engine *e);
 int64_t engine_kv_page_bytes(const engine *e);
-/* Engine thread: pages of the pool that sequences hold now. */
+/* Engine thread: pages of the pool taken now (by sequences or the prefix cache). */
 int64_t engine_kv_pages_used(const engine *e);
+/* Engine thread: pages the open sequences hold now (a page they share counted once; the prefix cache's own not). */
+int64_t engine_kv_pages_in_sequences(const engine *e);
 aah_backend *engine_backend(engine *e);
 /* Any thread: human-readable backend description, e.g. "cpu (avx512)". */
 const char *engine_backend_desc(const engine *e);

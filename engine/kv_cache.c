@@ -29,8 +29,9 @@ int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, i
 	c->seq_pages = calloc((size_t)max_seqs, sizeof *c->seq_pages);
 	c->free_pages = malloc((size_t)n_pages * sizeof *c->free_pages);
 	c->page_refs = calloc((size_t)n_pages, sizeof *c->page_refs);
+	c->ring_refs = calloc((size_t)n_pages, sizeof *c->ring_refs);
 	c->be = b;
-	if (!c->n_slots || !c->seq_pages || !c->free_pages || !c->page_refs)
+	if (!c->n_slots || !c->seq_pages || !c->free_pages || !c->page_refs || !c->ring_refs)
 		goto oom;
 	for (size_t i = 0; i < (size_t)max_seqs * heads; i++)
 		c->n_slots[i] = c->ring_stride;
@@ -68,6 +69,7 @@ void kv_cache_free(kv_cache *c, aah_backend *b)
 	free(c->seq_pages);
 	free(c->free_pages);
 	free(c->page_refs);
+	free(c->ring_refs);
 	memset(c, 0, sizeof *c);
 }
 
@@ -101,12 +103,30 @@ static void kept_pages(int64_t pos0, int64_t n, int64_t slots, int64_t *lo, int6
 		*lo = *hi - slots + 1;
 }
 
+/* A free page, for a ring slot. */
 static int32_t page_take(kv_cache *c)
 {
 	int32_t p = c->free_pages[--c->n_free];
 	c->page_refs[p] = 1;
+	c->ring_refs[p] = 1;
 	c->pages_used++;
+	c->pages_in_rings++;
 	return p;
+}
+
+/* One ring slot more / fewer holds page. */
+static void ring_hold(kv_cache *c, int32_t page)
+{
+	if (c->ring_refs[page]++ == 0)
+		c->pages_in_rings++;
+	c->page_refs[page]++;
+}
+
+static void ring_drop(kv_cache *c, int32_t page)
+{
+	if (--c->ring_refs[page] == 0)
+		c->pages_in_rings--;
+	kv_cache_page_unref(c, page);
 }
 
 void kv_cache_page_ref(kv_cache *c, int32_t page)
@@ -164,7 +184,7 @@ int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)
 				int32_t fresh = page_take(c);
 				c->be->iface.buf_copy(c->be, pages + (size_t)fresh * c->page_bytes,
 				                      pages + (size_t)*slot * c->page_bytes, c->page_bytes);
-				kv_cache_page_unref(c, *slot);
+				ring_drop(c, *slot);
 				*slot = fresh;
 			}
 		}
@@ -178,7 +198,7 @@ void kv_cache_release(kv_cache *c, int32_t seq)
 	int32_t *rings = c->rings + (int64_t)seq * n;
 	for (int64_t i = 0; i < n; i++)
 		if (rings[i] >= 0) {
-			kv_cache_page_unref(c, rings[i]);
+			ring_drop(c, rings[i]);
 			rings[i] = -1;
 		}
 	c->seq_pages[seq] = 0;
@@ -194,7 +214,7 @@ int kv_cache_fork(kv_cache *c, aah_backend *b, int32_t dst, int32_t src)
 	for (int64_t i = 0; i < n; i++) {
 		to[i] = from[i];
 		if (from[i] >= 0)
-			kv_cache_page_ref(c, from[i]);
+			ring_hold(c, from[i]);
 	}
 	c->seq_pages[dst] = c->seq_pages[src];
 	return 0;
@@ -203,7 +223,7 @@ int kv_cache_fork(kv_cache *c, aah_backend *b, int32_t dst, int32_t src)
 void kv_cache_seq_adopt(kv_cache *c, int32_t seq, int32_t layer, int32_t head, int32_t slot, int32_t page)
 {
 	int32_t *r = c->rings + (((int64_t)seq * c->n_layers + layer) * c->n_kv + head) * c->ring_stride + slot;
-	kv_cache_page_ref(c, page);
+	ring_hold(c, page);
 	*r = page;
 	c->seq_pages[seq]++;
 }

@@ -28,6 +28,8 @@ typedef struct kv_cache {
 	int32_t n_free;
 	int64_t pages_used;        /* pages not free: n_pages − n_free */
 	int32_t *page_refs;        /* (n_pages) ring slots and prefix-cache blocks holding each page; 0 = free */
+	int32_t *ring_refs;        /* (n_pages) the ring slots among them */
+	int64_t pages_in_rings;    /* pages some ring holds (what the sequences hold, each shared page once) */
 	aah_backend *be;           /* the pool's backend (copy-on-write copies through its buf_copy); borrowed */
 } kv_cache;
 

@@ -499,12 +499,13 @@ static void followers_handoff(sched *s, int32_t leader);
 static void prefix_waiters_release(sched *s, int32_t leader);
 
 /* aahd_kv_cache_bytes_used has one owner, this thread, and one rule: it is set (never adjusted) from the page pool
- * itself, pages taken × page bytes, after anything that took or returned pages. So it is never negative, never above
+ * itself, pages the sequences' rings hold × page bytes (a page shared by forks or with the prefix cache once; the
+ * cache's own pages are aahd_prefix_cache_bytes), after anything that took or returned pages. So it is never negative, never above
  * kv_bytes_capacity (the pool's pages × page bytes), and exact at every point a reader can see it. Called with
  * metrics_mu held. */
 static void kv_gauge_set(sched *s)
 {
-	s->m.kv_bytes_used = engine_kv_pages_used(s->e) * s->page_bytes;
+	s->m.kv_bytes_used = engine_kv_pages_in_sequences(s->e) * s->page_bytes;
 	if (s->prefix)   /* the cache's pages change with the pool's, so its counters are read with the gauge */
 		engine_prefix_stats_get(s->e, &s->m.prefix);
 }
