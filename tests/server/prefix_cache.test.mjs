@@ -67,6 +67,27 @@ describe('prefix cache: on and off give the same answers', () => {
     });
   }
 
+  test('32 concurrent clients over 4 shared system prompts, mixed requests: the same answers as the cache off', async () => {
+    const systems = [0, 1, 2, 3].map((k) => promptIds(60 + 37 * k, 200 + k));
+    const bodies = Array.from({ length: 32 }, (_, i) => {
+      const prompt = [...systems[i % 4], ...promptIds(5 + (i % 7) * 9, 300 + i)];
+      const regime = ['full_attention', 'shallow_freeze', 'full_adaptive'][i % 3];
+      return i % 4 === 0 ? { prompt, max_tokens: 0, echo: true, logprobs: 1, aah_regime: regime }
+        : i % 4 === 1 ? { prompt, max_tokens: 8, n: 2, temperature: 1, seed: i, aah_regime: regime }
+          : { prompt, max_tokens: 10, temperature: i % 2 ? 0.7 : 0, seed: i, logprobs: 2, aah_regime: regime };
+    });
+    const run = (port) => Promise.all(bodies.map((b) => request(port, 'POST', '/v1/completions', b)));
+    const [a, b] = await Promise.all([run(on.port), run(off.port)]);
+    let cached = 0;
+    for (let i = 0; i < bodies.length; i++) {
+      assert.equal(a[i].status, 200, a[i].body);
+      assert.equal(b[i].status, 200, b[i].body);
+      assert.deepEqual(a[i].json.choices, b[i].json.choices, `request ${i}`);
+      cached += a[i].json.usage.prompt_tokens_details.cached_tokens;
+    }
+    assert.ok(cached > 0);
+  });
+
   test('/metrics and /v1/stats count queries, hits and hit tokens; the cache off counts none', async () => {
     const m = await metrics(on.port);
     const mo = await metrics(off.port);
