@@ -15,8 +15,6 @@
  * engine_argmax_rows). sched_metrics counts both kinds. */
 #include "engine/scheduler.h"
 
-#include "engine/prefix_cache.h"
-
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "engine/prefix_cache.h"
 
 typedef enum sched_slot_state {
 	SCHED_SLOT_IDLE = 0,
@@ -500,9 +500,9 @@ static void prefix_waiters_release(sched *s, int32_t leader);
 
 /* aahd_kv_cache_bytes_used has one owner, this thread, and one rule: it is set (never adjusted) from the page pool
  * itself, pages the sequences' rings hold × page bytes (a page shared by forks or with the prefix cache once; the
- * cache's own pages are aahd_prefix_cache_bytes), after anything that took or returned pages. So it is never negative, never above
- * kv_bytes_capacity (the pool's pages × page bytes), and exact at every point a reader can see it. Called with
- * metrics_mu held. */
+ * cache's own pages are aahd_prefix_cache_bytes), after anything that took or returned pages. So it is never
+ * negative, never above kv_bytes_capacity (the pool's pages × page bytes), and exact at every point a reader can see
+ * it. Called with metrics_mu held. */
 static void kv_gauge_set(sched *s)
 {
 	s->m.kv_bytes_used = engine_kv_pages_in_sequences(s->e) * s->page_bytes;
@@ -818,7 +818,8 @@ static int32_t prefix_leader(sched *s, const sched_slot *sl)
 {
 	const sched_request *r = sl->r;
 	const int32_t lp_top = r->prompt_lp ? r->prompt_lp_rows.n_top : -1;
-	int32_t best = -1, best_gain = engine_prefix_peek(s->e, s->regimes[r->regime], r->prompt, r->n_prompt, lp_top);
+	const int32_t have = engine_prefix_peek(s->e, s->regimes[r->regime], r->prompt, r->n_prompt, lp_top);
+	int32_t best = -1, best_blocks = (have + 1) / AAH_PAGE_LEN;   /* a hit of k blocks restores 16·k − 1 */
 	for (int32_t i = 0; i < s->n_order; i++) {
 		const sched_slot *l = &s->slots[s->order[i]];
 		if (l == sl || l->state != SCHED_SLOT_PREFILL || l->r->regime != r->regime ||
@@ -830,9 +831,9 @@ static int32_t prefix_leader(sched *s, const sched_slot *sl)
 		int32_t k = c / AAH_PAGE_LEN;
 		if (k == 0 || l->r->n_prompt / AAH_PAGE_LEN - k > s->prefix_reach[r->regime])
 			continue;
-		if (k * AAH_PAGE_LEN - 1 > best_gain + AAH_PAGE_LEN - 1) {
+		if (k > best_blocks) {
 			best = s->order[i];
-			best_gain = k * AAH_PAGE_LEN - 1;
+			best_blocks = k;
 		}
 	}
 	return best;
