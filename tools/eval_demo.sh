@@ -6,7 +6,9 @@
 # PPL_TEXT= for none): DATA's task files and that text are linked into OUT/data, which aah-eval reads.
 # Usage: eval_demo.sh BUILD CACHE DATA. Settings: LIMIT (items per task, default 20), MAX_GEN (generation cap,
 # default 32), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd, default all
-# cores), SERVER=URL to evaluate a server that is already running instead.
+# cores), AAHD_ARGS (more aahd flags, e.g. "--prefix-cache off"), EVAL_ARGS (more aah-eval flags, e.g.
+# "--num-fewshot mmlu=5"), SERVER=URL to evaluate a server that is already
+# running instead.
 set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
@@ -33,7 +35,8 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null;
 trap cleanup EXIT INT TERM
 if [ -z "${SERVER:-}" ]; then
 	LOG="$OUT/aahd.log"
-	"$BUILD/aahd" --model "$MODEL" --host 127.0.0.1 --port 0 ${THREADS:+--threads "$THREADS"} 2>"$LOG" &
+	# shellcheck disable=SC2086
+	"$BUILD/aahd" --model "$MODEL" --host 127.0.0.1 --port 0 ${THREADS:+--threads "$THREADS"} ${AAHD_ARGS:-} 2>"$LOG" &
 	PID=$!
 	PORT=""
 	i=0
@@ -49,4 +52,4 @@ fi
 echo "eval-demo: $MODEL on $SERVER; $DATA${PPL_TEXT:+ and $PPL_TEXT}, $LIMIT items per task, generations up to" \
 	"$MAX_GEN tokens; outputs in $OUT" >&2
 "$BUILD/aah-eval" --server "$SERVER" --data "$OUT/data" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
-	${CONCURRENCY:+--concurrency "$CONCURRENCY"} --out "$OUT"
+	${CONCURRENCY:+--concurrency "$CONCURRENCY"} ${EVAL_ARGS:-} --out "$OUT"
