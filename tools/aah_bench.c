@@ -789,15 +789,25 @@ done:
 	for (int32_t q = 0; r && q < n_req; q++)
 		sched_request_release(r[q]);
 	sched_free(s);
-	/* what one prefix costs the cache in this regime: the prefix alone, prefilled and kept */
+	/* what one prefix costs the cache in this regime: the prefix alone, prefilled as the scheduler does (256-token
+	 * chunks, its blocks inserted after each, trimmed when it is through) and kept */
 	if (rc == 0 && prefix_on && prefix_bytes) {
 		engine_prefix_clear(e);
 		int32_t seq = engine_seq_open(e, regime, err, sizeof err);
 		float *logits = malloc((size_t)V * sizeof *logits);
-		engine_item it = { seq, ids, n_prefix, false };
 		engine_prefix_stats st = { 0 };
-		if (seq >= 0 && logits && engine_forward(e, &it, 1, logits, err, sizeof err) == 0) {
-			engine_prefix_insert(e, seq, ids, NULL, true);
+		int ok = seq >= 0 && logits;
+		for (int32_t at = 0; ok && at < n_prefix;) {
+			int32_t c = n_prefix - at < 256 ? n_prefix - at : 256;
+			if (n_prefix - at - c == 1)
+				c--;   /* never a one-token chunk past position 0 (scheduler.c) */
+			engine_item it = { seq, ids + at, c, false };
+			ok = engine_forward(e, &it, 1, logits, err, sizeof err) == 0;
+			at += c;
+			if (ok)
+				engine_prefix_insert(e, seq, ids, NULL, at == n_prefix);
+		}
+		if (ok) {
 			engine_seq_close(e, seq);
 			engine_prefix_stats_get(e, &st);
 		}
