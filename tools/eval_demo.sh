@@ -53,3 +53,10 @@ echo "eval-demo: $MODEL on $SERVER; $DATA${PPL_TEXT:+ and $PPL_TEXT}, $LIMIT ite
 	"$MAX_GEN tokens; outputs in $OUT" >&2
 "$BUILD/aah-eval" --server "$SERVER" --data "$OUT/data" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
 	${CONCURRENCY:+--concurrency "$CONCURRENCY"} ${EVAL_ARGS:-} --out "$OUT"
+# What the prefix cache saved (docs/prefix_cache.md): prompt tokens prefilled against sent, from /metrics
+if command -v curl >/dev/null 2>&1 &&
+	curl -sf "$SERVER/metrics" | grep -E '^aahd_(prompt_tokens_total|prefix_cache_)' >"$OUT/prefix_cache.txt"; then
+	awk '/^aahd_prompt_tokens_total/ { p = $2 } /^aahd_prefix_cache_hit_tokens_total/ { h = $2 }
+		END { if (p + h > 0) printf "eval-demo: %d prompt tokens sent, %d prefilled, %d from the prefix cache (%.2fx fewer)\n",
+			p + h, p, h, (p + h) / (p > 0 ? p : 1) }' "$OUT/prefix_cache.txt" >&2
+fi
