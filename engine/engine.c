@@ -1017,9 +1017,24 @@ int32_t engine_prefix_restore(engine *e, int32_t seq, const int32_t *tokens, int
 	const int32_t pos = k * AAH_PAGE_LEN - 1;
 	e->seq_len[seq] = pos;
 	/* the policy counts the restored positions as the prompt chunk it would have fed (usage adds up per token, and a
-	 * prompt never moves an adaptive regime's windows), so its windows and ACR go on as without the cache; the work
-	 * counters count what is computed */
+	 * prompt never moves an adaptive regime's windows), so its windows and ACR go on as without the cache */
 	aah_seq_count(&e->policy[seq], &e->regimes, pos, false);
+	/* and the sequence's work counters what those positions cost when they were computed: the backend counts
+	 * min(p + 1, W) products per query head and row, W a prompt's window (the regime's first), so the response's aah
+	 * object is the same with the cache or without; the engine's own counter (engine_attention_work) counts only what
+	 * runs */
+	{
+		const int64_t P = pos, G = e->cfg.n_heads / nkv;
+		const int32_t *w = e->policy[seq].head_window;
+		uint64_t work = 0;
+		for (int64_t h = 0; h < (int64_t)e->cfg.n_layers * nkv; h++) {
+			const int64_t W = w[h];
+			work += (uint64_t)(G * (P <= W ? P * (P + 1) / 2 : W * (W + 1) / 2 + (P - W) * W));
+		}
+		e->seq_stats[seq].attn_products += work;
+		e->seq_stats[seq].attn_products_full += (uint64_t)(P * (P + 1) / 2) * (uint64_t)e->cfg.n_heads *
+		                                        (uint64_t)e->cfg.n_layers;
+	}
 	int64_t bytes = engine_seq_kv_bytes(e, seq);
 	if (bytes > e->seq_stats[seq].kv_bytes_peak)
 		e->seq_stats[seq].kv_bytes_peak = bytes;

@@ -84,6 +84,8 @@ enum { MAXP = 200, GEN = 12 };
 /* Runs prompt (n) on e: restore (when the cache is on), the rest in chunks of `chunk` (never leaving one token), every
  * row's logits kept, then GEN greedy tokens. rows: (n + GEN, vocab) logits after each position, the restored positions'
  * rows left as they were. Returns the positions restored. */
+static engine_seq_stats last_stats;   /* engine_run's sequence's, just before it closed */
+
 static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, int32_t n, int32_t chunk, float *rows,
                           int32_t *gen)
 {
@@ -114,6 +116,7 @@ static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, 
 	engine_seq_stats st;
 	ck_assert_int_eq(engine_seq_stats_get(e, seq, &st), 0);
 	ck_assert_int_eq(st.n_positions, n + GEN);
+	last_stats = st;
 	engine_seq_close(e, seq);
 	return restored;
 }
@@ -164,7 +167,18 @@ static void engine_equal(const char *regime, aah_dtype kv, int32_t chunk)
 	for (int32_t i = 0; i < n; i++) {
 		int32_t ga[GEN], gb[GEN];
 		ck_assert_int_eq(engine_run(a, regime, toks[i], lens[i], lens[i], ra, ga), 0);
+		const engine_seq_stats sa = last_stats;
 		int32_t r = engine_run(b, regime, toks[i], lens[i], chunk, rb, gb);
+		const engine_seq_stats *sb = &last_stats;
+		/* the aah figures too: work, usage, ACR, the KV peak */
+		ck_assert_msg(sa.attn_products == sb->attn_products && sa.attn_products_full == sb->attn_products_full,
+		              "%s prompt %d: %llu / %llu products without the cache, %llu / %llu with", regime, i,
+		              (unsigned long long)sa.attn_products, (unsigned long long)sa.attn_products_full,
+		              (unsigned long long)sb->attn_products, (unsigned long long)sb->attn_products_full);
+		ck_assert(sa.acr == sb->acr);
+		ck_assert_int_eq(sa.n_usage, sb->n_usage);
+		ck_assert_mem_eq(sa.usage, sb->usage, (size_t)sa.n_usage * sizeof *sa.usage);
+		ck_assert_int_eq(sa.kv_bytes_peak, sb->kv_bytes_peak);
 		hits += r > 0;
 		restored_total += r;
 		for (int32_t p = r; p < lens[i] + GEN; p++)
