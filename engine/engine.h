@@ -90,11 +90,12 @@ int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len)
  * Returns its id, or -1 with a message: every slot taken, or no such regime. */
 int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len);
 /* Opens a sequence that is a copy of the open sequence src: its regime, positions, window selection and policy state,
- * stats so far, and KV pages of its own holding copies of src's (backend to backend). Both then go on independently,
- * each exactly as src alone would: n choices of one prompt share its prefill this way. Returns the new id, or -1
- * with a message: src not open, every slot taken, or too few free pages (then nothing changes). */
+ * stats so far, and src's KV pages, shared copy-on-write (a write to a shared page copies it first, backend to
+ * backend, so the fork takes no page now and each first write takes one). Both then go on independently, each exactly
+ * as src alone would: n choices of one prompt share its prefill this way. Returns the new id, or -1 with a message:
+ * src not open, or every slot taken (then nothing changes). */
 int32_t engine_seq_fork(engine *e, int32_t src, char *err, size_t err_len);
-/* Closes it and returns its pages to the pool. */
+/* Closes it and returns its pages to the pool (those no other sequence or the prefix cache holds). */
 void engine_seq_close(engine *e, int32_t seq);
 /* Positions the sequence holds so far. */
 int32_t engine_seq_len(const engine *e, int32_t seq);
