@@ -798,11 +798,14 @@ layers:
 	}
 }
 
-static int64_t items_pages_needed(const engine *e, const engine_item *items, int32_t n_items)
+/* Free pages the items' reservations take, one after another as engine_forward makes them. */
+static int64_t items_pages_needed(engine *e, const engine_item *items, int32_t n_items)
 {
 	int64_t n = 0;
 	for (int32_t i = 0; i < n_items; i++)
-		n += kv_cache_reserve_need(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens);
+		n += kv_cache_need_mark(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens);
+	for (int32_t i = 0; i < n_items; i++)
+		kv_cache_need_clear(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens);
 	return n;
 }
 
@@ -835,9 +838,9 @@ static int validate_items(engine *e, const engine_item *items, int32_t n_items, 
 				return -1;
 			}
 	}
-	/* fresh pages for empty ring slots and for copies of shared pages (an upper bound when two items share one: the
-	 * first copy leaves the second its sole holder). Cached blocks yield before anything is refused: an eviction
-	 * returns pages to the pool, or makes a page this step would copy its writer's alone. */
+	/* fresh pages for empty ring slots and for copies of shared pages (when two items share one, the first copy leaves
+	 * the second its sole holder). Cached blocks yield before anything is refused: an eviction returns pages to the
+	 * pool, or makes a page this step would copy its writer's alone. */
 	pages_needed = items_pages_needed(e, items, n_items);
 	while (e->prefix_on && pages_needed > e->kv.n_free && prefix_cache_evict_one(&e->prefix))
 		pages_needed = items_pages_needed(e, items, n_items);

@@ -2,6 +2,7 @@
  * Only bookkeeping lives here; the backend reads and writes the pages themselves. */
 #include "engine/kv_cache.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +31,9 @@ int kv_cache_init(kv_cache *c, aah_backend *b, int32_t n_layers, int32_t n_kv, i
 	c->free_pages = malloc((size_t)n_pages * sizeof *c->free_pages);
 	c->page_refs = calloc((size_t)n_pages, sizeof *c->page_refs);
 	c->ring_refs = calloc((size_t)n_pages, sizeof *c->ring_refs);
+	c->page_dec = calloc((size_t)n_pages, sizeof *c->page_dec);
 	c->be = b;
-	if (!c->n_slots || !c->seq_pages || !c->free_pages || !c->page_refs || !c->ring_refs)
+	if (!c->n_slots || !c->seq_pages || !c->free_pages || !c->page_refs || !c->ring_refs || !c->page_dec)
 		goto oom;
 	for (size_t i = 0; i < (size_t)max_seqs * heads; i++)
 		c->n_slots[i] = c->ring_stride;
@@ -70,6 +72,7 @@ void kv_cache_free(kv_cache *c, aah_backend *b)
 	free(c->free_pages);
 	free(c->page_refs);
 	free(c->ring_refs);
+	free(c->page_dec);
 	memset(c, 0, sizeof *c);
 }
 
@@ -158,6 +161,43 @@ int64_t kv_cache_reserve_need(const kv_cache *c, int32_t seq, int64_t pos0, int6
 		}
 	}
 	return need;
+}
+
+/* Visits the slots kv_cache_reserve(seq, pos0, n) fills: mark counts those that take a page, as if the earlier marks'
+ * copies had been made (page_dec), and marks its own; clear resets the marks of its pages. */
+static int64_t need_walk(kv_cache *c, int32_t seq, int64_t pos0, int64_t n, bool mark)
+{
+	if (n <= 0)
+		return 0;
+	const int32_t *rings = c->rings + (int64_t)seq * c->n_layers * c->n_kv * c->ring_stride;
+	const int32_t *n_slots = c->n_slots + (int64_t)seq * c->n_layers * c->n_kv;
+	int64_t need = 0;
+	for (int64_t h = 0; h < (int64_t)c->n_layers * c->n_kv; h++) {
+		int64_t lo, hi, slots = n_slots[h];
+		kept_pages(pos0, n, slots, &lo, &hi);
+		for (int64_t lp = lo; lp <= hi; lp++) {
+			int32_t page = rings[h * c->ring_stride + lp % slots];
+			if (page < 0)
+				need += mark;
+			else if (!mark)
+				c->page_dec[page] = 0;
+			else if (c->page_refs[page] - c->page_dec[page] > 1) {
+				need++;
+				c->page_dec[page]++;   /* this copy leaves the page one holder fewer for the writers after it */
+			}
+		}
+	}
+	return need;
+}
+
+int64_t kv_cache_need_mark(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)
+{
+	return need_walk(c, seq, pos0, n, true);
+}
+
+void kv_cache_need_clear(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)
+{
+	need_walk(c, seq, pos0, n, false);
 }
 
 int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n)

@@ -29,6 +29,7 @@ typedef struct kv_cache {
 	int64_t pages_used;        /* pages not free: n_pages − n_free */
 	int32_t *page_refs;        /* (n_pages) ring slots and prefix-cache blocks holding each page; 0 = free */
 	int32_t *ring_refs;        /* (n_pages) the ring slots among them */
+	int32_t *page_dec;         /* (n_pages) scratch of kv_cache_need_mark: copies a batch's earlier writers made; 0 */
 	int64_t pages_in_rings;    /* pages some ring holds (what the sequences hold, each shared page once) */
 	aah_backend *be;           /* the pool's backend (copy-on-write copies through its buf_copy); borrowed */
 } kv_cache;
@@ -53,6 +54,11 @@ int64_t kv_cache_pages_for(const kv_cache *c, const int32_t *capacity, int64_t l
 int kv_cache_reserve(kv_cache *c, int32_t seq, int64_t pos0, int64_t n);
 /* Free pages kv_cache_reserve(c, seq, pos0, n) takes. */
 int64_t kv_cache_reserve_need(const kv_cache *c, int32_t seq, int64_t pos0, int64_t n);
+/* The same for a batch of reservations made one after another (engine_forward's items): call mark for each in order
+ * — the sum of its returns is what they take together (a page two of them share is copied by the first only; the
+ * second then holds it alone) — then clear for each, which undoes the marks. */
+int64_t kv_cache_need_mark(kv_cache *c, int32_t seq, int64_t pos0, int64_t n);
+void kv_cache_need_clear(kv_cache *c, int32_t seq, int64_t pos0, int64_t n);
 /* Drops seq's reference on every page of its rings (a page nobody else holds returns to the pool). */
 void kv_cache_release(kv_cache *c, int32_t seq);
 /* Makes dst, which holds no pages, a copy of src: the same ring sizes and the same pages, shared (copy-on-write), so

@@ -300,6 +300,54 @@ START_TEST(test_fork_copy_on_write)
 }
 END_TEST
 
+/* Three forks of a 10-token sequence (one page per ring, shared by all three) in a pool with room for exactly two more
+ * pages per ring: the step that writes all three asks for two copies per ring — the third writer holds the page
+ * alone by then — and runs; each fork's logits equal a lone run's. */
+START_TEST(test_fork_batch_need_exact)
+{
+	char err[512];
+	engine_params ep = eparams(AAH_DTYPE_F32, 0);
+	engine *probe;
+	ck_assert_msg(engine_init(&probe, aah_dir, &ep, err, sizeof err) == 0, "%s", err);
+	const int64_t page = engine_kv_page_bytes(probe);
+	const int32_t rings = engine_config(probe)->n_layers * engine_config(probe)->n_kv_heads;
+	engine_free(probe);
+	ep.kv_budget_bytes = 3 * rings * page;
+	engine *e, *r;
+	ck_assert_msg(engine_init(&e, aah_dir, &ep, err, sizeof err) == 0, "%s", err);
+	ep.kv_budget_bytes = 0;
+	ck_assert_msg(engine_init(&r, aah_dir, &ep, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(e)->vocab_size;
+	int32_t p[10], next[3] = { 5, 6, 7 };
+	make_tokens(p, 10, 41);
+	float *l = malloc((size_t)3 * V * sizeof(float)), *lr = malloc((size_t)V * sizeof(float));
+	int32_t s[3];
+	s[0] = engine_seq_open(e, "full_attention", err, sizeof err);
+	engine_item it = { s[0], p, 10, false };
+	ck_assert_msg(engine_forward(e, &it, 1, l, err, sizeof err) == 0, "%s", err);
+	s[1] = engine_seq_fork(e, s[0], err, sizeof err);
+	s[2] = engine_seq_fork(e, s[0], err, sizeof err);
+	ck_assert(s[1] >= 0 && s[2] >= 0);
+	ck_assert_int_eq(engine_kv_pages_used(e), rings);
+	engine_item three[3] = { { s[0], &next[0], 1, false }, { s[1], &next[1], 1, false }, { s[2], &next[2], 1, false } };
+	ck_assert_msg(engine_forward(e, three, 3, l, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(engine_kv_pages_used(e), 3 * rings);
+	for (int32_t k = 0; k < 3; k++) {
+		int32_t q = engine_seq_open(r, "full_attention", err, sizeof err), pq[11];
+		memcpy(pq, p, sizeof p);
+		pq[10] = next[k];
+		engine_item w = { q, pq, 11, false };
+		ck_assert(engine_forward(r, &w, 1, lr, err, sizeof err) == 0);
+		ck_assert_mem_eq(l + (int64_t)k * V, lr, (size_t)V * sizeof(float));
+		engine_seq_close(r, q);
+	}
+	free(l);
+	free(lr);
+	engine_free(e);
+	engine_free(r);
+}
+END_TEST
+
 /* ---- the scheduler: the same requests with the cache off and on ---- */
 
 typedef struct run_out {
@@ -629,6 +677,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(tc, test_engine_small_chunks, 0, 2);
 	tcase_add_test(tc, test_engine_regime_apart);
 	tcase_add_test(tc, test_fork_copy_on_write);
+	tcase_add_test(tc, test_fork_batch_need_exact);
 	suite_add_tcase(s, tc);
 	TCase *ts = tcase_create("scheduler");
 	tcase_set_timeout(ts, 120);
