@@ -10,6 +10,7 @@
 
 #include "engine/aah_policy.h"
 #include "engine/kv_cache.h"
+#include "engine/prefix_cache.h"
 #include "kernels/argmax.h"
 #include "models/aah_config.h"
 #include "models/model.h"
@@ -75,6 +76,12 @@ struct engine {
 	uint64_t *span_work;           /* rows: attention products of each span in this chunk */
 
 	uint64_t attn_work;
+	/* the prefix cache (engine_params.prefix_cache) */
+	bool prefix_on;
+	prefix_cache prefix;
+	prefix_block **prefix_chain;   /* (ctx_len / AAH_PAGE_LEN + 1) a lookup's blocks */
+	int32_t *prefix_keep;          /* (n_layers · n_kv) blocks a hit needs per head (prefix_cache_prompt_end) */
+	uint64_t prefix_queries, prefix_hits, prefix_hit_tokens;
 	bool fuse;                     /* fused QKV and gate/up projections where a layer's layout allows */
 	float *fused;                  /* (rows, max(qd + 2·kvd, 2·intermediate)) a fused projection's output; NULL unless
 	                                * fuse */
@@ -351,6 +358,15 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		goto fail;
 	if (alloc_scratch(e, err, err_len) != 0)
 		goto fail;
+	if (e->p.prefix_cache > 0) {
+		e->prefix_chain = malloc(((size_t)e->p.ctx_len / AAH_PAGE_LEN + 1) * sizeof *e->prefix_chain);
+		e->prefix_keep = malloc(heads * sizeof *e->prefix_keep);
+		if (!e->prefix_chain || !e->prefix_keep || prefix_cache_init(&e->prefix, &e->kv, e->p.prefix_cache_bytes) != 0) {
+			snprintf(err, err_len, "out of memory for the prefix cache");
+			goto fail;
+		}
+		e->prefix_on = true;
+	}
 	*out = e;
 	return 0;
 fail:
@@ -368,6 +384,8 @@ void engine_free(engine *e)
 		for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 			if (*bufs[i])
 				e->be->iface.buf_free(e->be, *bufs[i]);
+		if (e->prefix_on)
+			prefix_cache_free(&e->prefix);
 		if (e->kv.pool.data)
 			kv_cache_free(&e->kv, e->be);
 		/* every imported weight: a device holds copies (an empty tensor is skipped by weight_release) */
@@ -408,6 +426,8 @@ void engine_free(engine *e)
 	free(e->ldst);
 	free(e->aseqs);
 	free(e->span_seq);
+	free(e->prefix_chain);
+	free(e->prefix_keep);
 	model_files_free(&e->mf);
 	free(e);
 }
@@ -417,6 +437,7 @@ int32_t engine_ctx_len(const engine *e) { return e->p.ctx_len; }
 int64_t engine_kv_pool_pages(const engine *e) { return e->kv.pool.n_pages; }
 int64_t engine_kv_page_bytes(const engine *e) { return (int64_t)e->kv.page_bytes; }
 int64_t engine_kv_pages_used(const engine *e) { return e->kv.pool.n_pages - e->kv.n_free; }
+int64_t engine_kv_pages_in_sequences(const engine *e) { return e->kv.pages_in_rings; }
 aah_backend *engine_backend(engine *e) { return e->be; }
 const char *engine_backend_desc(const engine *e) { return e->desc; }
 bool engine_projections_fused(const engine *e)
@@ -511,11 +532,7 @@ int32_t engine_seq_fork(engine *e, int32_t src, char *err, size_t err_len)
 		snprintf(err, err_len, "all %d sequences are in use", e->p.max_seqs);
 		return -1;
 	}
-	if (kv_cache_fork(&e->kv, e->be, dst, src) != 0) {
-		snprintf(err, err_len, "KV cache full: %lld pages needed, %d free", (long long)e->kv.seq_pages[src],
-		         e->kv.n_free);
-		return -1;
-	}
+	kv_cache_fork(&e->kv, e->be, dst, src);   /* shares src's pages: copies come with the first writes */
 	e->seq_used[dst] = true;
 	e->seq_len[dst] = e->seq_len[src];
 	e->seq_stats[dst] = e->seq_stats[src];
@@ -781,7 +798,18 @@ layers:
 	}
 }
 
-static int validate_items(const engine *e, const engine_item *items, int32_t n_items, char *err, size_t err_len)
+/* Free pages the items' reservations take, one after another as engine_forward makes them. */
+static int64_t items_pages_needed(engine *e, const engine_item *items, int32_t n_items)
+{
+	int64_t n = 0;
+	for (int32_t i = 0; i < n_items; i++)
+		n += kv_cache_need_mark(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens);
+	for (int32_t i = 0; i < n_items; i++)
+		kv_cache_need_clear(&e->kv, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens);
+	return n;
+}
+
+static int validate_items(engine *e, const engine_item *items, int32_t n_items, char *err, size_t err_len)
 {
 	int64_t pages_needed = 0;
 	for (int32_t i = 0; i < n_items; i++) {
@@ -809,10 +837,13 @@ static int validate_items(const engine *e, const engine_item *items, int32_t n_i
 				snprintf(err, err_len, "token id %d is out of range [0, %d)", it->tokens[j], e->cfg.vocab_size);
 				return -1;
 			}
-		pages_needed += kv_cache_pages_for(&e->kv, e->regimes.r[e->policy[it->seq].regime].head_capacity,
-		                                   e->seq_len[it->seq] + it->n_tokens) -
-		                e->kv.seq_pages[it->seq];
 	}
+	/* fresh pages for empty ring slots and for copies of shared pages (when two items share one, the first copy leaves
+	 * the second its sole holder). Cached blocks yield before anything is refused: an eviction returns pages to the
+	 * pool, or makes a page this step would copy its writer's alone. */
+	pages_needed = items_pages_needed(e, items, n_items);
+	while (e->prefix_on && pages_needed > e->kv.n_free && prefix_cache_evict_one(&e->prefix))
+		pages_needed = items_pages_needed(e, items, n_items);
 	if (pages_needed > e->kv.n_free) {
 		snprintf(err, err_len, "KV cache full: %lld pages needed, %d free", (long long)pages_needed, e->kv.n_free);
 		return -1;
@@ -915,4 +946,205 @@ int engine_logits_row(engine *e, int32_t row, float *host)
 	const aah_backend_iface *f = &e->be->iface;
 	f->buf_read(e->be, host, e->logits + (int64_t)row * e->cfg.vocab_size, (size_t)e->cfg.vocab_size * sizeof(float));
 	return f->last_error && f->last_error(e->be) ? -1 : 0;
+}
+
+/* ---- the prefix cache (engine.h; docs/prefix_cache.md) ---- */
+
+/* The longest k ≤ n_chain whose blocks give every head of seq's regime what a sequence resumed at 16·k − 1 reads:
+ * blocks [k − ceil(capacity / 16), k) of a windowed head (its ring minus the spare page), all k of a full one. */
+static int32_t prefix_usable(const engine *e, int32_t regime, prefix_block *const *chain, int32_t n_chain)
+{
+	const int32_t *cap = e->regimes.r[regime].head_capacity;
+	const int64_t heads = (int64_t)e->cfg.n_layers * e->cfg.n_kv_heads;
+	for (int32_t k = n_chain; k > 0; k--) {
+		bool ok = true;
+		for (int64_t h = 0; h < heads && ok; h++) {
+			int32_t keep = (cap[h] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+			for (int32_t b = k - keep > 0 ? k - keep : 0; b < k && ok; b++)
+				ok = chain[b]->pages[h] >= 0;
+		}
+		if (ok)
+			return k;
+	}
+	return 0;
+}
+
+/* Blocks of tokens (n) the cache can give a sequence of this regime now, in e->prefix_chain. */
+static int32_t prefix_match(const engine *e, int32_t regime, const int32_t *tokens, int32_t n, int32_t lp_top)
+{
+	if (!e->prefix_on || n < 2)
+		return 0;
+	int32_t max_blocks = (n - 1) / AAH_PAGE_LEN;   /* P = 16·k ≤ n − 1: positions P − 1 … n − 1 are fed, ≥ 2 */
+	int32_t k = prefix_cache_lookup(&e->prefix, regime, tokens, max_blocks, e->prefix_chain);
+	if (lp_top >= 0) {
+		int32_t j = 0;
+		while (j < k && e->prefix_chain[j]->lp_top >= lp_top)
+			j++;
+		k = j;
+	}
+	return prefix_usable(e, regime, e->prefix_chain, k);
+}
+
+int32_t engine_prefix_peek(const engine *e, const char *regime, const int32_t *tokens, int32_t n, int32_t lp_top)
+{
+	int32_t ri = regime ? aah_regimes_find(&e->regimes, regime) : e->regimes.default_index;
+	if (ri < 0)
+		return 0;
+	int32_t k = prefix_match(e, ri, tokens, n, lp_top);
+	return k > 0 ? k * AAH_PAGE_LEN - 1 : 0;
+}
+
+int32_t engine_prefix_restore(engine *e, int32_t seq, const int32_t *tokens, int32_t n, const engine_prefix_lp *lp)
+{
+	if (!e->prefix_on || seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq] || e->seq_len[seq] != 0 ||
+	    e->kv.seq_pages[seq] != 0)
+		return 0;
+	e->prefix_queries++;
+	const int32_t ri = e->policy[seq].regime;
+	const int32_t k = prefix_match(e, ri, tokens, n, lp ? lp->n_top : -1);
+	if (k == 0)
+		return 0;
+	prefix_block **chain = e->prefix_chain;
+	const int32_t nkv = e->cfg.n_kv_heads;
+	for (int32_t l = 0; l < e->cfg.n_layers; l++) {
+		const int32_t *slots = kv_cache_slots(&e->kv, seq, l);
+		for (int32_t h = 0; h < nkv; h++) {
+			/* what the sequence's own ring would hold at this point: the newest n_slots pages (the oldest of them
+			 * only where the cache kept it; nothing reads it, it only keeps kv_bytes as without the cache) */
+			const int64_t hi = (int64_t)l * nkv + h;
+			for (int32_t b = k - slots[h] > 0 ? k - slots[h] : 0; b < k; b++)
+				if (chain[b]->pages[hi] >= 0)
+					kv_cache_seq_adopt(&e->kv, seq, l, h, b % slots[h], chain[b]->pages[hi]);
+		}
+	}
+	const int32_t pos = k * AAH_PAGE_LEN - 1;
+	e->seq_len[seq] = pos;
+	/* the policy counts the restored positions as the prompt chunk it would have fed (usage adds up per token, and a
+	 * prompt never moves an adaptive regime's windows), so its windows and ACR go on as without the cache */
+	aah_seq_count(&e->policy[seq], &e->regimes, pos, false);
+	/* and the sequence's work counters what those positions cost when they were computed: the backend counts
+	 * min(p + 1, W) products per query head and row, W a prompt's window (the regime's first), so the response's aah
+	 * object is the same with the cache or without; the engine's own counter (engine_attention_work) counts only what
+	 * runs */
+	{
+		const int64_t P = pos, G = e->cfg.n_heads / nkv;
+		const int32_t *w = e->policy[seq].head_window;
+		uint64_t work = 0;
+		for (int64_t h = 0; h < (int64_t)e->cfg.n_layers * nkv; h++) {
+			const int64_t W = w[h];
+			work += (uint64_t)(G * (P <= W ? P * (P + 1) / 2 : W * (W + 1) / 2 + (P - W) * W));
+		}
+		e->seq_stats[seq].attn_products += work;
+		e->seq_stats[seq].attn_products_full += (uint64_t)(P * (P + 1) / 2) * (uint64_t)e->cfg.n_heads *
+		                                        (uint64_t)e->cfg.n_layers;
+	}
+	int64_t bytes = engine_seq_kv_bytes(e, seq);
+	if (bytes > e->seq_stats[seq].kv_bytes_peak)
+		e->seq_stats[seq].kv_bytes_peak = bytes;
+	if (lp)
+		for (int32_t t = 1; t <= pos; t++) {   /* token P − 1 too: its row is not computed again */
+			const prefix_block *b = chain[t / AAH_PAGE_LEN];
+			const int32_t j = t % AAH_PAGE_LEN, nt = lp->n_top;
+			lp->logprob[t] = b->lp[j];
+			if (nt > 0) {
+				memcpy(lp->top_ids + (int64_t)t * nt, b->lp_ids + (int64_t)j * b->lp_top, (size_t)nt * sizeof(int32_t));
+				memcpy(lp->top_logprobs + (int64_t)t * nt, b->lp_vals + (int64_t)j * b->lp_top,
+				       (size_t)nt * sizeof(float));
+			}
+		}
+	prefix_cache_touch(&e->prefix, chain, k);
+	e->prefix_hits++;
+	e->prefix_hit_tokens += (uint64_t)pos;
+	return pos;
+}
+
+/* Keeps the prompt log-probabilities of block b (tokens [16·depth, +16)) from lp, unless it has as many already. */
+static void prefix_block_lp(prefix_block *b, const engine_prefix_lp *lp)
+{
+	if (b->lp_top >= lp->n_top)
+		return;
+	const size_t nt = (size_t)(lp->n_top > 0 ? lp->n_top : 1);
+	float *v = malloc(AAH_PAGE_LEN * sizeof *v), *vals = malloc(AAH_PAGE_LEN * nt * sizeof *vals);
+	int32_t *ids = malloc(AAH_PAGE_LEN * nt * sizeof *ids);
+	if (!v || !vals || !ids) {   /* out of memory: the block goes on without them */
+		free(v);
+		free(vals);
+		free(ids);
+		return;
+	}
+	const int64_t t0 = (int64_t)b->depth * AAH_PAGE_LEN;
+	memcpy(v, lp->logprob + t0, AAH_PAGE_LEN * sizeof *v);
+	if (lp->n_top > 0) {
+		memcpy(ids, lp->top_ids + t0 * lp->n_top, AAH_PAGE_LEN * nt * sizeof *ids);
+		memcpy(vals, lp->top_logprobs + t0 * lp->n_top, AAH_PAGE_LEN * nt * sizeof *vals);
+	}
+	free(b->lp);
+	free(b->lp_ids);
+	free(b->lp_vals);
+	b->lp = v;
+	b->lp_ids = ids;
+	b->lp_vals = vals;
+	b->lp_top = lp->n_top;
+}
+
+void engine_prefix_insert(engine *e, int32_t seq, const int32_t *tokens, const engine_prefix_lp *lp, bool through)
+{
+	if (!e->prefix_on || seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
+		return;
+	const int32_t ri = e->policy[seq].regime, len = e->seq_len[seq], nkv = e->cfg.n_kv_heads;
+	const int32_t n_blocks = len / AAH_PAGE_LEN, live = (len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+	prefix_block *parent = NULL;
+	int32_t k = 0;
+	for (; k < n_blocks; k++) {
+		prefix_block *b = prefix_cache_child(&e->prefix, parent, ri, tokens + (int64_t)k * AAH_PAGE_LEN);
+		if (!b)
+			break;
+		e->prefix_chain[k] = b;
+		for (int32_t l = 0; l < e->cfg.n_layers; l++) {
+			const int32_t *slots = kv_cache_slots(&e->kv, seq, l);
+			const int32_t *rings = kv_cache_rings(&e->kv, seq, l);
+			for (int32_t h = 0; h < nkv; h++) {
+				const int64_t hi = (int64_t)l * nkv + h;
+				/* the ring holds logical pages [live − n_slots, live): older ones were overwritten */
+				if (b->pages[hi] >= 0 || k < live - slots[h])
+					continue;
+				int32_t page = rings[(int64_t)h * e->kv.ring_stride + k % slots[h]];
+				if (page >= 0)
+					prefix_cache_block_hold(&e->prefix, b, (int32_t)hi, page);
+			}
+		}
+		if (lp)
+			prefix_block_lp(b, lp);
+		parent = b;
+	}
+	if (through && k == n_blocks) {
+		int32_t *keep = e->prefix_keep;
+		const int32_t *cap = e->regimes.r[ri].head_capacity;
+		for (int64_t h = 0; h < (int64_t)e->cfg.n_layers * nkv; h++)
+			keep[h] = (cap[h] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+		prefix_cache_prompt_end(&e->prefix, e->prefix_chain, k, keep);
+	}
+	prefix_cache_touch(&e->prefix, e->prefix_chain, k);
+	prefix_cache_trim(&e->prefix);
+}
+
+void engine_prefix_stats_get(const engine *e, engine_prefix_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	out->enabled = e->prefix_on;
+	if (!e->prefix_on)
+		return;
+	out->queries = e->prefix_queries;
+	out->hits = e->prefix_hits;
+	out->hit_tokens = e->prefix_hit_tokens;
+	out->evictions = e->prefix.evictions;
+	out->bytes = e->prefix.pages * (int64_t)e->kv.page_bytes;
+	out->blocks = e->prefix.n_blocks;
+	out->max_bytes = e->prefix.max_pages * (int64_t)e->kv.page_bytes;
+}
+
+void engine_prefix_clear(engine *e)
+{
+	while (e->prefix_on && prefix_cache_evict_one(&e->prefix))
+		;
 }

@@ -29,6 +29,9 @@ typedef struct engine_params {
 	const char *aah_path;       /* the regimes: NULL = the model directory's aah.json (full attention alone when there is
 	                             * none); "" = none, full attention alone whatever the directory holds; else this file,
 	                             * which must exist (aah-convert calibrate measures with "" and checks its new file) */
+	int32_t prefix_cache;       /* 1: keep prompts' KV pages for engine_prefix_restore (docs/prefix_cache.md); 0: off */
+	int64_t prefix_cache_bytes; /* the most the prefix cache holds; 0 = the whole page pool (it always yields to
+	                             * sequences: an idle cached page is evicted before anything waits for one) */
 } engine_params;
 
 typedef struct engine engine;
@@ -44,8 +47,10 @@ int32_t engine_ctx_len(const engine *e);
 /* Any thread: the KV page pool, in pages, and one page's bytes. */
 int64_t engine_kv_pool_pages(const engine *e);
 int64_t engine_kv_page_bytes(const engine *e);
-/* Engine thread: pages of the pool that sequences hold now. */
+/* Engine thread: pages of the pool taken now (by sequences or the prefix cache). */
 int64_t engine_kv_pages_used(const engine *e);
+/* Engine thread: pages the open sequences hold now (a page they share counted once; the prefix cache's own not). */
+int64_t engine_kv_pages_in_sequences(const engine *e);
 aah_backend *engine_backend(engine *e);
 /* Any thread: human-readable backend description, e.g. "cpu (avx512)". */
 const char *engine_backend_desc(const engine *e);
@@ -85,11 +90,12 @@ int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len)
  * Returns its id, or -1 with a message: every slot taken, or no such regime. */
 int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len);
 /* Opens a sequence that is a copy of the open sequence src: its regime, positions, window selection and policy state,
- * stats so far, and KV pages of its own holding copies of src's (backend to backend). Both then go on independently,
- * each exactly as src alone would: n choices of one prompt share its prefill this way. Returns the new id, or -1
- * with a message: src not open, every slot taken, or too few free pages (then nothing changes). */
+ * stats so far, and src's KV pages, shared copy-on-write (a write to a shared page copies it first, backend to
+ * backend, so the fork takes no page now and each first write takes one). Both then go on independently, each exactly
+ * as src alone would: n choices of one prompt share its prefill this way. Returns the new id, or -1 with a message:
+ * src not open, or every slot taken (then nothing changes). */
 int32_t engine_seq_fork(engine *e, int32_t src, char *err, size_t err_len);
-/* Closes it and returns its pages to the pool. */
+/* Closes it and returns its pages to the pool (those no other sequence or the prefix cache holds). */
 void engine_seq_close(engine *e, int32_t seq);
 /* Positions the sequence holds so far. */
 int32_t engine_seq_len(const engine *e, int32_t seq);
@@ -181,6 +187,49 @@ int engine_logits_row(engine *e, int32_t row, float *host);
  * the backend's workers where its memory is the host's (the CPU), else one after another here. The greedy tokens of
  * a step at once, instead of one row at a time on the caller's thread while the workers wait. */
 void engine_argmax_rows(engine *e, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols);
+
+/* ---- the prefix cache (engine_params.prefix_cache; docs/prefix_cache.md) ----
+ * A prompt whose first 16·k tokens the engine computed before under the same regime starts after them: their KV
+ * pages are shared (copy-on-write), not recomputed, and everything the sequence then computes is bit for bit what it
+ * computes without the cache. Prompt log-probabilities of the cached tokens come from the cache as well. */
+
+/* Prompt log-probabilities, in the caller's arrays: row t of logprob (n) and top_ids / top_logprobs (n, n_top) is token
+ * t of the prompt given the tokens before it. */
+typedef struct engine_prefix_lp {
+	int32_t n_top;
+	float *logprob;
+	int32_t *top_ids;
+	float *top_logprobs;
+} engine_prefix_lp;
+
+/* seq was just opened (no positions) and its prompt is tokens (n). Restores the longest cached prefix that leaves at
+ * least two prompt tokens to feed: the pages of positions [0, P) for a boundary P = 16·k, every full-attention head's
+ * all of them, every windowed head's last ceil(capacity / 16) pages at least; the sequence then holds P − 1 positions
+ * (the last of them is fed again, so that its logits row — the log-probability of token P — is computed as without
+ * the cache). With lp (a request that wants prompt log-probabilities), only a prefix whose rows the cache has with at
+ * least lp->n_top alternatives, and rows 1 … P − 1 are written. Returns the positions restored (0: a miss, or the
+ * cache is off). Counts a query, and a hit when it returns more than 0. */
+int32_t engine_prefix_restore(engine *e, int32_t seq, const int32_t *tokens, int32_t n, const engine_prefix_lp *lp);
+/* What engine_prefix_restore would restore now for this prompt, changing nothing (no counters either). */
+int32_t engine_prefix_peek(const engine *e, const char *regime, const int32_t *tokens, int32_t n, int32_t lp_top);
+/* seq's positions [0, len) are tokens of its prompt, and it has generated nothing yet: the cache takes the pages of
+ * its whole 16-token blocks (those its rings still hold), with the prompt's log-probabilities when lp (rows 0 … len −
+ * 1 computed). Called after every prompt chunk, so that a windowed head's ring copies the pages the cache holds
+ * rather than overwrite them; through: the prompt is complete, and the windowed heads' pages no hit can need go
+ * (prefix_cache.h). Then evicts down to the byte cap. Out of memory: it keeps less. */
+void engine_prefix_insert(engine *e, int32_t seq, const int32_t *tokens, const engine_prefix_lp *lp, bool through);
+
+typedef struct engine_prefix_stats {
+	bool enabled;
+	uint64_t queries, hits, hit_tokens;   /* engine_prefix_restore calls, those that restored, positions restored */
+	uint64_t evictions;                   /* blocks evicted (for room or for the byte cap) */
+	int64_t bytes;                        /* pages the cache holds × page bytes (some shared with running sequences) */
+	int64_t blocks;
+	int64_t max_bytes;                    /* its cap */
+} engine_prefix_stats;
+void engine_prefix_stats_get(const engine *e, engine_prefix_stats *out);
+/* Empties the cache (every block evicted). */
+void engine_prefix_clear(engine *e);
 
 /* Weight bytes one decode step reads: every layer's matrices and norms, the final norm and the output head. */
 int64_t engine_weight_bytes_per_token(const engine *e);

@@ -24,11 +24,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/prefix_cache.h"
+
 typedef enum sched_slot_state {
 	SCHED_SLOT_IDLE = 0,
 	SCHED_SLOT_PREFILL,       /* prompt tokens left to feed */
 	SCHED_SLOT_DECODE,        /* `next` is the token to feed */
 	SCHED_SLOT_FORK_WAIT,     /* no sequence yet: forks its leader's once the shared prompt is through */
+	SCHED_SLOT_PREFIX_WAIT,   /* no sequence yet: waits for its leader's prompt, which shares its beginning, to be in
+	                           * the prefix cache, then prefills after what it finds there */
 	SCHED_SLOT_DONE,          /* ended this step; compacted away at its end */
 } sched_slot_state;
 
@@ -74,7 +78,9 @@ typedef struct sched_slot {
 	sched_request *r;                 /* NULL when idle */
 	sched_slot_state state;
 	int32_t seq;                      /* engine sequence; -1 in FORK_WAIT */
-	int32_t leader;                   /* FORK_WAIT: the slot whose prefill this one forks */
+	int32_t leader;                   /* FORK_WAIT: the slot whose prefill this one forks; PREFIX_WAIT: whose prompt it
+	                                   * waits for */
+	int32_t cached;                   /* prompt tokens the prefix cache gave it */
 	int32_t n_fed;                    /* prompt tokens fed so far */
 	int32_t n_tokens;                 /* tokens generated */
 	int32_t next;                     /* DECODE: the token the next step feeds */
@@ -103,6 +109,9 @@ struct sched {
 	char regimes[SCHED_MAX_REGIMES][64];
 	int32_t default_regime;
 	int64_t kv_heads;                 /* n_layers · n_kv_heads: page rings per sequence */
+	bool prefix;                      /* the engine's prefix cache is on */
+	int32_t prefix_reach[SCHED_MAX_REGIMES];   /* blocks before a prompt's end where the cache can still hit (its
+	                                            * smallest windowed capacity's; INT32_MAX for full attention) */
 	int64_t page_bytes;
 	int64_t pool_pages;
 
@@ -487,14 +496,18 @@ static void publish(sched_request *r, const sched_slot *sl)
 }
 
 static void followers_handoff(sched *s, int32_t leader);
+static void prefix_waiters_release(sched *s, int32_t leader);
 
 /* aahd_kv_cache_bytes_used has one owner, this thread, and one rule: it is set (never adjusted) from the page pool
- * itself, pages taken × page bytes, after anything that took or returned pages. So it is never negative, never above
- * kv_bytes_capacity (the pool's pages × page bytes), and exact at every point a reader can see it. Called with
- * metrics_mu held. */
+ * itself, pages the sequences' rings hold × page bytes (a page shared by forks or with the prefix cache once; the
+ * cache's own pages are aahd_prefix_cache_bytes), after anything that took or returned pages. So it is never
+ * negative, never above kv_bytes_capacity (the pool's pages × page bytes), and exact at every point a reader can see
+ * it. Called with metrics_mu held. */
 static void kv_gauge_set(sched *s)
 {
-	s->m.kv_bytes_used = engine_kv_pages_used(s->e) * s->page_bytes;
+	s->m.kv_bytes_used = engine_kv_pages_in_sequences(s->e) * s->page_bytes;
+	if (s->prefix)   /* the cache's pages change with the pool's, so its counters are read with the gauge */
+		engine_prefix_stats_get(s->e, &s->m.prefix);
 }
 
 static void kv_gauge_update(sched *s)
@@ -513,9 +526,12 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 	res.finish = why;
 	res.duration_s = t - r->t_submit;
 	if (sl) {
-		if (sl->state == SCHED_SLOT_PREFILL)
+		if (sl->state == SCHED_SLOT_PREFILL || sl->state == SCHED_SLOT_PREFIX_WAIT) {
 			followers_handoff(s, (int32_t)(sl - s->slots));
+			prefix_waiters_release(s, (int32_t)(sl - s->slots));
+		}
 		res.n_tokens = sl->n_tokens;
+		res.cached_tokens = sl->cached;
 		res.has_stats = engine_seq_stats_get(s->e, sl->seq, &res.stats) == 0;
 		engine_seq_close(s->e, sl->seq);
 		s->reserved_pages -= r->pages_max;
@@ -767,15 +783,60 @@ static int32_t queue_take(sched *s, int32_t *n_dropped)
 	return n_admit;
 }
 
-/* Opens the slot's own sequence to prefill its prompt from the start. */
+/* The request's prompt log-probability rows as the engine's prefix cache reads and writes them; NULL without. */
+static const engine_prefix_lp *prompt_lp_of(sched_request *r, engine_prefix_lp *lp)
+{
+	if (!r->prompt_lp)
+		return NULL;
+	*lp = (engine_prefix_lp){ r->prompt_lp_rows.n_top, r->prompt_lp_rows.logprob, r->prompt_lp_rows.top_ids,
+	                          r->prompt_lp_rows.top_logprobs };
+	return lp;
+}
+
+/* Opens the slot's own sequence to prefill its prompt: after what the prefix cache holds of it, else from the start. */
 static void slot_prefill(sched *s, sched_slot *sl)
 {
 	char err[256];
 	sl->state = SCHED_SLOT_PREFILL;
 	sl->n_fed = 0;
 	sl->seq = engine_seq_open(s->e, s->regimes[sl->r->regime], err, sizeof err);
-	if (sl->seq < 0)   /* cannot happen: the regime was checked at submit and a slot is free */
+	if (sl->seq < 0) {   /* cannot happen: the regime was checked at submit and a slot is free */
 		request_end(s, sl->r, sl, SCHED_FINISH_ERROR, err);
+		return;
+	}
+	if (s->prefix) {
+		engine_prefix_lp lp;
+		sl->cached = engine_prefix_restore(s->e, sl->seq, sl->r->prompt, sl->r->n_prompt, prompt_lp_of(sl->r, &lp));
+		sl->n_fed = sl->cached;
+	}
+}
+
+/* The running prefill whose prompt, once in the prefix cache, would give sl's more than the cache gives it now, by
+ * at least a block; -1: none (sl prefills at once). A windowed regime's cache hits only within its reach before that
+ * prompt's end (prefix_cache.h), so a prompt that parts from the other earlier does not wait. */
+static int32_t prefix_leader(sched *s, const sched_slot *sl)
+{
+	const sched_request *r = sl->r;
+	const int32_t lp_top = r->prompt_lp ? r->prompt_lp_rows.n_top : -1;
+	const int32_t have = engine_prefix_peek(s->e, s->regimes[r->regime], r->prompt, r->n_prompt, lp_top);
+	int32_t best = -1, best_blocks = (have + 1) / AAH_PAGE_LEN;   /* a hit of k blocks restores 16·k − 1 */
+	for (int32_t i = 0; i < s->n_order; i++) {
+		const sched_slot *l = &s->slots[s->order[i]];
+		if (l == sl || l->state != SCHED_SLOT_PREFILL || l->r->regime != r->regime ||
+		    (lp_top >= 0 && (!l->r->prompt_lp || l->r->prompt_lp_rows.n_top < lp_top)))
+			continue;
+		int32_t c = 0, lim = r->n_prompt - 1 < l->r->n_prompt ? r->n_prompt - 1 : l->r->n_prompt;
+		while (c < lim && r->prompt[c] == l->r->prompt[c])
+			c++;
+		int32_t k = c / AAH_PAGE_LEN;
+		if (k == 0 || l->r->n_prompt / AAH_PAGE_LEN - k > s->prefix_reach[r->regime])
+			continue;
+		if (k > best_blocks) {
+			best = s->order[i];
+			best_blocks = k;
+		}
+	}
+	return best;
 }
 
 static void slot_start(sched *s, sched_request *r, double t)
@@ -792,13 +853,30 @@ static void slot_start(sched *s, sched_request *r, double t)
 	/* a choice whose leader is still prefilling the same prompt waits for it; otherwise it prefills alone */
 	for (int32_t i = 0; r->leader_id && i < s->n_order; i++) {
 		const sched_slot *l = &s->slots[s->order[i]];
-		if (l->state == SCHED_SLOT_PREFILL && l->r->id == r->leader_id) {
+		if ((l->state == SCHED_SLOT_PREFILL || l->state == SCHED_SLOT_PREFIX_WAIT) && l->r->id == r->leader_id) {
 			sl->state = SCHED_SLOT_FORK_WAIT;
 			sl->leader = s->order[i];
 			return;
 		}
 	}
+	int32_t pl = s->prefix ? prefix_leader(s, sl) : -1;
+	if (pl >= 0) {
+		sl->state = SCHED_SLOT_PREFIX_WAIT;
+		sl->leader = pl;
+		return;
+	}
 	slot_prefill(s, sl);
+}
+
+/* The leader's prompt is in the prefix cache (or the leader ended): the slots waiting for it prefill after what the
+ * cache holds now. */
+static void prefix_waiters_release(sched *s, int32_t leader)
+{
+	for (int32_t i = 0; i < s->n_order; i++) {
+		sched_slot *f = &s->slots[s->order[i]];
+		if (f->state == SCHED_SLOT_PREFIX_WAIT && f->leader == leader)
+			slot_prefill(s, f);
+	}
 }
 
 /* A leader ends before its prompt is through: the first of its waiting followers prefills instead, and the others
@@ -1033,8 +1111,13 @@ static void sched_step(sched *s)
 				src.host = row + (int64_t)(sl->chunk - 1) * s->vocab;
 			}
 			sl->n_fed += sl->chunk;
+			if (s->prefix) {   /* its blocks so far, with their log-probabilities: the rows above are complete */
+				engine_prefix_lp lp;
+				engine_prefix_insert(s->e, sl->seq, r->prompt, prompt_lp_of(r, &lp), sl->n_fed == r->n_prompt);
+			}
 			if (sl->n_fed < r->n_prompt)
 				continue;
+			prefix_waiters_release(s, s->item_slot[i]);
 			sl->changed = true;   /* prompt_done */
 			followers_fork(s, s->item_slot[i], &src, t);
 		}
@@ -1112,6 +1195,7 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->ctx_len = engine_ctx_len(e);
 	s->kv_heads = (int64_t)c->n_layers * c->n_kv_heads;
 	s->page_bytes = engine_kv_page_bytes(e);
+	s->prefix = ep->prefix_cache > 0;
 	s->pool_pages = engine_kv_pool_pages(e);
 	s->n_regimes = engine_regime_count(e);
 	if (s->n_regimes > SCHED_MAX_REGIMES)
@@ -1124,9 +1208,17 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 		/* every window the regime may count, from the start (at 0): a counter series that appears only with its
 		 * first increase loses that increase to Prometheus's rate() */
 		engine_regime_layout lay;
-		if (engine_regime_layout_get(e, i, &lay) == 0)
+		s->prefix_reach[i] = INT32_MAX;
+		if (engine_regime_layout_get(e, i, &lay) == 0) {
 			for (int32_t w = 0; w < lay.n_usage_windows && g->n_windows < SCHED_MAX_WINDOWS; w++)
 				g->windows[g->n_windows++] = lay.usage_windows[w];
+			for (int32_t gi = 0; gi < lay.n_groups; gi++) {
+				int32_t keep = (lay.group_capacity[gi] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+				int32_t reach = (PREFIX_WINDOW_REACH - 1) * keep;
+				if (lay.group_capacity[gi] < s->ctx_len && reach < s->prefix_reach[i])
+					s->prefix_reach[i] = reach;
+			}
+		}
 		histogram_init(&g->ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
 		histogram_init(&g->inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
 		histogram_init(&g->duration, duration_bounds, (int32_t)(sizeof duration_bounds / sizeof *duration_bounds));

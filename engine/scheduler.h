@@ -48,7 +48,14 @@ typedef enum sched_status {
 	SCHED_ERR_NOMEM,
 } sched_status;
 
-/* Admission: first come, first served. The head of the queue enters when a slot is free and its worst-case KV pages
+/* With the engine's prefix cache on (engine_params.prefix_cache), a request starts after the longest prefix of its
+ * prompt the cache holds (engine_prefix_restore), and a request whose prompt shares more of its beginning with one
+ * that is being prefilled right now waits for that prefill (then restores from it) instead of computing the same
+ * positions beside it: the several prompts of one request (multiple choice) share their context that way. Every
+ * prompt adds its blocks to the cache as it goes (engine_prefix_insert). Tokens and log-probabilities are bit for bit
+ * those without the cache.
+ *
+ * Admission: first come, first served. The head of the queue enters when a slot is free and its worst-case KV pages
  * (its regime's capacities at prompt + max_tokens positions) fit beside those reserved by the running requests; until
  * then no request behind it enters, so a large request is never overtaken forever by small ones. */
 typedef struct sched_params {
@@ -113,6 +120,8 @@ typedef struct sched_result {
 	double queue_s;           /* submit → admitted */
 	double ttft_s;            /* submit → first token (or prompt done when max_tokens is 0); -1 if none */
 	double duration_s;        /* submit → end */
+	int32_t cached_tokens;    /* prompt tokens that came from the prefix cache instead of a prefill (a choice that
+	                           * forked another's prefill: 0, the prompt is counted once, under the one that ran it) */
 	char err[256];            /* SCHED_FINISH_ERROR: why */
 } sched_result;
 
@@ -152,6 +161,7 @@ typedef struct sched_metrics {
 	sched_histogram ttft, inter_token, duration;
 	int32_t n_regimes;
 	sched_regime_totals regimes[SCHED_MAX_REGIMES];
+	engine_prefix_stats prefix;   /* the prefix cache (engine.h), as of the last step */
 } sched_metrics;
 
 /* Starts the engine thread, which owns e from now on: no other thread may call engine functions until

@@ -238,8 +238,19 @@ json_t *cmpl_job_usage(const cmpl_job *j)
 		prompt += j->prompts[i].n_ids;
 	for (int32_t i = 0; i < j->n_choices; i++)
 		completion += cmpl_job_completion_tokens(&j->choices[i]);
-	return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-	                 (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));
+	/* OpenAI's prompt_tokens_details.cached_tokens: per prompt, the tokens its prefill took from the prefix cache (the
+	 * choice that ran it; the others forked it and took none) */
+	int64_t cached = 0;
+	for (int32_t i = 0; i < j->req.n_prompts; i++) {
+		int32_t most = 0;
+		for (int32_t c = 0; c < j->n_choices; c++)
+			if (j->choices[c].prompt == i && j->choices[c].ended && j->choices[c].result.cached_tokens > most)
+				most = j->choices[c].result.cached_tokens;
+		cached += most;
+	}
+	return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+	                 (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion), "prompt_tokens_details",
+	                 "cached_tokens", (json_int_t)cached);
 }
 
 /* ACR weighted by branch usage (the rectangular accounting over all the request's selections); the work and memory

@@ -24,6 +24,7 @@ typedef struct config_row {
 static const char *const backends[] = { "auto", "cpu", "cuda", NULL };
 static const char *const dtypes[] = { "f32", "f16", "bf16", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
+static const char *const on_off[] = { "on", "off", NULL };
 
 #define STR(f) CONFIG_STRING, offsetof(aahd_config, f), 0, 0, NULL
 #define INT(f, lo, hi) CONFIG_INT, offsetof(aahd_config, f), lo, hi, NULL
@@ -46,6 +47,11 @@ static const config_row rows[] = {
 	  "(the same memory, f32's range, 7 bits), f32 (the exact reference)" },
 	{ "kv_budget_bytes", INT(kv_budget_bytes, 0, INT64_MAX), "0",
 	  "KV cache page pool in bytes; 0: room for max_batch full contexts" },
+	{ "prefix_cache", ENUM(prefix_cache, on_off), "on",
+	  "reuse the KV of prompts' shared beginnings (per regime, bit for bit the same outputs; docs/prefix_cache.md): "
+	  "on, off" },
+	{ "prefix_cache_bytes", INT(prefix_cache_bytes, 0, INT64_MAX), "0",
+	  "most KV bytes the prefix cache keeps; 0: as much of the page pool as requests leave (it yields at once)" },
 	{ "prefill_chunk", INT(prefill_chunk, 3, 65536), "256",
 	  "prompt tokens per engine step, so that a long prompt does not stall the decoding sequences" },
 	{ "max_body_bytes", INT(max_body_bytes, 1024, (int64_t)1 << 30), "1048576",

@@ -21,6 +21,8 @@ typedef struct aahd_config {
 	int64_t ctx_len;                /* 0 = min(model's, 4096) */
 	char *kv_dtype;                 /* f32, f16, bf16 */
 	int64_t kv_budget_bytes;        /* 0 = room for max_batch full contexts */
+	char *prefix_cache;             /* on, off */
+	int64_t prefix_cache_bytes;     /* 0 = no cap below the page pool */
 	int64_t prefill_chunk;          /* prompt tokens per engine step */
 	int64_t max_body_bytes;
 	int64_t max_prompt_tokens;      /* 0 = the context length */

@@ -117,6 +117,28 @@ static void per_regime(FILE *f, const sched_metrics *m, const char *name, const 
 }
 
 /* aahd_backend_info{backend="cuda",device="NVIDIA H200, …"} 1, from a description "NAME (DEVICE)". */
+/* The prefix cache's counters (DESIGN.md's names), at 0 when it is off. */
+static void prefix_cache_metrics(FILE *f, const engine_prefix_stats *p)
+{
+	family(f, "aahd_prefix_cache_enabled", "gauge", "1 when the prefix cache is on (the prefix_cache key).");
+	fprintf(f, "aahd_prefix_cache_enabled %d\n", p->enabled ? 1 : 0);
+	family(f, "aahd_prefix_cache_queries_total", "counter", "Prompts looked up in the prefix cache.");
+	fprintf(f, "aahd_prefix_cache_queries_total %llu\n", (unsigned long long)p->queries);
+	family(f, "aahd_prefix_cache_hits_total", "counter", "Prompts that started after a cached prefix.");
+	fprintf(f, "aahd_prefix_cache_hits_total %llu\n", (unsigned long long)p->hits);
+	family(f, "aahd_prefix_cache_hit_tokens_total", "counter",
+	       "Prompt tokens taken from the prefix cache instead of prefilled (aahd_prompt_tokens_total counts the rest).");
+	fprintf(f, "aahd_prefix_cache_hit_tokens_total %llu\n", (unsigned long long)p->hit_tokens);
+	family(f, "aahd_prefix_cache_bytes", "gauge",
+	       "KV bytes the prefix cache's blocks hold (pages shared with running sequences included).");
+	fprintf(f, "aahd_prefix_cache_bytes %lld\n", (long long)p->bytes);
+	family(f, "aahd_prefix_cache_bytes_capacity", "gauge", "The most the prefix cache may hold (prefix_cache_bytes).");
+	fprintf(f, "aahd_prefix_cache_bytes_capacity %lld\n", (long long)p->max_bytes);
+	family(f, "aahd_prefix_cache_evictions_total", "counter",
+	       "Cached 16-token blocks evicted (least recently used first), for room or for the byte cap.");
+	fprintf(f, "aahd_prefix_cache_evictions_total %llu\n", (unsigned long long)p->evictions);
+}
+
 static void backend_info(FILE *f, const char *desc)
 {
 	family(f, "aahd_backend_info", "gauge", "The compute backend the engine runs on (the value is always 1).");
@@ -221,10 +243,12 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 	               FIGURE_KV_PEAK_FULL);
 	per_regime(f, m, "aahd_attention_work_ratio",
 	           "Attention query-key products done over those full causal attention would do, per regime.", 1);
-	family(f, "aahd_kv_cache_bytes_used", "gauge", "KV cache bytes held by the running sequences.");
+	family(f, "aahd_kv_cache_bytes_used", "gauge",
+	       "KV cache bytes held by the running sequences (pages they share once; the prefix cache's own not).");
 	fprintf(f, "aahd_kv_cache_bytes_used %lld\n", (long long)m->kv_bytes_used);
 	family(f, "aahd_kv_cache_bytes_capacity", "gauge", "KV cache page pool in bytes.");
 	fprintf(f, "aahd_kv_cache_bytes_capacity %lld\n", (long long)m->kv_bytes_capacity);
+	prefix_cache_metrics(f, &m->prefix);
 	per_regime(f, m, "aahd_kv_memory_ratio",
 	           "Peak KV bytes over what full attention would hold for the same tokens, summed over sequences, per regime.",
 	           2);

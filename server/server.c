@@ -86,6 +86,8 @@ int server_run(const aahd_config *cfg)
 	ep.max_batch_tokens = (int32_t)(cfg->prefill_chunk + cfg->max_batch);   /* a whole step is one chunk */
 	ep.kv_dtype = dtype_of(cfg->kv_dtype);
 	ep.kv_budget_bytes = cfg->kv_budget_bytes;
+	ep.prefix_cache = !strcmp(cfg->prefix_cache, "on");
+	ep.prefix_cache_bytes = cfg->prefix_cache_bytes;
 	ep.checkpoint_step = cfg->checkpoint_step;
 
 	char err[1024], dir[4096];

@@ -105,6 +105,18 @@ enum MHD_Result api_stats(http_request *req)
 	        m->generation_tokens_per_s,
 	        "kv_cache", "bytes_used", (json_int_t)m->kv_bytes_used, "bytes_capacity", (json_int_t)m->kv_bytes_capacity,
 	        "acr_context_length", s->acr_context_length, "default_regime", s->default_regime, "regimes", regimes);
+	/* the prefix cache: its counters and the hit rate the dashboard shows (hits ÷ queries; the share of prompt tokens
+	 * it gave, hit tokens ÷ (hit tokens + prefilled)) */
+	const engine_prefix_stats *pc = &m->prefix;
+	double sent = (double)pc->hit_tokens + (double)m->prompt_tokens;
+	if (out)
+		json_object_set_new(out, "prefix_cache",
+		                    json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "enabled", pc->enabled, "queries",
+		                              (json_int_t)pc->queries, "hits", (json_int_t)pc->hits, "hit_tokens",
+		                              (json_int_t)pc->hit_tokens, "evictions", (json_int_t)pc->evictions, "bytes",
+		                              (json_int_t)pc->bytes, "bytes_capacity", (json_int_t)pc->max_bytes, "hit_rate",
+		                              pc->queries ? (double)pc->hits / (double)pc->queries : 0.0, "token_hit_rate",
+		                              sent > 0 ? (double)pc->hit_tokens / sent : 0.0));
 	free(m);
 	if (!out)
 		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");

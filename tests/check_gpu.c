@@ -692,6 +692,73 @@ START_TEST(test_engine_default_mode)
 }
 END_TEST
 
+/* ---- the prefix cache on the device: a hit restores device pages and copies them on write ----
+ * Two CUDA engines, the cache off and on, run a prompt, then prompts that share its first 70 tokens (a hit of 4 blocks,
+ * 63 positions), then decode: the rows the cached engine computes agree with the uncached one's (to the tensor-core
+ * tolerance of a different chunking; on the CPU they are bit for bit, tests/check_prefix_cache.c), and the pages a hit
+ * shares are copied on the device before the first write (a decode over them would read garbage otherwise). */
+START_TEST(test_engine_prefix_hits)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	char dir[1024], err[512];
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	engine *e[2];
+	for (int32_t k = 0; k < 2; k++) {
+		engine_params p = { .n_threads = 2, .max_seqs = 2, .max_batch_tokens = 64, .ctx_len = 256, .backend = "cuda",
+		                    .prefix_cache = k };
+		ck_assert_msg(engine_init(&e[k], dir, &p, err, sizeof err) == 0, "%s", err);
+	}
+	const int32_t V = engine_config(e[0])->vocab_size;
+	int32_t ids[3][120];
+	rng_state = 71;
+	for (int32_t i = 0; i < 120; i++)
+		ids[0][i] = (int32_t)(rng_u64() % (uint64_t)V);
+	for (int32_t j = 1; j < 3; j++) {
+		memcpy(ids[j], ids[0], 70 * sizeof(int32_t));
+		for (int32_t i = 70; i < 120; i++)
+			ids[j][i] = (int32_t)(rng_u64() % (uint64_t)V);
+	}
+	float *l[2];
+	for (int32_t k = 0; k < 2; k++)
+		l[k] = malloc((size_t)140 * V * 4);
+	double worst = 0;
+	for (int32_t j = 0; j < 3; j++) {
+		int32_t at[2], seq[2];
+		for (int32_t k = 0; k < 2; k++) {
+			seq[k] = engine_seq_open(e[k], NULL, err, sizeof err);
+			ck_assert_msg(seq[k] >= 0, "%s", err);
+			at[k] = engine_prefix_restore(e[k], seq[k], ids[j], 100, NULL);
+			engine_item it = { seq[k], ids[j] + at[k], 100 - at[k], true };
+			ck_assert_msg(engine_forward(e[k], &it, 1, l[k] + (int64_t)at[k] * V, err, sizeof err) == 0, "%s", err);
+			engine_prefix_insert(e[k], seq[k], ids[j], NULL, true);
+			for (int32_t g = 0; g < 20; g++) {   /* decode over the shared pages: the first writes copy them */
+				engine_item dg = { seq[k], &ids[j][100 + g], 1, false };
+				ck_assert_msg(engine_forward(e[k], &dg, 1, l[k] + (int64_t)(100 + g) * V, err, sizeof err) == 0, "%s",
+				              err);
+			}
+			engine_seq_close(e[k], seq[k]);
+		}
+		ck_assert_int_eq(at[0], 0);
+		ck_assert_int_eq(at[1], j == 0 ? 0 : 63);
+		for (int32_t r = at[1]; r < 120; r++) {
+			double x = rel_err(l[1] + (int64_t)r * V, l[0] + (int64_t)r * V, V);
+			worst = x > worst ? x : worst;
+		}
+	}
+	ck_assert_msg(worst <= 3e-2, "the cached engine's rows: worst relative error %.3g against the uncached", worst);
+	engine_prefix_stats st;
+	engine_prefix_stats_get(e[1], &st);
+	ck_assert_uint_eq(st.hits, 2);
+	ck_assert_int_eq(engine_kv_pages_in_sequences(e[1]), 0);
+	printf("prefix cache on %s: 2 hits of 63 positions, worst row relative error %.2e\n", engine_backend_desc(e[1]),
+	       worst);
+	for (int32_t k = 0; k < 2; k++) {
+		free(l[k]);
+		engine_free(e[k]);
+	}
+}
+END_TEST
+
 /* ---- decode steps replayed from CUDA graphs against the same steps launched one op at a time ----
  * Two engines on CUDA, one with AAH_CUDA_GRAPHS=0: the same prompts and tokens must give the same logits bit for bit,
  * the same per-sequence work, and the device's own work count. Six sequences under three regimes (static windows
@@ -870,6 +937,7 @@ int main(void)
 	TCase *te = tcase_create("engine");
 	tcase_add_test(te, test_engine_default_mode);
 	tcase_add_test(te, test_engine_graphs);
+	tcase_add_test(te, test_engine_prefix_hits);
 	suite_add_tcase(s, te);
 	SRunner *sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_NOFORK);

@@ -515,7 +515,8 @@ START_TEST(test_engine_fork)
 }
 END_TEST
 
-/* A fork needs as many free pages as its source holds; without them it is refused and nothing is taken. */
+/* A fork shares its source's pages (copy-on-write) and takes none; the first write that must copy a shared page needs a
+ * free one, and without it that step is refused with nothing taken, while the source goes on. */
 START_TEST(test_engine_fork_pool_full)
 {
 	char err[512];
@@ -525,25 +526,36 @@ START_TEST(test_engine_fork_pool_full)
 	ck_assert_msg(engine_init(&e, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
 	int64_t pool = engine_kv_pool_pages(e), page = engine_kv_page_bytes(e);
 	engine_free(e);
-	/* room for one sequence of 200 positions and a bit */
-	ep.kv_budget_bytes = (engine_regime_kv_pages(ref_eng, NULL, 200) + 5) * page;
+	/* room for one sequence of 200 positions and 3 pages: fewer than its 4 rings' last pages */
+	ep.kv_budget_bytes = (engine_regime_kv_pages(ref_eng, NULL, 200) + 3) * page;
 	ck_assert_int_lt(ep.kv_budget_bytes / page, pool);
+	ck_assert_int_eq(engine_config(ref_eng)->n_layers * engine_config(ref_eng)->n_kv_heads, 4);
 	ck_assert_msg(engine_init(&e, model_dir(), &ep, err, sizeof err) == 0, "%s", err);
 	int32_t ids[200];
 	make_prompt(ids, 200, 3);
 	float *logits = malloc((size_t)engine_config(e)->vocab_size * sizeof *logits);
 	int32_t s = engine_seq_open(e, NULL, err, sizeof err);
-	engine_item it = { s, ids, 200, false };
+	engine_item it = { s, ids, 198, false };   /* 198: the last page of every ring is partly written */
 	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
-	int64_t held = engine_seq_kv_bytes(e, s);
-	ck_assert_int_eq(engine_seq_fork(e, s, err, sizeof err), -1);
+	int64_t held = engine_seq_kv_bytes(e, s), used = engine_kv_pages_used(e);
+	int32_t f = engine_seq_fork(e, s, err, sizeof err);
+	ck_assert_msg(f >= 0, "%s", err);
+	ck_assert_int_eq(engine_kv_pages_used(e), used);   /* shared */
+	ck_assert_int_eq(engine_seq_kv_bytes(e, f), held);
+	/* writing the fork's shared last pages needs a copy of each: more than the 3 free pages */
+	engine_item step = { f, ids + 198, 2, false };
+	ck_assert_int_eq(engine_forward(e, &step, 1, logits, err, sizeof err), -1);
 	ck_assert_ptr_nonnull(strstr(err, "KV cache full"));
-	ck_assert_int_eq(engine_seq_kv_bytes(e, s), held);
-	/* and the pool is intact: a short sequence still fits */
-	int32_t t = engine_seq_open(e, NULL, err, sizeof err);
-	ck_assert_int_ge(t, 0);
-	engine_item it2 = { t, ids, 16, false };
-	ck_assert(engine_forward(e, &it2, 1, logits, err, sizeof err) == 0);
+	ck_assert_int_eq(engine_seq_len(e, f), 198);
+	ck_assert_int_eq(engine_kv_pages_used(e), used);
+	/* closing the fork makes the source the pages' sole holder again: it writes in place */
+	engine_seq_close(e, f);
+	ck_assert_int_eq(engine_kv_pages_used(e), used);
+	engine_item step_s = { s, ids + 198, 2, false };
+	ck_assert(engine_forward(e, &step_s, 1, logits, err, sizeof err) == 0);
+	ck_assert_int_eq(engine_kv_pages_used(e), used);
+	engine_seq_close(e, s);
+	ck_assert_int_eq(engine_kv_pages_used(e), 0);
 	free(logits);
 	engine_free(e);
 }

@@ -68,6 +68,22 @@ for t in f32 f16; do
 done
 grep -q "^$reg kv f16 / kv f32: prefill" "$out" || say_fail "--context: no f16 / f32 line for $reg"
 
+# shared prefixes on the tiny AAH model: the cache off and on for full attention and the default regime, the same
+# tokens, the cache's tokens, the prefix bytes and their ratio; a bad size exits 2
+if ! timeout 120 "$BENCH" --shared-prefix --threads 1 --prefix 64 --tail 8 --requests 4 --kv-dtype f16 "$aah" \
+	>"$out" 2>&1; then
+	say_fail "aah-bench --shared-prefix failed"; cat "$out"
+fi
+for r in full_attention "$reg"; do
+	grep -Eq "^$r +off +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +288 +0 *$" "$out" || say_fail "--shared-prefix: no $r off row"
+	grep -Eq "^$r +on +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[1-9][0-9]* +yes$" "$out" ||
+		say_fail "--shared-prefix: no $r on row with cached tokens and the same tokens"
+	grep -Eq "^$r +cache on: .* one cached 64-token prefix holds" "$out" || say_fail "--shared-prefix: no $r summary"
+done
+grep -q "^$reg fits .* as many cached prefixes as full attention" "$out" || say_fail "--shared-prefix: no ratio line"
+timeout 30 "$BENCH" --shared-prefix --prefix 8 "$aah" >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--shared-prefix --prefix 8 should exit 2"
+
 # the attention op alone: one row per KV type asked for
 if ! timeout 120 "$BENCH" --attention --reps 1 --window 512 --kv-dtype bf16,f32 >"$out" 2>&1; then
 	say_fail "aah-bench --attention failed"; cat "$out"

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "kernels/cpu/threadpool.h"
 #include "models/aah_config.h"
 #include "models/model_config.h"
@@ -711,12 +712,173 @@ static int bench_attention(int32_t window, int32_t reps)
 	return 0;
 }
 
+/* ---- shared prefixes: many requests with one long beginning, the prefix cache off and on ---- */
+
+typedef struct prefix_run {
+	double wall_s;               /* submit → every request done */
+	double ttft_mean, ttft_max;  /* seconds */
+	uint64_t prefilled;          /* prompt tokens the engine computed */
+	uint64_t cached;             /* prompt tokens the cache gave */
+	int32_t *first;              /* (requests) each request's token */
+} prefix_run;
+
+/* n_req requests, prompt = the shared prefix (n_prefix ids) + a tail of its own (n_tail), one greedy token each,
+ * submitted at once to a scheduler of `slots` sequences over an engine with the cache on or off. */
+static int prefix_bench_run(const char *dir, int32_t threads, const char *regime, aah_dtype kv, int32_t prefix_on,
+                            int32_t n_prefix, int32_t n_tail, int32_t n_req, int32_t slots, prefix_run *out,
+                            int64_t *prefix_bytes)
+{
+	char err[512];
+	const int32_t n = n_prefix + n_tail;
+	engine_params ep = { .backend = backend_name, .n_threads = threads, .max_seqs = slots, .ctx_len = n + 8,
+	                     .max_batch_tokens = 256 + slots, .kv_dtype = kv, .prefix_cache = prefix_on };
+	engine *e;
+	if (engine_init(&e, dir, &ep, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return -1;
+	}
+	const int32_t V = engine_config(e)->vocab_size;
+	sched_params sp = { .max_seqs = slots, .queue_length = n_req, .step_tokens = 256 };
+	sched *s;
+	if (sched_init(&s, e, &ep, &sp, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		engine_free(e);
+		return -1;
+	}
+	int32_t *ids = malloc((size_t)n_req * n * sizeof *ids);
+	sched_request_params *rp = calloc((size_t)n_req, sizeof *rp);
+	sched_request **r = calloc((size_t)n_req, sizeof *r);
+	int rc = -1;
+	if (!ids || !rp || !r)
+		goto done;
+	for (int32_t q = 0; q < n_req; q++) {
+		int32_t *p = ids + (int64_t)q * n;
+		for (int32_t i = 0; i < n; i++)   /* the prefix alike for all, then a tail of each request's own */
+			p[i] = (int32_t)(((int64_t)(i < n_prefix ? i : i * 31 + q * 7717) * 7919 + 13) % (V - 8));
+		rp[q] = (sched_request_params){ .prompt = p, .n_prompt = n, .max_tokens = 1, .regime = regime,
+		                                .logprobs = -1 };
+		rp[q].sampling.top_p = 1;
+	}
+	double t0 = now_s();
+	if (sched_submit(s, rp, n_req, r, err, sizeof err) != SCHED_OK) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		goto done;
+	}
+	out->ttft_mean = out->ttft_max = 0;
+	for (int32_t q = 0; q < n_req; q++) {
+		sched_view v = { 0 };
+		while (v.finish == SCHED_FINISH_NONE)
+			sched_request_wait(r[q], v.version, 1000, &v);
+		sched_result res;
+		sched_request_result(r[q], &res);
+		if (res.finish != SCHED_FINISH_LENGTH) {
+			fprintf(stderr, "aah-bench: request %d ended with %d: %s\n", q, res.finish, res.err);
+			goto done;
+		}
+		out->first[q] = sched_request_tokens(r[q])[0];
+		out->ttft_mean += res.ttft_s / n_req;
+		out->ttft_max = res.ttft_s > out->ttft_max ? res.ttft_s : out->ttft_max;
+	}
+	out->wall_s = now_s() - t0;
+	sched_metrics m;
+	sched_metrics_get(s, &m);
+	out->prefilled = m.prompt_tokens;
+	out->cached = m.prefix.hit_tokens;
+	rc = 0;
+done:
+	for (int32_t q = 0; r && q < n_req; q++)
+		sched_request_release(r[q]);
+	sched_free(s);
+	/* what one prefix costs the cache in this regime: the prefix alone, prefilled as the scheduler does (256-token
+	 * chunks, its blocks inserted after each, trimmed when it is through) and kept */
+	if (rc == 0 && prefix_on && prefix_bytes) {
+		engine_prefix_clear(e);
+		int32_t seq = engine_seq_open(e, regime, err, sizeof err);
+		float *logits = malloc((size_t)V * sizeof *logits);
+		engine_prefix_stats st = { 0 };
+		int ok = seq >= 0 && logits;
+		for (int32_t at = 0; ok && at < n_prefix;) {
+			int32_t c = n_prefix - at < 256 ? n_prefix - at : 256;
+			if (n_prefix - at - c == 1)
+				c--;   /* never a one-token chunk past position 0 (scheduler.c) */
+			engine_item it = { seq, ids + at, c, false };
+			ok = engine_forward(e, &it, 1, logits, err, sizeof err) == 0;
+			at += c;
+			if (ok)
+				engine_prefix_insert(e, seq, ids, NULL, at == n_prefix);
+		}
+		if (ok) {
+			engine_seq_close(e, seq);
+			engine_prefix_stats_get(e, &st);
+		}
+		*prefix_bytes = st.bytes;
+		free(logits);
+	}
+	free(ids);
+	free(rp);
+	free(r);
+	engine_free(e);
+	return rc;
+}
+
+/* Full attention and `regime` side by side, each with the cache off and on: aggregate prompt tokens/s (tokens sent ÷
+ * wall time), time to first token, tokens prefilled against sent, and how many cached prefixes fit in `budget`. */
+static int bench_shared_prefix(const char *dir, int32_t threads, const char *regime, int32_t n_prefix, int32_t n_tail,
+                               int32_t n_req, int64_t budget)
+{
+	const int32_t slots = 8;
+	printf("Shared prefix: %d requests of a %d-token prefix + a %d-token tail of their own, submitted at once, one\n"
+	       "greedy token each; %d slots, 256-token prompt chunks, %d threads, KV %s; the prefix cache off and on.\n"
+	       "prompt tok/s = tokens sent / wall time. Load average %.2f\n",
+	       n_req, n_prefix, n_tail, slots, threads, aah_dtype_name(kv_types[0]), load_average());
+	printf("%-15s %-5s %8s %12s %10s %10s %10s %10s %6s\n", "regime", "cache", "wall s", "prompt tok/s", "TTFT mean",
+	       "TTFT max", "prefilled", "cached", "same");
+	const char *regs[2] = { AAH_FULL_ATTENTION, regime };
+	int64_t bytes[2] = { 0, 0 };
+	double speedup[2] = { 0, 0 }, ttft_ratio[2] = { 0, 0 };
+	for (int32_t g = 0; g < 2; g++) {
+		prefix_run runs[2];
+		int32_t *first = calloc((size_t)2 * n_req, sizeof *first);
+		if (!first)
+			return 1;
+		for (int32_t on = 0; on < 2; on++) {
+			runs[on].first = first + (int64_t)on * n_req;
+			if (prefix_bench_run(dir, threads, regs[g], kv_types[0], on, n_prefix, n_tail, n_req, slots, &runs[on],
+			                     on ? &bytes[g] : NULL) != 0) {
+				free(first);
+				return 1;
+			}
+			const prefix_run *pr = &runs[on];
+			printf("%-15s %-5s %8.2f %12.1f %10.3f %10.3f %10llu %10llu %6s\n", regs[g], on ? "on" : "off", pr->wall_s,
+			       (double)n_req * (n_prefix + n_tail) / pr->wall_s, pr->ttft_mean, pr->ttft_max,
+			       (unsigned long long)pr->prefilled, (unsigned long long)pr->cached,
+			       on ? (memcmp(runs[0].first, runs[1].first, (size_t)n_req * sizeof *first) ? "NO" : "yes") : "");
+			fflush(stdout);
+		}
+		speedup[g] = runs[0].wall_s / runs[1].wall_s;
+		ttft_ratio[g] = runs[0].ttft_mean / runs[1].ttft_mean;
+		free(first);
+	}
+	for (int32_t g = 0; g < 2; g++)
+		printf("%-15s cache on: %.2fx the prompt tokens/s, %.2fx shorter mean TTFT; one cached %d-token prefix holds "
+		       "%.2f MiB: %lld fit in %.0f MiB\n",
+		       regs[g], speedup[g], ttft_ratio[g], n_prefix, (double)bytes[g] / (1 << 20),
+		       bytes[g] > 0 ? (long long)(budget / bytes[g]) : 0LL, (double)budget / (1 << 20));
+	if (bytes[0] > 0 && bytes[1] > 0)
+		printf("%s fits %.2fx as many cached prefixes as full attention in one KV budget\n", regime,
+		       (double)bytes[0] / (double)bytes[1]);
+	printf("load average %.2f\n", load_average());
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: aah-bench [--backend B] [--kv-dtype LIST] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] "
 	           "[--measure] MODEL_DIR...\n"
 	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
 	           "       aah-bench --attention [--kv-dtype LIST] [--window W] [--reps N]\n"
+	           "       aah-bench --shared-prefix [--prefix N] [--tail N] [--requests N] [--kv-budget BYTES] "
+	           "[--regime NAME] [--threads N] MODEL_DIR\n"
 	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
 	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
@@ -733,6 +895,11 @@ static void usage(FILE *f)
 	           "(default: its default regime), with the sequences each admits and the ratios.\n"
 	           "--attention [--window W] [--reps N]: the CPU attention op alone (one thread, thread CPU time): a 512-row\n"
 	           "prompt chunk and a decode row at about 3k positions, window W (default 4096), for every --kv-dtype.\n"
+	           "--shared-prefix: --requests N (default 16) prompts of one --prefix N (default 1024) tokens and a --tail N\n"
+	           "(default 32) of their own, at once, with the prefix cache off and on, in full attention and --regime\n"
+	           "(default the model's default regime): prompt tokens/s, TTFT, tokens prefilled and cached, whether the\n"
+	           "tokens agree, and the bytes of one cached prefix (how many fit in --kv-budget, default 1 GiB); the\n"
+	           "first --kv-dtype.\n"
 	           "--cpu-time (every mode): speeds in this process's CPU time, not wall time: with --threads 1 the work\n"
 	           "done, whatever else the machine runs.\n"
 	           "--kv-dtype LIST (every mode): the KV element types to run side by side, e.g. f32,bf16 (default f32);\n"
@@ -744,7 +911,8 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
-	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0;
+	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
+	int32_t sp_prefix = 1024, sp_tail = 32, sp_requests = 16;
 	int32_t window = 4096;
 	int64_t budget = (int64_t)1 << 30;
 	int32_t reps = 3;
@@ -757,7 +925,9 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, 0, 'R' }, { "backend", required_argument, 0, 'x' },
 		{ "measure", no_argument, 0, 'm' }, { "kv-dtype", required_argument, 0, 'K' },
 		{ "attention", no_argument, 0, 'a' }, { "window", required_argument, 0, 'w' },
-		{ "cpu-time", no_argument, 0, 'C' },
+		{ "cpu-time", no_argument, 0, 'C' }, { "shared-prefix", no_argument, 0, 'S' },
+		{ "prefix", required_argument, 0, 'P' }, { "tail", required_argument, 0, 'T' },
+		{ "requests", required_argument, 0, 'N' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -777,6 +947,10 @@ int main(int argc, char **argv)
 		case 'a': attention = 1; break;
 		case 'C': bench_clock = CLOCK_PROCESS_CPUTIME_ID; break;
 		case 'w': window = atoi(optarg); break;
+		case 'S': shared_prefix = 1; break;
+		case 'P': sp_prefix = atoi(optarg); break;
+		case 'T': sp_tail = atoi(optarg); break;
+		case 'N': sp_requests = atoi(optarg); break;
 		case 'K':
 			if (parse_kv_types(optarg) != 0) {
 				fprintf(stderr, "aah-bench: --kv-dtype takes a list of f32, f16 and bf16, e.g. f32,bf16\n");
@@ -801,6 +975,30 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (shared_prefix || batch) {   /* the AAH model's default regime, unless --regime names one */
+		const char *m = shared_prefix ? argv[optind] : optind + 1 < argc ? argv[optind + 1] : NULL;
+		static char def[64];
+		snprintf(def, sizeof def, "%s", AAH_FULL_ATTENTION);
+		if (m && !regime) {
+			model_config mc;
+			aah_config a;
+			char err[512];
+			if (model_config_load(&mc, m, err, sizeof err) == 0 && aah_config_load(&a, m, &mc, err, sizeof err) == 0) {
+				snprintf(def, sizeof def, "%s", a.default_regime);
+				aah_config_free(&a);
+			}
+		}
+		if (!regime)
+			regime = def;
+	}
+	if (shared_prefix) {
+		if (sp_prefix < 16 || sp_prefix > 1 << 16 || sp_tail < 2 || sp_tail > 4096 || sp_requests < 1 ||
+		    sp_requests > 4096 || budget < 1 || optind != argc - 1) {
+			usage(stderr);
+			return 2;
+		}
+		return bench_shared_prefix(argv[optind], threads, regime, sp_prefix, sp_tail, sp_requests, budget);
+	}
 	if (batch) {
 		int32_t gen = gen_set ? n_gen : 16;
 		if (gen < 2 || gen > 256 || budget < 1 || reps < 1 || argc - optind > 2) {
@@ -808,17 +1006,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		const char *aah = optind + 1 < argc ? argv[optind + 1] : NULL;
-		char def[64] = AAH_FULL_ATTENTION;
-		if (aah && !regime) {   /* the AAH model's default regime */
-			model_config mc;
-			aah_config a;
-			char err[512];
-			if (model_config_load(&mc, aah, err, sizeof err) == 0 && aah_config_load(&a, aah, &mc, err, sizeof err) == 0) {
-				snprintf(def, sizeof def, "%s", a.default_regime);
-				aah_config_free(&a);
-			}
-		}
-		return bench_batch(argv[optind], aah, regime ? regime : def, threads, gen, reps, budget);
+		return bench_batch(argv[optind], aah, regime, threads, gen, reps, budget);
 	}
 	if (context) {
 		int32_t gen = gen_set ? n_gen : 512;

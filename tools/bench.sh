@@ -32,6 +32,16 @@ echo
 echo "== continuous batching: aggregate decode speed against concurrency, under one KV budget"
 "$BUILD/aah-bench" --batch --threads "$THREADS" --kv-dtype "$KV" "$CACHE/bench-demo" "$AAH"
 
+# The demo preset with aah.json at ACR 0.3 (shallow_freeze): the shared-prefix workload of the prefix cache.
+DEMO_AAH="$CACHE/bench-demo-aah"
+if [ ! -s "$DEMO_AAH/aah.json" ]; then
+	"$BUILD/aah-mkmodel" --preset demo --tokenizer "$CACHE/qwen3-tokenizer" --aah --aah-acr 0.3 --out "$DEMO_AAH"
+fi
+
+echo
+echo "== shared prefixes: the prefix cache off and on, full attention and an ACR-0.3 regime"
+"$BUILD/aah-bench" --shared-prefix --threads "$THREADS" --kv-dtype f16 "$DEMO_AAH"
+
 echo
 echo "== tokenizer throughput"
 "$BUILD/aah-tokenize" --tokenizer "$CACHE/qwen3-tokenizer" --bench

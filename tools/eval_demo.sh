@@ -6,8 +6,9 @@
 # PPL_TEXT= for none): DATA's task files and that text are linked into OUT/data, which aah-eval reads.
 # Usage: eval_demo.sh BUILD CACHE DATA. Settings: LIMIT (items per task, default 20), MAX_GEN (generation cap,
 # default 32), MAX_LENGTH (default server: the served model's context; the harness's own default, 2048, is longer
-# than the demo model's), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd, default all
-# cores), SERVER=URL to evaluate a server that is already running instead.
+# than the demo model's), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd,
+# default all cores), AAHD_ARGS (more aahd flags, e.g. "--prefix-cache off"), EVAL_ARGS (more aah-eval flags, e.g.
+# "--num-fewshot mmlu=5"), SERVER=URL to evaluate a server that is already running instead.
 set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
@@ -35,7 +36,8 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null;
 trap cleanup EXIT INT TERM
 if [ -z "${SERVER:-}" ]; then
 	LOG="$OUT/aahd.log"
-	"$BUILD/aahd" --model "$MODEL" --host 127.0.0.1 --port 0 ${THREADS:+--threads "$THREADS"} 2>"$LOG" &
+	# shellcheck disable=SC2086
+	"$BUILD/aahd" --model "$MODEL" --host 127.0.0.1 --port 0 ${THREADS:+--threads "$THREADS"} ${AAHD_ARGS:-} 2>"$LOG" &
 	PID=$!
 	PORT=""
 	i=0
@@ -52,4 +54,11 @@ echo "eval-demo: $MODEL on $SERVER; $DATA${PPL_TEXT:+ and $PPL_TEXT}, $LIMIT ite
 	"$MAX_GEN tokens; outputs in $OUT" >&2
 "$BUILD/aah-eval" --server "$SERVER" --data "$OUT/data" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
 	--max-length "$MAX_LENGTH" \
-	${CONCURRENCY:+--concurrency "$CONCURRENCY"} --out "$OUT"
+	${CONCURRENCY:+--concurrency "$CONCURRENCY"} ${EVAL_ARGS:-} --out "$OUT"
+# What the prefix cache saved (docs/prefix_cache.md): prompt tokens prefilled against sent, from /metrics
+if command -v curl >/dev/null 2>&1 &&
+	curl -sf "$SERVER/metrics" | grep -E '^aahd_(prompt_tokens_total|prefix_cache_)' >"$OUT/prefix_cache.txt"; then
+	awk '/^aahd_prompt_tokens_total/ { p = $2 } /^aahd_prefix_cache_hit_tokens_total/ { h = $2 }
+		END { if (p + h > 0) printf "eval-demo: %d prompt tokens sent, %d prefilled, %d from the prefix cache (%.2fx fewer)\n",
+			p + h, p, h, (p + h) / (p > 0 ? p : 1) }' "$OUT/prefix_cache.txt" >&2
+fi
