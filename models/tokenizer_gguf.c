@@ -13,6 +13,7 @@
 
 #include "models/errf.h"
 #include "models/gguf.h"
+#include "models/gguf_model.h"
 #include "models/tokenizer_internal.h"
 
 /* llama.cpp's token types (llama_token_type / gguf TokenType). */
@@ -25,6 +26,16 @@ static const char tg_qwen2_pattern[] =
 static const char tg_llama3_pattern[] =
 	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
 	"\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const char *gguf_pre_pattern(const char *pre, bool *nfc)
+{
+	*nfc = !strcmp(pre, "qwen2");
+	if (*nfc)
+		return tg_qwen2_pattern;
+	if (!strcmp(pre, "llama-bpe"))
+		return tg_llama3_pattern;
+	return NULL;
+}
 
 static json_t *tg_bytelevel(bool use_regex)
 {
