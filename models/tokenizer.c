@@ -10,6 +10,7 @@
 #include <utf8proc.h>
 
 #include "models/errf.h"
+#include "models/gguf_model.h"
 
 /* ---- UTF-8 ---- */
 
@@ -443,6 +444,14 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	}
 	tokenizer_clear(t);
 	int rc = -1;
+	char gguf[4096];
+	int g = gguf_model_path(dir, gguf, sizeof gguf, err, err_len);
+	if (g != 0) {   /* a GGUF model carries its tokenizer inside */
+		free(path);
+		if (g == 1 && tok_gguf_load(t, gguf, err, err_len) == 0) return t;
+		tokenizer_free(t);
+		return NULL;
+	}
 	snprintf(path, dl + 32, "%s/tokenizer.json", dir);
 	bool have_json = file_exists(path);
 	char *model_path = malloc(dl + 32);

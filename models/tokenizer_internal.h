@@ -100,6 +100,11 @@ void tok_bpe_free(tok_bpe *b);
 int tok_bpe_encode_text(const tokenizer *t, tok_scratch *sc, const char *s, size_t n, tok_sink *sink);
 void tok_bpe_scratch_free(tok_scratch *sc);
 
+/* tokenizer_gguf.c: the tokenizer.ggml.* keys of a GGUF file (path, or its bytes) into t, as tok_bpe_load does for
+ * tokenizer.json (BOS, EOS and add_bos_token included); 0 or -1 with err. */
+int tok_gguf_load(tokenizer *t, const char *path, char *err, size_t err_len);
+int tok_gguf_load_buffer(tokenizer *t, const void *buf, size_t len, char *err, size_t err_len);
+
 /* tokenizer_spm.cc: the extern "C" shim over sentencepiece::SentencePieceProcessor. */
 tok_spm *tok_spm_open(const char *path, char *err, size_t err_len);
 void tok_spm_close(tok_spm *p);
