@@ -133,6 +133,10 @@ $(BUILD)/tests/check_calibrate: $(BUILD)/obj/tests/check_calibrate.o $(BUILD)/ob
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 
+$(BUILD)/tests/check_gguf: $(BUILD)/obj/tests/check_gguf.o $(BUILD)/obj/tools/convert/gguf_write.o $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+
 # Server modules that a Check suite or a fuzz target links beside libaah.a (before it, when they call into it).
 $(BUILD)/tests/check_choice_text: $(BUILD)/obj/tests/check_choice_text.o $(BUILD)/obj/server/choice_text.o \
   $(BUILD)/libaah.a

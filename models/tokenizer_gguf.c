@@ -227,6 +227,21 @@ int tok_gguf_load_buffer(tokenizer *t, const void *buf, size_t len, char *err, s
 	return rc;
 }
 
+tokenizer *tokenizer_from_gguf(const void *buf, size_t len, char *err, size_t err_len)
+{
+	tokenizer *t = calloc(1, sizeof *t);
+	if (!t) {
+		aah_errf(err, err_len, "out of memory");
+		return NULL;
+	}
+	t->bos = t->eos = -1;
+	if (tok_gguf_load_buffer(t, buf, len, err, err_len)) {
+		tokenizer_free(t);
+		return NULL;
+	}
+	return t;
+}
+
 int tok_gguf_load(tokenizer *t, const char *path, char *err, size_t err_len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

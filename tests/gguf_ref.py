@@ -8,7 +8,9 @@ kernels/quant*.c. Run by tests/check_gguf.c:
                                            (the weights it was quantized from) within the type's own error bound
     gguf_ref.py dequant FILE OUT           every tensor dequantized to little-endian f32, in file order, into OUT
     gguf_ref.py forward FILE IDS OUT       float64 forward pass of FILE's dequantized weights over the comma list
-                                           IDS; OUT gets the logits as float64 (len(IDS) × vocab)
+                                           IDS; OUT gets the logits as float64 (len(IDS) × vocab); OUT.act those
+                                           of the same pass with every product's activations rounded as aahd's
+                                           quantized products round them (Q8_0 / Q8_K blocks)
 """
 import json
 import math
@@ -285,7 +287,7 @@ def cmd_check(path, src):
         bl = TYPES[t][1]
         blocks_w = want.reshape(-1, bl) if bl > 1 else want.reshape(-1, 1)
         err = np.abs(x.reshape(blocks_w.shape) - blocks_w)
-        scale = np.abs(blocks_w).max(axis=1, keepdims=True) if bl > 1 else np.abs(blocks_w)
+        scale = np.abs(blocks_w).max(axis=1, keepdims=True) if bl > 1 else np.maximum(np.abs(blocks_w), 2.0 ** -14)
         worst = float((err / np.maximum(scale, 1e-30)).max())
         assert worst <= BOUND[TYPES[t][0]], f"{name} ({TYPES[t][0]}): error {worst:.4g} of the block maximum"
     print(f"ok    {path}: {len(ts)} tensors dequantized within their type's bound of the source weights")
@@ -298,15 +300,46 @@ def cmd_dequant(path, out):
             f.write(x.astype("<f4").tobytes())
 
 
+def act_round(x, wtype):
+    """x (rows, n) float64 as the activations of a product with weights of wtype reach it in aahd and llama.cpp's CPU
+    path: rounded to Q8_0 blocks of 32 (for Q8_0 / Q4_0 weights) or Q8_K blocks of 256 (the K types), then widened;
+    float weights take them as they are. The float32 arithmetic is the reference quantizers' (kernels/quant.h)."""
+    name = TYPES[wtype][0]
+    if name in ("F32", "F16", "BF16"):
+        return x
+    shape = x.shape
+    if name in ("Q8_0", "Q4_0"):
+        b = x.astype(np.float32).reshape(-1, 32)
+        d = np.abs(b).max(axis=1, keepdims=True) / np.float32(127)
+        inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+        v = b * inv
+        q = np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))    # roundf: ties away from zero
+        return (d.astype(np.float16).astype(np.float32) * q).astype(np.float64).reshape(shape)
+    b = x.astype(np.float32).reshape(-1, 256)
+    idx = np.abs(b).argmax(axis=1)
+    mx = b[np.arange(b.shape[0]), idx][:, None]
+    safe = np.where(mx != 0, mx, 1).astype(np.float32)
+    iscale = (np.float32(-127) / safe).astype(np.float32)
+    q = np.minimum(127, np.rint(iscale * b))                      # nearest_int: ties to even
+    d = (np.float32(1) / iscale).astype(np.float32)
+    out = np.where(mx != 0, d * q, 0).astype(np.float32)
+    return out.astype(np.float64).reshape(shape)
+
+
 def rmsnorm(x, w, eps):
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
 
 
-def cmd_forward(path, ids, out):
+def cmd_forward(path, ids, out, emulate):
     g, _, ts = tensors(path)
     kv = dict((k, v) for k, _, v in g["kv"])
     a = kv["general.architecture"]
     W = {hf_name(n): x.astype(np.float64) for n, _, _, x in ts}
+    WT = {hf_name(n): t for n, _, t, _ in ts}
+
+    def mm(h, name, w=None):   # h @ W[name].T with the activations rounded as the product's weight type wants
+        w = W[name] if w is None else w
+        return (act_round(h, WT[name]) if emulate else h) @ w.T
     L, H, KV = kv[a + ".block_count"], kv[a + ".attention.head_count"], kv[a + ".attention.head_count_kv"]
     hidden = kv[a + ".embedding_length"]
     d = kv.get(a + ".attention.key_length", hidden // H)
@@ -332,9 +365,9 @@ def cmd_forward(path, ids, out):
     for i in range(L):
         p = f"model.layers.{i}."
         h = rmsnorm(x, W[p + "input_layernorm.weight"], eps)
-        q = (h @ unperm(W[p + "self_attn.q_proj.weight"], H).T).reshape(T, H, d)
-        k = (h @ unperm(W[p + "self_attn.k_proj.weight"], KV).T).reshape(T, KV, d)
-        v = (h @ W[p + "self_attn.v_proj.weight"].T).reshape(T, KV, d)
+        q = mm(h, p + "self_attn.q_proj.weight", unperm(W[p + "self_attn.q_proj.weight"], H)).reshape(T, H, d)
+        k = mm(h, p + "self_attn.k_proj.weight", unperm(W[p + "self_attn.k_proj.weight"], KV)).reshape(T, KV, d)
+        v = mm(h, p + "self_attn.v_proj.weight").reshape(T, KV, d)
         if p + "self_attn.q_norm.weight" in W:
             q = rmsnorm(q, W[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, W[p + "self_attn.k_norm.weight"], eps)
@@ -345,13 +378,12 @@ def cmd_forward(path, ids, out):
             s = q[:, hh] @ k[:, kh].T / math.sqrt(d) + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             o[:, hh] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kh]
-        x = x + o.reshape(T, H * d) @ W[p + "self_attn.o_proj.weight"].T
+        x = x + mm(o.reshape(T, H * d), p + "self_attn.o_proj.weight")
         h = rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
-        gt, up = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
-        x = x + (gt / (1 + np.exp(-gt)) * up) @ W[p + "mlp.down_proj.weight"].T
+        gt, up = mm(h, p + "mlp.gate_proj.weight"), mm(h, p + "mlp.up_proj.weight")
+        x = x + mm(gt / (1 + np.exp(-gt)) * up, p + "mlp.down_proj.weight")
     x = rmsnorm(x, W["model.norm.weight"], eps)
-    head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
-    (x @ head.T).astype("<f8").tofile(out)
+    mm(x, "lm_head.weight" if "lm_head.weight" in W else "model.embed_tokens.weight").astype("<f8").tofile(out)
 
 
 if __name__ == "__main__":
@@ -361,6 +393,8 @@ if __name__ == "__main__":
     elif c == "dequant":
         cmd_dequant(sys.argv[2], sys.argv[3])
     elif c == "forward":
-        cmd_forward(sys.argv[2], [int(s) for s in sys.argv[3].split(",")], sys.argv[4])
+        ids = [int(s) for s in sys.argv[3].split(",")]
+        cmd_forward(sys.argv[2], ids, sys.argv[4], False)
+        cmd_forward(sys.argv[2], ids, sys.argv[4] + ".act", True)
     else:
         sys.exit(__doc__)

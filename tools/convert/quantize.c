@@ -289,9 +289,10 @@ static int qz_tokens_load(qz_tokens *t, const char *dir, const model_config *mc,
 			goto out;
 		}
 	}
-	if (t->bos < 0 && mc->bos_token_id >= 0 && mc->bos_token_id < t->n)
+	/* config.json's ids where tokenizer_config.json does not name the token (an explicit null there means none) */
+	if (t->bos < 0 && !json_object_get(cfg, "bos_token") && mc->bos_token_id >= 0 && mc->bos_token_id < t->n)
 		t->bos = mc->bos_token_id;
-	if (t->eos < 0 && mc->eos_token_id >= 0 && mc->eos_token_id < t->n)
+	if (t->eos < 0 && !json_object_get(cfg, "eos_token") && mc->eos_token_id >= 0 && mc->eos_token_id < t->n)
 		t->eos = mc->eos_token_id;
 	rc = 0;
 out:
