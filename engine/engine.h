@@ -29,6 +29,9 @@ typedef struct engine_params {
 	const char *aah_path;       /* the regimes: NULL = the model directory's aah.json (full attention alone when there is
 	                             * none); "" = none, full attention alone whatever the directory holds; else this file,
 	                             * which must exist (aah-convert calibrate measures with "" and checks its new file) */
+	const char *quantize;       /* NULL or "": the weights in the types the files hold; else a weight type ("q8_0",
+	                             * "q4_0", "q4_k_m", "q5_k_m", "q4_k", "q5_k", "q6_k"): every float matrix quantized as
+	                             * it is loaded, in llama.cpp's mix for that type (engine/weight_quant.h) */
 } engine_params;
 
 typedef struct engine engine;

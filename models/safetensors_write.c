@@ -56,7 +56,7 @@ static size_t stw_dtype_bytes(st_dtype d)
 	case ST_F32: return 4;
 	case ST_F16: return 2;
 	case ST_BF16: return 2;
-	default: break;   /* the block types: GGUF only, never written here */
+	default: break;   /* the block types are never written to safetensors */
 	}
 	return 0;
 }
@@ -542,7 +542,6 @@ void st_convert_f32(void *restrict dst, st_dtype dtype, const float *restrict sr
 			o[i] = stw_f32_to_bf16(src[i]);
 		return;
 	}
-	default:   /* the block types have their quantizers (kernels/quant.h), not this */
-		return;
+	default: return;   /* the block types: not a safetensors conversion */
 	}
 }

@@ -487,6 +487,8 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 	c->n_threads = n;
 	c->k = cpu_kernels_select();
 	c->qk = cpu_qkernels_for(c->k->isa);
+	const char *qm = getenv("AAH_CPU_QUANT_MATMUL");
+	c->quant_f32 = qm && !strcmp(qm, "f32");
 	c->tp = threadpool_init(n);
 	if (!c->tp) {
 		free(b);

@@ -42,6 +42,7 @@ typedef struct cpu_ctx {
 	 * its measured rows */
 	cpu_buf att_k, att_v, att_units, att_meas;
 	cpu_buf qact;       /* matmul's activations quantized for a block-quantized weight (cpu_quant_matmul.c) */
+	bool quant_f32;     /* AAH_CPU_QUANT_MATMUL=f32: those products as exact f32 references instead */
 } cpu_ctx;
 
 /* Makes every worker's scratch at least n floats. Returns false when out of memory. */
