@@ -368,9 +368,12 @@ static void check_dequant_equal(const char *gguf)
  * model (tol_act = max |exact − rounded|, measured by the reference, not assumed) plus (1)'s slack; greedy tokens
  * equal to the exact pass's wherever its top-2 margin exceeds twice that. Random models are badly conditioned for
  * 8-bit activations (a logit is a dot of near-orthogonal vectors, so the relative error of each product is
- * ~sqrt(n)/254), which is why tol_act is measured: on this model it is about a tenth of the largest logit. */
-static void check_type(const char *arch, const char *type)
+ * ~sqrt(n)/254), which is why tol_act is measured: on this model it is about a tenth of the largest logit.
+ * exact: the backend's exact products (AAH_CPU_QUANT_MATMUL=f32), so (2) with tol_act 0: the file alone. */
+static void check_type(const char *arch, const char *type, bool exact)
 {
+	if (exact)   /* the CPU backend's exact products (f32 activations, double sums) instead of the 8-bit ones */
+		setenv("AAH_CPU_QUANT_MATMUL", "f32", 1);
 	char gguf[700];
 	snprintf(gguf, sizeof gguf, "%s/m-%s.gguf", tmpdir, type);
 	quantize(type, gguf);
@@ -397,7 +400,7 @@ static void check_type(const char *arch, const char *type)
 		d_act = fmax(d_act, fabs(got[i] - act[i]));
 		d_ref = fmax(d_ref, fabs(got[i] - ref[i]));
 	}
-	const double tight = 1e-3 * (1 + amax), tol = tol_act + tight;
+	const double tight = 1e-3 * (1 + amax), tol = exact ? tight : tol_act + tight;
 	int compared = 0;
 	for (int32_t p = 0; p < N_PROMPT; p++) {
 		const double *r = ref + (size_t)p * V;
@@ -415,11 +418,11 @@ static void check_type(const char *arch, const char *type)
 		}
 	}
 	if (getenv("AAH_TEST_VERBOSE"))
-		fprintf(stderr, "%s %s: max|logit| %.3f; engine vs rounded-activation float64 %.2e (tolerance %.2e), vs exact "
+		fprintf(stderr, "%s %s%s: max|logit| %.3f; engine vs rounded-activation float64 %.2e (tolerance %.2e), vs exact "
 		        "float64 %.4f (activation rounding's own effect %.4f); greedy checked at %d of %d positions\n",
-		        arch, type, amax, d_act, tight, d_ref, tol_act, compared, N_PROMPT);
-	ck_assert_msg(d_act <= tight, "%s %s: logits differ from the float64 forward with the same activation rounding "
-	              "by %.3g (tolerance %.3g)", arch, type, d_act, tight);
+		        arch, type, exact ? " (exact products)" : "", amax, d_act, tight, d_ref, tol_act, compared, N_PROMPT);
+	ck_assert_msg(exact || d_act <= tight, "%s %s: logits differ from the float64 forward with the same activation "
+	              "rounding by %.3g (tolerance %.3g)", arch, type, d_act, tight);
 	ck_assert_msg(d_ref <= tol, "%s %s: logits differ from the exact float64 forward by %.4f (tolerance %.4f)", arch,
 	              type, d_ref, tol);
 	free(ref);
@@ -429,17 +432,20 @@ static void check_type(const char *arch, const char *type)
 
 static const char *const all_types[] = { "q8_0", "q4_0", "q4_k_m", "q5_k_m", "bf16", "f16" };
 
-START_TEST(test_quantize_qwen3)
+/* The file side alone: with the backend's exact products the engine on every file equals the float64 forward of
+ * its dequantized weights — names, shapes, block layouts, the tied head and Llama's row order all right. */
+START_TEST(test_quantize_exact)
 {
-	make_model("qwen3", "1");
-	check_type("qwen3", all_types[_i]);
+	make_model(_i < 6 ? "qwen3" : "llama", _i < 6 ? "1" : "0");
+	check_type(_i < 6 ? "qwen3" : "llama", _i < 6 ? all_types[_i] : _i == 6 ? "q4_k_m" : "bf16", true);
 }
 END_TEST
 
-START_TEST(test_quantize_llama)
+/* The products as served: 8-bit activations, against the float64 forward that rounds them the same way. */
+START_TEST(test_quantize_served)
 {
-	make_model("llama", "0");
-	check_type("llama", _i == 0 ? "q4_k_m" : "bf16");
+	make_model(_i < 6 ? "qwen3" : "llama", _i < 6 ? "1" : "0");
+	check_type(_i < 6 ? "qwen3" : "llama", _i < 6 ? all_types[_i] : "q4_k_m", false);
 }
 END_TEST
 
@@ -695,8 +701,8 @@ static Suite *gguf_suite(void)
 	t = tcase_create("quantize");
 	tcase_add_checked_fixture(t, tmp_setup, tmp_teardown);
 	tcase_set_timeout(t, 300);
-	tcase_add_loop_test(t, test_quantize_qwen3, 0, 6);
-	tcase_add_loop_test(t, test_quantize_llama, 0, 2);
+	tcase_add_loop_test(t, test_quantize_exact, 0, 8);
+	tcase_add_loop_test(t, test_quantize_served, 0, 7);
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);

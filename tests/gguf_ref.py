@@ -312,8 +312,8 @@ def act_round(x, wtype):
         b = x.astype(np.float32).reshape(-1, 32)
         d = np.abs(b).max(axis=1, keepdims=True) / np.float32(127)
         inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
-        v = b * inv
-        q = np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))    # roundf: ties away from zero
+        v = (b * inv).astype(np.float64)                             # the float32 product, then exactly:
+        q = np.sign(v) * np.floor(np.abs(v) + 0.5)                   # roundf, ties away from zero
         return (d.astype(np.float16).astype(np.float32) * q).astype(np.float64).reshape(shape)
     b = x.astype(np.float32).reshape(-1, 256)
     idx = np.abs(b).argmax(axis=1)
