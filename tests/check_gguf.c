@@ -299,11 +299,6 @@ static void quantize(const char *type, const char *out)
 	ck_assert_msg(tool_run(argv) == 0, "aah-convert quantize --type %s: %s", type, log_text);
 }
 
-static int python(const char *a, const char *b, const char *c, const char *d)
-{
-	const char *argv[] = { "/usr/bin/python3", "tests/gguf_ref.py", a, b, c, d, NULL };
-	return tool_run(argv);
-}
 
 static const int32_t prompt[] = { 2049, 872, 198, 970, 1879, 11, 419, 374, 264, 1273, 13, 1000, 1500, 2047, 2050, 198 };
 #define N_PROMPT ((int32_t)(sizeof prompt / sizeof prompt[0]))
@@ -327,11 +322,10 @@ static float *engine_logits(const char *model, int32_t *vocab)
 
 /* Python's dequantization (f32, ggml's operation order) against aah_dequantize_row of the tensors the loader bound:
  * bit for bit, every tensor. */
-static void check_dequant_equal(const char *gguf)
+static void check_dequant_equal(const char *gguf, const char *deq)
 {
-	ck_assert_msg(python("dequant", gguf, path_in("deq.f32"), NULL) == 0, "%s", log_text);
 	size_t len;
-	unsigned char *ref = read_all(path_in("deq.f32"), &len);
+	unsigned char *ref = read_all(deq, &len);
 	size_t flen;
 	unsigned char *file = read_all(gguf, &flen);
 	gguf_file g;
@@ -370,29 +364,18 @@ static void check_dequant_equal(const char *gguf)
  * 8-bit activations (a logit is a dot of near-orthogonal vectors, so the relative error of each product is
  * ~sqrt(n)/254), which is why tol_act is measured: on this model it is about a tenth of the largest logit.
  * exact: the backend's exact products (AAH_CPU_QUANT_MATMUL=f32), so (2) with tol_act 0: the file alone. */
-static void check_type(const char *arch, const char *type, bool exact)
+/* The engine's logits on gguf (exact: with the backend's exact products) against ref (the exact float64 pass) and act
+ * (the pass with the served activation rounding), as the comment above says. */
+static void compare_logits(const char *arch, const char *type, const char *gguf, const double *ref, const double *act,
+                           bool exact)
 {
 	if (exact)   /* the CPU backend's exact products (f32 activations, double sums) instead of the 8-bit ones */
 		setenv("AAH_CPU_QUANT_MATMUL", "f32", 1);
-	char gguf[700];
-	snprintf(gguf, sizeof gguf, "%s/m-%s.gguf", tmpdir, type);
-	quantize(type, gguf);
-	char src[600];
-	snprintf(src, sizeof src, "%s/src", tmpdir);
-	ck_assert_msg(python("check", gguf, src, NULL) == 0, "gguf_ref.py check: %s", log_text);
-	check_dequant_equal(gguf);
-	char ids[512] = "";
-	for (int32_t i = 0; i < N_PROMPT; i++)
-		snprintf(ids + strlen(ids), sizeof ids - strlen(ids), i ? ",%d" : "%d", (int)prompt[i]);
-	ck_assert_msg(python("forward", gguf, ids, path_in("ref.f64")) == 0, "gguf_ref.py forward: %s", log_text);
-	size_t len, len_act;
-	double *ref = (double *)read_all(path_in("ref.f64"), &len);
-	double *act = (double *)read_all(path_in("ref.f64.act"), &len_act);
+	else
+		unsetenv("AAH_CPU_QUANT_MATMUL");
 	int32_t V;
 	float *got = engine_logits(gguf, &V);
 	const size_t n = (size_t)N_PROMPT * (size_t)V;
-	ck_assert_uint_eq(len, n * sizeof(double));
-	ck_assert_uint_eq(len_act, n * sizeof(double));
 	double amax = 0, tol_act = 0, d_act = 0, d_ref = 0;
 	for (size_t i = 0; i < n; i++) {
 		amax = fmax(amax, fabs(ref[i]));
@@ -418,34 +401,47 @@ static void check_type(const char *arch, const char *type, bool exact)
 		}
 	}
 	if (getenv("AAH_TEST_VERBOSE"))
-		fprintf(stderr, "%s %s%s: max|logit| %.3f; engine vs rounded-activation float64 %.2e (tolerance %.2e), vs exact "
-		        "float64 %.4f (activation rounding's own effect %.4f); greedy checked at %d of %d positions\n",
-		        arch, type, exact ? " (exact products)" : "", amax, d_act, tight, d_ref, tol_act, compared, N_PROMPT);
+		fprintf(stderr, "%s %s%s: max|logit| %.3f; vs the rounded-activation float64 pass %.2e, vs the exact pass "
+		        "%.2e (the activation rounding's own effect %.4f; tolerance %.4f); greedy checked at %d of %d\n", arch,
+		        type, exact ? " (exact products)" : "", amax, d_act, d_ref, tol_act, exact ? tight : tight, compared,
+		        N_PROMPT);
 	ck_assert_msg(exact || d_act <= tight, "%s %s: logits differ from the float64 forward with the same activation "
 	              "rounding by %.3g (tolerance %.3g)", arch, type, d_act, tight);
-	ck_assert_msg(d_ref <= tol, "%s %s: logits differ from the exact float64 forward by %.4f (tolerance %.4f)", arch,
-	              type, d_ref, tol);
+	ck_assert_msg(d_ref <= tol, "%s %s%s: logits differ from the exact float64 forward by %.4f (tolerance %.4f)", arch,
+	              type, exact ? " (exact products)" : "", d_ref, tol);
+	free(got);
+}
+
+static void check_type(const char *arch, const char *type)
+{
+	char gguf[700], src[600], ids[512] = "";
+	snprintf(gguf, sizeof gguf, "%s/m-%s.gguf", tmpdir, type);
+	snprintf(src, sizeof src, "%s/src", tmpdir);
+	quantize(type, gguf);
+	for (int32_t i = 0; i < N_PROMPT; i++)
+		snprintf(ids + strlen(ids), sizeof ids - strlen(ids), i ? ",%d" : "%d", (int)prompt[i]);
+	const char *argv[] = { "/usr/bin/python3", "tests/gguf_ref.py", "all", gguf, src, ids, path_in("ref"), NULL };
+	ck_assert_msg(tool_run(argv) == 0, "gguf_ref.py: %s", log_text);
+	check_dequant_equal(gguf, path_in("ref.deq"));
+	size_t len, len_act;
+	double *ref = (double *)read_all(path_in("ref"), &len);
+	double *act = (double *)read_all(path_in("ref.act"), &len_act);
+	ck_assert_uint_eq(len, len_act);
+	compare_logits(arch, type, gguf, ref, act, true);    /* the file side alone */
+	compare_logits(arch, type, gguf, ref, act, false);   /* as served */
 	free(ref);
 	free(act);
-	free(got);
 }
 
 static const char *const all_types[] = { "q8_0", "q4_0", "q4_k_m", "q5_k_m", "bf16", "f16" };
 
-/* The file side alone: with the backend's exact products the engine on every file equals the float64 forward of
- * its dequantized weights — names, shapes, block layouts, the tied head and Llama's row order all right. */
-START_TEST(test_quantize_exact)
+/* Every type on Qwen3, two on Llama: first the file side alone — with the backend's exact products the engine on
+ * the file equals the float64 forward of its dequantized weights (names, shapes, block layouts, the tied head,
+ * Llama's row order) — then the products as served, 8-bit activations, against the pass that rounds them alike. */
+START_TEST(test_quantize)
 {
 	make_model(_i < 6 ? "qwen3" : "llama", _i < 6 ? "1" : "0");
-	check_type(_i < 6 ? "qwen3" : "llama", _i < 6 ? all_types[_i] : _i == 6 ? "q4_k_m" : "bf16", true);
-}
-END_TEST
-
-/* The products as served: 8-bit activations, against the float64 forward that rounds them the same way. */
-START_TEST(test_quantize_served)
-{
-	make_model(_i < 6 ? "qwen3" : "llama", _i < 6 ? "1" : "0");
-	check_type(_i < 6 ? "qwen3" : "llama", _i < 6 ? all_types[_i] : "q4_k_m", false);
+	check_type(_i < 6 ? "qwen3" : "llama", _i < 6 ? all_types[_i] : _i == 6 ? "q4_k_m" : "bf16");
 }
 END_TEST
 
@@ -701,8 +697,7 @@ static Suite *gguf_suite(void)
 	t = tcase_create("quantize");
 	tcase_add_checked_fixture(t, tmp_setup, tmp_teardown);
 	tcase_set_timeout(t, 300);
-	tcase_add_loop_test(t, test_quantize_exact, 0, 8);
-	tcase_add_loop_test(t, test_quantize_served, 0, 7);
+	tcase_add_loop_test(t, test_quantize, 0, 8);
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);

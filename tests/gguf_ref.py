@@ -6,6 +6,7 @@ kernels/quant*.c. Run by tests/check_gguf.c:
     gguf_ref.py check FILE SRC_DIR         parse FILE; re-serialise it from what was parsed and require the same
                                            bytes; dequantize every tensor and compare it with SRC_DIR's safetensors
                                            (the weights it was quantized from) within the type's own error bound
+    gguf_ref.py all FILE SRC_DIR IDS OUT   check, then dequant into OUT.deq, then forward into OUT and OUT.act
     gguf_ref.py dequant FILE OUT           every tensor dequantized to little-endian f32, in file order, into OUT
     gguf_ref.py forward FILE IDS OUT       float64 forward pass of FILE's dequantized weights over the comma list
                                            IDS; OUT gets the logits as float64 (len(IDS) × vocab); OUT.act those
@@ -396,5 +397,11 @@ if __name__ == "__main__":
         ids = [int(s) for s in sys.argv[3].split(",")]
         cmd_forward(sys.argv[2], ids, sys.argv[4], False)
         cmd_forward(sys.argv[2], ids, sys.argv[4] + ".act", True)
+    elif c == "all":   # check, dequant and forward in one process (numpy's start-up once)
+        cmd_check(sys.argv[2], sys.argv[3])
+        cmd_dequant(sys.argv[2], sys.argv[5] + ".deq")
+        ids = [int(s) for s in sys.argv[4].split(",")]
+        cmd_forward(sys.argv[2], ids, sys.argv[5], False)
+        cmd_forward(sys.argv[2], ids, sys.argv[5] + ".act", True)
     else:
         sys.exit(__doc__)
