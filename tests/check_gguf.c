@@ -565,6 +565,27 @@ START_TEST(test_loader_refusals)
 }
 END_TEST
 
+/* aah-convert calibrate on a GGUF writes aah.json beside the file, and the engine serving the file finds it there. */
+START_TEST(test_calibrate)
+{
+	make_model("qwen3", "1");
+	quantize("q4_k_m", path_in("m.gguf"));
+	char bin[600];
+	snprintf(bin, sizeof bin, "%s/aah-convert", build_dir());
+	const char *argv[] = { bin, "calibrate", path_in("m.gguf"), "--tokens", "128", "--context", "64",
+	                       "--eval-tokens", "64", NULL };
+	ck_assert_msg(tool_run(argv) == 0, "calibrate: %s", log_text);
+	struct stat st;
+	ck_assert_int_eq(stat(path_in("aah.json"), &st), 0);
+	engine *e;
+	char err[512];
+	engine_params p = { .n_threads = 2, .max_seqs = 1, .ctx_len = 64 };
+	ck_assert_msg(engine_init(&e, path_in("m.gguf"), &p, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(engine_regime_count(e), 5);   /* full_attention and the four calibrated regimes */
+	engine_free(e);
+}
+END_TEST
+
 /* ---- the tokenizer ---- */
 
 /* The GGUF of a tokenizer directory: a tiny model on it, quantized (the tokenizer is the same whatever the type). */
@@ -701,6 +722,7 @@ static Suite *gguf_suite(void)
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);
+	tcase_add_test(t, test_calibrate);
 	suite_add_tcase(s, t);
 	t = tcase_create("tokenizer");
 	tcase_add_checked_fixture(t, tmp_setup, tmp_teardown);
