@@ -276,9 +276,14 @@ static int spm_text(const tokenizer *t, tok_scratch *sc, const char *s, size_t n
 
 static int spm_load(tokenizer *t, const char *path, char *err, size_t err_len)
 {
+	tok_spm *p = tok_spm_open(path, err, err_len);
+	return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
+}
+
+int tok_spm_load_opened(tokenizer *t, tok_spm *p, char *err, size_t err_len)
+{
 	t->kind = TOK_KIND_SPM;
-	t->spm = tok_spm_open(path, err, err_len);
-	if (!t->spm) return -1;
+	t->spm = p;
 	int32_t n = tok_spm_size(t->spm);
 	const char **text = calloc((size_t)n + 1, sizeof *text);
 	uint32_t *len = calloc((size_t)n + 1, sizeof *len);

@@ -100,8 +100,8 @@ static json_t *tg_json(const gguf_file *g, char *err, size_t err_len)
 		return NULL;
 	}
 	if (!(model.len == 4 && !memcmp(model.s, "gpt2", 4))) {
-		aah_errf(err, err_len, "tokenizer.ggml.model '%.*s' is not supported (only gpt2, byte-level BPE; "
-		         "SentencePiece 'llama' tokenizers from GGUF are not implemented)",
+		aah_errf(err, err_len, "tokenizer.ggml.model '%.*s' is not supported (gpt2, byte-level BPE, and llama, "
+		         "SentencePiece)",
 		         (int)(model.len > 32 ? 32 : model.len), model.s);
 		return NULL;
 	}
@@ -187,23 +187,44 @@ fail:
 	return NULL;
 }
 
-/* Parses the GGUF at g into t (zeroed by the caller): the BPE tables, then BOS/EOS and add_bos_token. */
+/* A SentencePiece ('llama') tokenizer: GGUF keeps only its pieces, scores and types, not the normalizer that decides
+ * the ids, so only the model itself will do — aah-convert quantize embeds the tokenizer.model bytes under
+ * GGUF_SPM_MODEL_KEY (llama.cpp ignores the key). Opened by sentencepiece as tokenizer.model is. */
+static int tg_spm(tokenizer *t, const gguf_file *g, char *err, size_t err_len)
+{
+	const gguf_kv *m = gguf_find_kv(g, GGUF_SPM_MODEL_KEY);
+	if (!m || m->type != GGUF_TYPE_ARRAY || (m->arr_type != GGUF_TYPE_UINT8 && m->arr_type != GGUF_TYPE_INT8)) {
+		aah_errf(err, err_len, "a SentencePiece ('llama') tokenizer needs its model under '%s' (aah-convert quantize "
+		         "writes it; files without it are not supported)", GGUF_SPM_MODEL_KEY);
+		return -1;
+	}
+	tok_spm *p = tok_spm_open_bytes(m->data, (size_t)m->n, err, err_len);
+	return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
+}
+
+/* Parses the GGUF at g into t (zeroed by the caller): the BPE tables (or the SentencePiece model), then BOS/EOS and
+ * add_bos_token. */
 static int tg_load_parsed(tokenizer *t, const gguf_file *g, char *err, size_t err_len)
 {
-	json_t *root = tg_json(g, err, err_len);
-	if (!root)
-		return -1;
-	int rc = tok_bpe_load(t, root, err, err_len);
-	json_decref(root);
-	if (rc)
-		return -1;
-	const gguf_kv *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
-	t->bos = t->eos = -1;
-	if (tg_token_id(g, "tokenizer.ggml.bos_token_id", tokens->n, &t->bos, err, err_len) ||
-	    tg_token_id(g, "tokenizer.ggml.eos_token_id", tokens->n, &t->eos, err, err_len))
-		return -1;
-	bool ab = false;
-	if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &ab, err, err_len) < 0)
+	gguf_str model;
+	if (gguf_get_str(g, "tokenizer.ggml.model", &model, err, err_len) == 1 && model.len == 5 &&
+	    !memcmp(model.s, "llama", 5)) {
+		if (tg_spm(t, g, err, err_len))
+			return -1;
+	} else {
+		json_t *root = tg_json(g, err, err_len);
+		if (!root)
+			return -1;
+		int rc = tok_bpe_load(t, root, err, err_len);
+		json_decref(root);
+		if (rc)
+			return -1;
+	}
+	/* the file's ids and add_bos_token win over the model's own (as tokenizer_config.json does beside a .model) */
+	bool ab = t->add_bos;
+	if (tg_token_id(g, "tokenizer.ggml.bos_token_id", (uint64_t)t->n_vocab, &t->bos, err, err_len) ||
+	    tg_token_id(g, "tokenizer.ggml.eos_token_id", (uint64_t)t->n_vocab, &t->eos, err, err_len) ||
+	    gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &ab, err, err_len) < 0)
 		return -1;
 	t->add_bos = ab && t->bos >= 0;
 	if (t->bos >= 0 && (t->bos >= t->n_vocab || !(t->flags[t->bos] & TOK_FLAG_PRESENT))) {

@@ -104,9 +104,13 @@ void tok_bpe_scratch_free(tok_scratch *sc);
  * tokenizer.json (BOS, EOS and add_bos_token included); 0 or -1 with err. */
 int tok_gguf_load(tokenizer *t, const char *path, char *err, size_t err_len);
 int tok_gguf_load_buffer(tokenizer *t, const void *buf, size_t len, char *err, size_t err_len);
+/* tokenizer.c: a SentencePiece model already opened (p, owned by t from here on) into t, as for tokenizer.model. */
+int tok_spm_load_opened(tokenizer *t, tok_spm *p, char *err, size_t err_len);
 
 /* tokenizer_spm.cc: the extern "C" shim over sentencepiece::SentencePieceProcessor. */
 tok_spm *tok_spm_open(const char *path, char *err, size_t err_len);
+/* The same from a serialized ModelProto (a tokenizer.model file's bytes). */
+tok_spm *tok_spm_open_bytes(const void *buf, size_t len, char *err, size_t err_len);
 void tok_spm_close(tok_spm *p);
 int32_t tok_spm_size(const tok_spm *p);
 /* The piece's spelling, valid while p lives. */

@@ -705,6 +705,35 @@ START_TEST(test_tokenizer_refusals)
 }
 END_TEST
 
+/* A SentencePiece tokenizer (the trained run's tokenizer.model) travels inside the GGUF and gives the same ids. */
+START_TEST(test_tokenizer_spm)
+{
+	tokenizer_gguf("runs/aah", path_in("tok.gguf"));
+	char err[512];
+	tokenizer *a = tokenizer_load("runs/aah", err, sizeof err);
+	ck_assert_msg(a, "%s", err);
+	tokenizer *b = tokenizer_load(path_in("tok.gguf"), err, sizeof err);
+	ck_assert_msg(b, "%s", err);
+	ck_assert_int_eq(tokenizer_bos(a), tokenizer_bos(b));
+	ck_assert_int_eq(tokenizer_eos(a), tokenizer_eos(b));
+	ck_assert_int_eq(tokenizer_add_bos(a), tokenizer_add_bos(b));
+	static const char *const texts[] = { "Once upon a time there was a little girl named Lily.", "  two  spaces\n\nand",
+	                                     "<s>control</s> pieces", "Ünïcödé 日本語 😀", "", "a", "\xff" };
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) same_ids(a, b, texts[i], strlen(texts[i]));
+	tokenizer_free(a);
+	tokenizer_free(b);
+	/* without the embedded model a SentencePiece GGUF is refused by name */
+	size_t len;
+	unsigned char *buf = read_all(path_in("tok.gguf"), &len);
+	unsigned char *k = memmem(buf, len, GGUF_SPM_MODEL_KEY, strlen(GGUF_SPM_MODEL_KEY));
+	ck_assert_ptr_nonnull(k);
+	k[0] = 'b';
+	ck_assert_ptr_null(tokenizer_from_gguf(buf, len, err, sizeof err));
+	ck_assert_msg(strstr(err, GGUF_SPM_MODEL_KEY), "%s", err);
+	free(buf);
+}
+END_TEST
+
 static Suite *gguf_suite(void)
 {
 	Suite *s = suite_create("gguf");
@@ -729,6 +758,7 @@ static Suite *gguf_suite(void)
 	tcase_set_timeout(t, 300);
 	tcase_add_test(t, test_tokenizer_qwen3);
 	tcase_add_test(t, test_tokenizer_refusals);
+	tcase_add_test(t, test_tokenizer_spm);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -156,6 +156,25 @@ int gguf_writer_i32_array(gguf_writer *w, const char *key, const int32_t *v, uin
 	return 0;
 }
 
+int gguf_writer_f32_array(gguf_writer *w, const char *key, const float *v, uint64_t n)
+{
+	if (gw_key(w, key, GGUF_TYPE_ARRAY) || gw_u32(w, GGUF_TYPE_FLOAT32) || gw_u64(w, n))
+		return -1;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t b;
+		memcpy(&b, &v[i], 4);
+		if (gw_u32(w, b))
+			return -1;
+	}
+	return 0;
+}
+
+int gguf_writer_u8_array(gguf_writer *w, const char *key, const void *v, uint64_t n)
+{
+	return gw_key(w, key, GGUF_TYPE_ARRAY) || gw_u32(w, GGUF_TYPE_UINT8) || gw_u64(w, n) ||
+	       gw_put(w, v, (size_t)n) ? -1 : 0;
+}
+
 int gguf_writer_tensor(gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne, uint32_t ggml_type)
 {
 	int at = gguf_ggml_to_aah(ggml_type);

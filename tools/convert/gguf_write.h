@@ -30,6 +30,8 @@ int gguf_writer_str(gguf_writer *w, const char *key, const char *s, size_t len);
 /* An array of n strings (s[i], len[i] bytes each). */
 int gguf_writer_str_array(gguf_writer *w, const char *key, const char *const *s, const size_t *len, uint64_t n);
 int gguf_writer_i32_array(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+int gguf_writer_f32_array(gguf_writer *w, const char *key, const float *v, uint64_t n);
+int gguf_writer_u8_array(gguf_writer *w, const char *key, const void *v, uint64_t n);
 
 /* Declares a tensor: ne in ggml order (ne[0] the contiguous dimension), ggml type (GGML_TYPE_*), data from
  * fill(ctx, index) at write time, where index is the number of tensors declared before it. 0, or -1 (out of memory,

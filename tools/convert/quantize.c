@@ -19,6 +19,7 @@
 #include "models/gguf.h"
 #include "models/gguf_model.h"
 #include "models/model.h"
+#include "models/tokenizer.h"
 #include "tools/convert/gguf_write.h"
 
 #define QZ_EXIT_FAIL 1
@@ -81,7 +82,11 @@ typedef struct qz_tokens {
 	char **merges;               /* (n_merges) owned, "a b" */
 	size_t *merge_len;
 	int64_t n_merges;
-	const char *pre;             /* static */
+	const char *pre;             /* static; NULL for SentencePiece */
+	float *scores;               /* (n) SentencePiece only */
+	unsigned char *spm;          /* the tokenizer.model bytes (SentencePiece only), owned */
+	size_t spm_len;
+	bool spm_space_prefix;       /* its normalizer's add_dummy_prefix */
 	int32_t bos, eos, pad;       /* -1 when none */
 	bool add_bos;
 	char *chat_template;         /* owned, NULL when none */
@@ -99,6 +104,8 @@ static void qz_tokens_free(qz_tokens *t)
 	free(t->merges);
 	free(t->merge_len);
 	free(t->chat_template);
+	free(t->scores);
+	free(t->spm);
 	memset(t, 0, sizeof *t);
 }
 
@@ -156,13 +163,203 @@ static int32_t qz_config_token(const qz_tokens *t, json_t *cfg, const char *key)
 	return -2;
 }
 
-/* Reads dir/tokenizer.json (and tokenizer_config.json when present) into t for a model of n_vocab embedding rows. */
+/* ---- SentencePiece: the pieces of a tokenizer.model (protobuf ModelProto) ---- */
+
+static bool pb_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+		unsigned char b = *(*p)++;
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return true;
+	}
+	return false;
+}
+
+/* Skips or reads one field: its number and wire type into field and wt; a length-delimited payload into val, vlen;
+ * a varint or fixed32 into num. false on malformed input. */
+static bool pb_field(const unsigned char **p, const unsigned char *end, uint32_t *field, int *wt,
+                     const unsigned char **val, uint64_t *vlen, uint64_t *num)
+{
+	uint64_t key;
+	if (!pb_varint(p, end, &key))
+		return false;
+	*field = (uint32_t)(key >> 3);
+	*wt = (int)(key & 7);
+	switch (*wt) {
+	case 0: return pb_varint(p, end, num);
+	case 1: if (end - *p < 8) return false; *p += 8; return true;
+	case 2:
+		if (!pb_varint(p, end, vlen) || *vlen > (uint64_t)(end - *p)) return false;
+		*val = *p;
+		*p += *vlen;
+		return true;
+	case 5:
+		if (end - *p < 4) return false;
+		*num = (uint64_t)(*p)[0] | (uint64_t)(*p)[1] << 8 | (uint64_t)(*p)[2] << 16 | (uint64_t)(*p)[3] << 24;
+		*p += 4;
+		return true;
+	}
+	return false;
+}
+
+/* t's tokens, scores and types from the ModelProto's pieces (field 1: piece 1, score 2, type 3) and its
+ * normalizer's add_dummy_prefix (field 3.3, default true); ids past the pieces up to t->n are [PAD…] fillers. */
+static int qz_spm_pieces(qz_tokens *t, const char *path, char *err, size_t err_len)
+{
+	const unsigned char *p = t->spm, *end = t->spm + t->spm_len;
+	int32_t n = 0;
+	t->spm_space_prefix = true;
+	while (p < end) {
+		uint32_t f;
+		int wt;
+		const unsigned char *v = NULL;
+		uint64_t vl = 0, num = 0;
+		if (!pb_field(&p, end, &f, &wt, &v, &vl, &num)) {
+			aah_errf(err, err_len, "%s: not a SentencePiece model (malformed protobuf)", path);
+			return -1;
+		}
+		if (f == 3 && wt == 2) {   /* NormalizerSpec */
+			const unsigned char *q = v, *qe = v + vl;
+			while (q < qe) {
+				uint32_t g;
+				int gw;
+				const unsigned char *gv;
+				uint64_t gl, gn = 0;
+				if (!pb_field(&q, qe, &g, &gw, &gv, &gl, &gn)) break;
+				if (g == 3 && gw == 0) t->spm_space_prefix = gn != 0;
+			}
+		}
+		if (f != 1 || wt != 2)
+			continue;
+		if (n >= t->n) {
+			aah_errf(err, err_len, "%s: more pieces than the model's %d embedding rows", path, (int)t->n);
+			return -1;
+		}
+		const unsigned char *q = v, *qe = v + vl;
+		const unsigned char *piece = NULL;
+		uint64_t plen = 0;
+		float score = 0;
+		int32_t type = 1;
+		while (q < qe) {
+			uint32_t g;
+			int gw;
+			const unsigned char *gv = NULL;
+			uint64_t gl = 0, gn = 0;
+			if (!pb_field(&q, qe, &g, &gw, &gv, &gl, &gn)) {
+				aah_errf(err, err_len, "%s: piece %d is malformed", path, (int)n);
+				return -1;
+			}
+			if (g == 1 && gw == 2) piece = gv, plen = gl;
+			else if (g == 2 && gw == 5) { uint32_t b = (uint32_t)gn; memcpy(&score, &b, 4); }
+			else if (g == 3 && gw == 0) type = (int32_t)gn;   /* NORMAL 1 … BYTE 6: llama.cpp's numbering too */
+		}
+		if (!piece || !(t->text[n] = strndup((const char *)piece, (size_t)plen))) {
+			aah_errf(err, err_len, "%s: piece %d has no text", path, (int)n);
+			return -1;
+		}
+		t->len[n] = (size_t)plen;
+		t->scores[n] = score;
+		t->type[n] = type;
+		n++;
+	}
+	for (int32_t i = n; i < t->n; i++) {
+		char pad[32];
+		snprintf(pad, sizeof pad, "[PAD%d]", (int)i);
+		if (!(t->text[i] = strdup(pad))) {
+			aah_errf(err, err_len, "out of memory");
+			return -1;
+		}
+		t->len[i] = strlen(pad);
+		t->type[i] = QZ_TOK_UNUSED;
+	}
+	return 0;
+}
+
+/* dir/tokenizer.model into t: its bytes (embedded whole, GGUF_SPM_MODEL_KEY), its pieces, and BOS/EOS/add_bos as
+ * aahd's tokenizer reads them (tokenizer_config.json included). */
+static int qz_spm_load(qz_tokens *t, const char *dir, const char *path, char *err, size_t err_len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		aah_errf(err, err_len, "%s: cannot open", path);
+		return -1;
+	}
+	fseek(f, 0, SEEK_END);
+	long sz = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	t->spm = malloc(sz > 0 ? (size_t)sz : 1);
+	t->spm_len = sz > 0 ? (size_t)sz : 0;
+	bool ok = t->spm && fread(t->spm, 1, t->spm_len, f) == t->spm_len;
+	fclose(f);
+	t->scores = calloc((size_t)t->n, sizeof *t->scores);
+	if (!ok || !t->scores) {
+		aah_errf(err, err_len, "%s: cannot read", path);
+		return -1;
+	}
+	if (qz_spm_pieces(t, path, err, err_len))
+		return -1;
+	tokenizer *tk = tokenizer_load(dir, err, err_len);
+	if (!tk)
+		return -1;
+	t->bos = tokenizer_bos(tk);
+	t->eos = tokenizer_eos(tk);
+	t->add_bos = tokenizer_add_bos(tk);
+	tokenizer_free(tk);
+	return 0;
+}
+
+/* tokenizer_config.json's chat template into t (when it has one). */
+static int qz_chat_template(qz_tokens *t, json_t *cfg, char *err, size_t err_len)
+{
+	json_t *ct = json_object_get(cfg, "chat_template");
+	if (json_is_array(ct)) {   /* [{"name": "default", "template": …}, …] */
+		size_t i;
+		json_t *e, *pick = NULL;
+		json_array_foreach(ct, i, e) {
+			const char *nm = json_string_value(json_object_get(e, "name"));
+			if (!pick || (nm && !strcmp(nm, "default")))
+				pick = e;
+		}
+		ct = json_object_get(pick, "template");
+	}
+	if (json_is_string(ct) && !(t->chat_template = strndup(json_string_value(ct), json_string_length(ct)))) {
+		aah_errf(err, err_len, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads dir/tokenizer.json (and tokenizer_config.json when present) into t for a model of n_vocab embedding rows;
+ * without a tokenizer.json, dir/tokenizer.model (SentencePiece). */
 static int qz_tokens_load(qz_tokens *t, const char *dir, const model_config *mc, char *err, size_t err_len)
 {
 	memset(t, 0, sizeof *t);
 	t->bos = t->eos = t->pad = -1;
 	char path[4200];
+	struct stat sb;
 	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	if (stat(path, &sb) != 0) {
+		snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+		if (stat(path, &sb) == 0) {
+			t->n = mc->vocab_size;
+			t->text = calloc((size_t)t->n, sizeof *t->text);
+			t->len = calloc((size_t)t->n, sizeof *t->len);
+			t->type = calloc((size_t)t->n, sizeof *t->type);
+			int rc = !t->text || !t->len || !t->type ? -1 : qz_spm_load(t, dir, path, err, err_len);
+			snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+			json_error_t je;
+			json_t *c = rc == 0 && stat(path, &sb) == 0 ? json_load_file(path, 0, &je) : NULL;
+			if (rc == 0 && c)
+				rc = qz_chat_template(t, c, err, err_len);
+			json_decref(c);
+			if (rc)
+				qz_tokens_free(t);
+			return rc;
+		}
+		snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	}
 	json_error_t jerr;
 	json_t *root = json_load_file(path, 0, &jerr), *cfg = NULL;
 	if (!root) {
@@ -259,7 +456,6 @@ static int qz_tokens_load(qz_tokens *t, const char *dir, const model_config *mc,
 		t->merge_len[i] = strlen(t->merges[i]);
 	}
 	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-	struct stat sb;
 	if (stat(path, &sb) == 0) {
 		if (!(cfg = json_load_file(path, 0, &jerr)) || !json_is_object(cfg)) {
 			aah_errf(err, err_len, "%s: %s", path, cfg ? "not a JSON object" : jerr.text);
@@ -275,19 +471,8 @@ static int qz_tokens_load(qz_tokens *t, const char *dir, const model_config *mc,
 				goto out;
 			}
 		}
-		json_t *ct = json_object_get(cfg, "chat_template");
-		if (json_is_array(ct)) {   /* [{"name": "default", "template": …}, …] */
-			size_t i;
-			json_t *e, *pick = NULL;
-			json_array_foreach(ct, i, e) if (!pick || !strcmp(json_string_value(json_object_get(e, "name")) ?: "",
-			                                                   "default")) pick = e;
-			ct = json_object_get(pick, "template");
-		}
-		if (json_is_string(ct) &&
-		    !(t->chat_template = strndup(json_string_value(ct), json_string_length(ct)))) {
-			aah_errf(err, err_len, "out of memory");
+		if (qz_chat_template(t, cfg, err, err_len))
 			goto out;
-		}
 	}
 	/* config.json's ids where tokenizer_config.json does not name the token (an explicit null there means none) */
 	if (t->bos < 0 && !json_object_get(cfg, "bos_token") && mc->bos_token_id >= 0 && mc->bos_token_id < t->n)
@@ -454,12 +639,23 @@ static int qz_metadata(gguf_writer *w, const model_files *mf, const qz_tokens *t
 		     QZ_F32("rope.scaling.factor", c->rope_factor);
 #undef QZ_U32
 #undef QZ_F32
-	rc = rc || gguf_writer_str(w, "tokenizer.ggml.model", "gpt2", 4) ||
-	     gguf_writer_str(w, "tokenizer.ggml.pre", tk->pre, strlen(tk->pre)) ||
-	     gguf_writer_str_array(w, "tokenizer.ggml.tokens", (const char *const *)tk->text, tk->len, (uint64_t)tk->n) ||
-	     gguf_writer_i32_array(w, "tokenizer.ggml.token_type", tk->type, (uint64_t)tk->n) ||
-	     gguf_writer_str_array(w, "tokenizer.ggml.merges", (const char *const *)tk->merges, tk->merge_len,
-	                           (uint64_t)tk->n_merges);
+	if (tk->spm)   /* llama.cpp's SentencePiece keys, and the model itself for aahd (models/gguf.h) */
+		rc = rc || gguf_writer_str(w, "tokenizer.ggml.model", "llama", 5) ||
+		     gguf_writer_str(w, "tokenizer.ggml.pre", "default", 7) ||
+		     gguf_writer_str_array(w, "tokenizer.ggml.tokens", (const char *const *)tk->text, tk->len,
+		                           (uint64_t)tk->n) ||
+		     gguf_writer_f32_array(w, "tokenizer.ggml.scores", tk->scores, (uint64_t)tk->n) ||
+		     gguf_writer_i32_array(w, "tokenizer.ggml.token_type", tk->type, (uint64_t)tk->n) ||
+		     gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", tk->spm_space_prefix) ||
+		     gguf_writer_u8_array(w, GGUF_SPM_MODEL_KEY, tk->spm, tk->spm_len);
+	else
+		rc = rc || gguf_writer_str(w, "tokenizer.ggml.model", "gpt2", 4) ||
+		     gguf_writer_str(w, "tokenizer.ggml.pre", tk->pre, strlen(tk->pre)) ||
+		     gguf_writer_str_array(w, "tokenizer.ggml.tokens", (const char *const *)tk->text, tk->len,
+		                           (uint64_t)tk->n) ||
+		     gguf_writer_i32_array(w, "tokenizer.ggml.token_type", tk->type, (uint64_t)tk->n) ||
+		     gguf_writer_str_array(w, "tokenizer.ggml.merges", (const char *const *)tk->merges, tk->merge_len,
+		                           (uint64_t)tk->n_merges);
 	if (tk->bos >= 0) rc = rc || gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)tk->bos);
 	if (tk->eos >= 0) rc = rc || gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)tk->eos);
 	if (tk->pad >= 0) rc = rc || gguf_writer_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)tk->pad);
