@@ -14,7 +14,8 @@
 #include "models/errf.h"
 #include "models/gguf.h"
 #include "models/gguf_model.h"
-#include "models/tokenizer_internal.h"
+#include "models/tokenizer_bpe.h"
+#include "models/tokenizer_gguf.h"
 
 /* llama.cpp's token types (llama_token_type / gguf TokenType). */
 enum { GT_NORMAL = 1, GT_UNKNOWN = 2, GT_CONTROL = 3, GT_USER_DEFINED = 4, GT_UNUSED = 5, GT_BYTE = 6 };

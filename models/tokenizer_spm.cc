@@ -1,7 +1,7 @@
 /* models/tokenizer_spm.cc — the one C++ file: a thin extern "C" shim over Debian's libsentencepiece
  * (sentencepiece::SentencePieceProcessor) for tokenizer.model files. No exception leaves it. */
 #include "models/errf.h"
-#include "models/tokenizer_internal.h"
+#include "models/tokenizer_spm.h"
 
 #include <sentencepiece_processor.h>
 

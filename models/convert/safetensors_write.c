@@ -1,6 +1,6 @@
-/* models/safetensors_write.c — writes a safetensors file: tensors are registered first (buffers or fill
+/* models/convert/safetensors_write.c — writes a safetensors file: tensors are registered first (buffers or fill
  * callbacks), then st_writer_close writes header and data in one streaming pass to path.tmp and renames it. */
-#include "safetensors_write.h"
+#include "models/convert/safetensors_write.h"
 
 #include <errno.h>
 #include <fcntl.h>

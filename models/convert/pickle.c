@@ -1,12 +1,14 @@
-/* models/pickle.c — the restricted unpickler (see pickle.h): a stack machine over the opcodes torch.save emits, whose
+/* models/convert/pickle.c — the restricted unpickler (see pickle.h): a stack machine over the opcodes torch.save emits, whose
  * only "calls" are four known constructors interpreted here as data. Containers freeze once nested, so no cycle. */
-#include "models/pickle.h"
+#include "models/convert/pickle.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "models/utf8.h"
 
 const pkl_limits pkl_default_limits = {
 	.max_bytes = 256u << 20,
@@ -314,42 +316,12 @@ static uint64_t pk_uint(pk *p, int bytes)
 	return x;
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
-static bool utf8_valid(const uint8_t *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		uint8_t c = s[i];
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		size_t k;
-		uint32_t cp, min;
-		if ((c & 0xe0) == 0xc0) { k = 1; cp = c & 0x1f; min = 0x80; }
-		else if ((c & 0xf0) == 0xe0) { k = 2; cp = c & 0x0f; min = 0x800; }
-		else if ((c & 0xf8) == 0xf0) { k = 3; cp = c & 0x07; min = 0x10000; }
-		else return false;
-		if (n - i <= k)
-			return false;
-		for (size_t j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xc0) != 0x80)
-				return false;
-			cp = cp << 6 | (s[i + j] & 0x3f);
-		}
-		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return false;
-		i += k + 1;
-	}
-	return true;
-}
-
 static pkl_value *pk_bytes_value(pk *p, pkl_type t, uint64_t len)
 {
 	if (pk_need(p, len))
 		return NULL;
 	const uint8_t *s = p->d + p->at;
-	if (t == PKL_STR && !utf8_valid(s, (size_t)len)) {
+	if (t == PKL_STR && aah_utf8_check(s, (size_t)len) != 0) {
 		pk_fail(p, "a string that is not valid UTF-8");
 		return NULL;
 	}

@@ -1,4 +1,4 @@
-/* models/aah_write.h — writes aah.json (version 1, DESIGN.md): any set of regimes held in an aah_config (the parser's
+/* models/convert/aah_write.h — writes aah.json (version 1, DESIGN.md): any set of regimes held in an aah_config (the parser's
  * own structs, so what is written is what aah_config_parse reads back), and, for generated models, the principal AAH
  * regimes of the paper's table 3 with windows drawn by seed so that each regime's ACR approaches a target. */
 #ifndef AAH_AAH_WRITE_H
@@ -19,6 +19,9 @@ extern "C" {
  * default_regime, and provenance (stolen: the caller's reference passes to the document; NULL: none). The caller
  * frees the result with json_decref; NULL when out of memory. */
 json_t *aah_config_to_json(const aah_config *a, json_t *provenance);
+/* One group as aah.json spells it: {"kv_heads": […], "window", "capacity"}, for the caller to add to (the calibration
+ * report adds its own fields). The caller owns the result (json_decref); NULL when out of memory. */
+json_t *aah_group_to_json(const aah_group *g);
 
 /* Writes root as JSON to path through path.tmp-XXXXXX in the same directory, flushed and renamed onto path, so that
  * path is either the old file or the whole new one, never a part. Returns 0, or -1 with a message (nothing left

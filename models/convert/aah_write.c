@@ -1,7 +1,7 @@
-/* models/aah_write.c — aah.json from an aah_config (aah-convert calibrate, aah-mkmodel --aah), written atomically;
+/* models/convert/aah_write.c — aah.json from an aah_config (aah-convert calibrate, aah-mkmodel --aah), written atomically;
  * and the random regimes of generated models: windows drawn deterministically by seed and nudged until each
  * regime's ACR reaches its target. */
-#include "models/aah_write.h"
+#include "models/convert/aah_write.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +9,22 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+json_t *aah_group_to_json(const aah_group *g)
+{
+	json_t *jg = json_object(), *heads = json_array();
+	if (!jg || !heads) {
+		json_decref(jg);
+		json_decref(heads);
+		return NULL;
+	}
+	for (int32_t h = 0; h < g->n_kv_heads; h++)
+		json_array_append_new(heads, json_integer(g->kv_heads[h]));
+	json_object_set_new(jg, "kv_heads", heads);
+	json_object_set_new(jg, "window", json_integer(g->window));
+	json_object_set_new(jg, "capacity", json_integer(g->capacity));
+	return jg;
+}
 
 json_t *aah_config_to_json(const aah_config *a, json_t *provenance)
 {
@@ -47,14 +63,7 @@ json_t *aah_config_to_json(const aah_config *a, json_t *provenance)
 		for (int32_t l = 0; l < a->n_layers; l++) {
 			json_t *jl = json_object(), *groups = json_array();
 			for (int32_t gi = 0; gi < g->layers[l].n_groups; gi++) {
-				const aah_group *G = &g->layers[l].groups[gi];
-				json_t *jg = json_object(), *heads = json_array();
-				for (int32_t h = 0; h < G->n_kv_heads; h++)
-					json_array_append_new(heads, json_integer(G->kv_heads[h]));
-				json_object_set_new(jg, "kv_heads", heads);
-				json_object_set_new(jg, "window", json_integer(G->window));
-				json_object_set_new(jg, "capacity", json_integer(G->capacity));
-				json_array_append_new(groups, jg);
+				json_array_append_new(groups, aah_group_to_json(&g->layers[l].groups[gi]));
 			}
 			json_object_set_new(jl, "groups", groups);
 			json_array_append_new(layers, jl);

@@ -1,17 +1,17 @@
-/* models/zip_reader.c — reads the zip archives torch.save writes. Written here rather than through libzip because
+/* models/convert/zip_reader.c — reads the zip archives torch.save writes. Written here rather than through libzip because
  * those archives need very little (stored entries, a zip64 end record) and everything else should be refused: a
  * compressed entry, overlapping entries, names that climb out of a folder, headers that disagree. */
-#include "models/zip_reader.h"
+#include "models/convert/zip_reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "models/errf.h"
 
@@ -36,40 +36,11 @@ static uint64_t rd64(const uint8_t *p)
 	return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
 }
 
-/* ---- CRC-32, slicing by 8 (one table lookup per byte, eight bytes per step) ---- */
-
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-	for (uint32_t i = 0; i < 256; i++) {
-		uint32_t c = i;
-		for (int k = 0; k < 8; k++)
-			c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-		crc_table[0][i] = c;
-	}
-	for (uint32_t i = 0; i < 256; i++)
-		for (int t = 1; t < 8; t++)
-			crc_table[t][i] = crc_table[0][crc_table[t - 1][i] & 0xff] ^ (crc_table[t - 1][i] >> 8);
-}
+/* ---- CRC-32: zlib's (the zip polynomial, and the same pre- and post-conditioning) ---- */
 
 uint32_t zip_crc32(uint32_t crc, const void *p, size_t n)
 {
-	pthread_once(&crc_once, crc_init);
-	const uint8_t *b = p;
-	uint32_t c = ~crc;
-	while (n >= 8) {
-		uint32_t lo = c ^ rd32(b), hi = rd32(b + 4);
-		c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
-		    crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
-		    crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
-		b += 8;
-		n -= 8;
-	}
-	while (n--)
-		c = crc_table[0][(c ^ *b++) & 0xff] ^ (c >> 8);
-	return ~c;
+	return (uint32_t)crc32_z(crc, p, n);
 }
 
 /* ---- names ---- */
