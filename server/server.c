@@ -82,6 +82,7 @@ int server_run(const aahd_config *cfg)
 	ep.kv_dtype = dtype_of(cfg->kv_dtype);
 	ep.kv_budget_bytes = cfg->kv_budget_bytes;
 	ep.checkpoint_step = cfg->checkpoint_step;
+	ep.aah_path = *cfg->aah ? cfg->aah : NULL;
 
 	char err[1024], dir[4096];
 	int rc = 1;
