@@ -11,7 +11,9 @@
 #include "engine/aah_policy.h"
 #include "engine/kv_cache.h"
 #include "engine/prefix_cache.h"
+#include "engine/weight_quant.h"
 #include "kernels/argmax.h"
+#include "kernels/quant.h"
 #include "models/aah_config.h"
 #include "models/model.h"
 
@@ -34,6 +36,8 @@ struct engine {
 	model_files mf;
 	model_config cfg;
 	engine_params p;
+	weight_mix mix;                /* engine_params.quantize parsed, when has_mix */
+	bool has_mix;
 	aah_backend *be;
 	char desc[128];
 
@@ -87,29 +91,77 @@ struct engine {
 	                                * fuse */
 };
 
-static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, char *err, size_t err_len)
+/* The type a weight is imported in: its own, or with load-time quantization (engine_params.quantize) the type the mix
+ * gives a float matrix of that role (engine/weight_quant.h); tensors already in a block type (GGUF) keep theirs. */
+static aah_dtype import_type(const engine *e, const st_tensor *s, weight_role role, int32_t layer)
+{
+	const aah_dtype own = (aah_dtype)s->dtype;
+	if (!e->has_mix || s->n_dims != 2 || s->shape[0] <= 1 || aah_dtype_is_quantized(own))
+		return own;
+	return weight_mix_type(&e->mix, role, layer, e->cfg.n_layers, s->shape[1], own);
+}
+
+/* Writes s's bytes in type t (its own, or quantized from it) at dst: aah_dtype_row_bytes(t, cols) per row. */
+static int import_bytes(engine *e, void *dst, const st_tensor *s, aah_dtype t, char *err, size_t err_len)
+{
+	if (t == (aah_dtype)s->dtype) {
+		memcpy(dst, s->data, s->nbytes);
+		return 0;
+	}
+	if (weight_quantize_rows(dst, t, s->data, (aah_dtype)s->dtype, s->shape[0], s->shape[1], e->p.n_threads > 0
+	                             ? e->p.n_threads : 1) != 0) {
+		snprintf(err, err_len, "out of memory quantizing tensor '%s' to %s", s->name, aah_dtype_name(t));
+		return -1;
+	}
+	return 0;
+}
+
+static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, weight_role role, int32_t layer, char *err,
+                         size_t err_len)
 {
 	int64_t rows = s->n_dims >= 2 ? s->shape[0] : 1;
 	int64_t cols = s->n_dims >= 2 ? s->shape[1] : s->shape[0];
-	if (e->be->iface.weight_import(e->be, t, s->data, (aah_dtype)s->dtype, rows, cols) != 0) {
-		snprintf(err, err_len, "%s: backend %s cannot hold tensor '%s'", e->mf.dir, e->be->iface.name, s->name);
+	const aah_dtype type = import_type(e, s, role, layer);
+	const void *host = s->data;
+	void *tmp = NULL;
+	if (type != (aah_dtype)s->dtype) {   /* quantized at load: through a host copy freed once imported */
+		const size_t bytes = (size_t)rows * aah_dtype_row_bytes(type, cols);
+		tmp = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+		if (!tmp) {
+			snprintf(err, err_len, "out of memory for tensor '%s' in %s (%zu bytes)", s->name, aah_dtype_name(type),
+			         bytes);
+			return -1;
+		}
+		if (import_bytes(e, tmp, s, type, err, err_len) != 0) {
+			free(tmp);
+			return -1;
+		}
+		host = tmp;
+	}
+	if (e->be->iface.weight_import(e->be, t, host, type, rows, cols) != 0) {
+		free(tmp);
+		snprintf(err, err_len, "%s: backend %s cannot hold tensor '%s' (%s, %lld × %lld)", e->mf.dir,
+		         e->be->iface.name, s->name, aah_dtype_name(type), (long long)rows, (long long)cols);
 		return -1;
 	}
+	free(tmp);
 	if (rows > 1)   /* a matrix: the backend holds its own copy (packed, or on the device), the mapped bytes go */
 		st_tensor_drop_pages(s);
 	return 0;
 }
 
-/* Imports the rows of parts[0..n) (one dtype and in_features, checked by the caller) concatenated as one weight,
- * through a host copy freed once imported (weight_import copies a matrix). */
-static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts, int n, char *err, size_t err_len)
+/* Imports the rows of parts[0..n) (one import type and in_features, checked by the caller) concatenated as one weight,
+ * through a host copy freed once imported (weight_import copies a matrix). Block types concatenate as rows of whole
+ * blocks. */
+static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts, const weight_role *roles, int n,
+                        int32_t layer, char *err, size_t err_len)
 {
+	const aah_dtype type = import_type(e, parts[0], roles[0], layer);
+	const int64_t cols = parts[0]->shape[1];
 	int64_t rows = 0;
-	size_t bytes = 0;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++)
 		rows += parts[i]->shape[0];
-		bytes += parts[i]->nbytes;
-	}
+	const size_t row_bytes = aah_dtype_row_bytes(type, cols), bytes = (size_t)rows * row_bytes;
 	uint8_t *host = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (!host) {
 		snprintf(err, err_len, "out of memory for a fused weight of %zu bytes ('%s' …)", bytes, parts[0]->name);
@@ -117,10 +169,13 @@ static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts,
 	}
 	size_t at = 0;
 	for (int i = 0; i < n; i++) {
-		memcpy(host + at, parts[i]->data, parts[i]->nbytes);
-		at += parts[i]->nbytes;
+		if (import_bytes(e, host + at, parts[i], type, err, err_len) != 0) {
+			free(host);
+			return -1;
+		}
+		at += (size_t)parts[i]->shape[0] * row_bytes;
 	}
-	if (e->be->iface.weight_import(e->be, t, host, (aah_dtype)parts[0]->dtype, rows, parts[0]->shape[1]) != 0) {
+	if (e->be->iface.weight_import(e->be, t, host, type, rows, cols) != 0) {
 		free(host);
 		snprintf(err, err_len, "%s: backend %s cannot hold the fused weight of '%s' …", e->mf.dir, e->be->iface.name,
 		         parts[0]->name);
@@ -132,14 +187,18 @@ static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts,
 	return 0;
 }
 
-/* Whether parts can be one weight: all matrices of one dtype and one in_features. */
-static bool fusable(const st_tensor *const *parts, int n)
+/* Whether parts can be one weight: all matrices of one import type and one in_features, each whole rows of that type
+ * (block types: whole blocks per row, so the concatenated rows are rows of blocks as well). */
+static bool fusable(const engine *e, const st_tensor *const *parts, const weight_role *roles, int n, int32_t layer)
 {
-	for (int i = 0; i < n; i++)
+	const aah_dtype t0 = import_type(e, parts[0], roles[0], layer);
+	for (int i = 0; i < n; i++) {
+		const aah_dtype own = (aah_dtype)parts[i]->dtype;
 		if (parts[i]->n_dims != 2 || parts[i]->dtype != parts[0]->dtype || parts[i]->shape[1] != parts[0]->shape[1] ||
-		    parts[i]->nbytes != (size_t)(parts[i]->shape[0] * parts[i]->shape[1]) *
-		                             aah_dtype_size((aah_dtype)parts[i]->dtype))
+		    import_type(e, parts[i], roles[i], layer) != t0 || !aah_dtype_row_bytes(own, parts[i]->shape[1]) ||
+		    parts[i]->nbytes != (size_t)parts[i]->shape[0] * aah_dtype_row_bytes(own, parts[i]->shape[1]))
 			return false;
+	}
 	return true;
 }
 
@@ -152,35 +211,39 @@ static int import_weights(engine *e, char *err, size_t err_len)
 		snprintf(err, err_len, "out of memory");
 		return -1;
 	}
-	int rc = import_weight(e, &e->embed, w->embed, err, err_len) | import_weight(e, &e->norm, w->norm, err, err_len);
-	if (w->lm_head == w->embed)   /* tied: one copy serves both (the head of Qwen3-4B alone is 778 MB) */
+	const bool tied = w->lm_head == w->embed;
+	int rc = import_weight(e, &e->embed, w->embed, tied ? WEIGHT_OUTPUT : WEIGHT_EMBED, 0, err, err_len) |
+	         import_weight(e, &e->norm, w->norm, WEIGHT_EMBED, 0, err, err_len);
+	if (tied)   /* one copy serves both (the head of Qwen3-4B alone is 778 MB) */
 		e->lm_head = e->embed;
 	else
-		rc |= import_weight(e, &e->lm_head, w->lm_head, err, err_len);
+		rc |= import_weight(e, &e->lm_head, w->lm_head, WEIGHT_OUTPUT, 0, err, err_len);
+	static const weight_role qkv_roles[3] = { WEIGHT_ATTN_Q, WEIGHT_ATTN_K, WEIGHT_ATTN_V },
+	                         gu_roles[2] = { WEIGHT_FFN_GATE, WEIGHT_FFN_UP };
 	for (int32_t l = 0; l < L && rc == 0; l++) {
 		const model_layer_weights *s = &w->layers[l];
 		layer_tensors *t = &e->layers[l];
 		const st_tensor *qkv[3] = { s->wq, s->wk, s->wv }, *gu[2] = { s->w_gate, s->w_up };
-		rc |= import_weight(e, &t->attn_norm, s->attn_norm, err, err_len);
-		if (e->fuse && fusable(qkv, 3))
-			rc |= import_fused(e, &t->wqkv, qkv, 3, err, err_len);
+		rc |= import_weight(e, &t->attn_norm, s->attn_norm, WEIGHT_EMBED, l, err, err_len);
+		if (e->fuse && fusable(e, qkv, qkv_roles, 3, l))
+			rc |= import_fused(e, &t->wqkv, qkv, qkv_roles, 3, l, err, err_len);
 		else {
-			rc |= import_weight(e, &t->wq, s->wq, err, err_len);
-			rc |= import_weight(e, &t->wk, s->wk, err, err_len);
-			rc |= import_weight(e, &t->wv, s->wv, err, err_len);
+			rc |= import_weight(e, &t->wq, s->wq, WEIGHT_ATTN_Q, l, err, err_len);
+			rc |= import_weight(e, &t->wk, s->wk, WEIGHT_ATTN_K, l, err, err_len);
+			rc |= import_weight(e, &t->wv, s->wv, WEIGHT_ATTN_V, l, err, err_len);
 		}
-		rc |= import_weight(e, &t->wo, s->wo, err, err_len);
-		rc |= import_weight(e, &t->ffn_norm, s->ffn_norm, err, err_len);
-		if (e->fuse && fusable(gu, 2))
-			rc |= import_fused(e, &t->w_gate_up, gu, 2, err, err_len);
+		rc |= import_weight(e, &t->wo, s->wo, WEIGHT_ATTN_O, l, err, err_len);
+		rc |= import_weight(e, &t->ffn_norm, s->ffn_norm, WEIGHT_EMBED, l, err, err_len);
+		if (e->fuse && fusable(e, gu, gu_roles, 2, l))
+			rc |= import_fused(e, &t->w_gate_up, gu, gu_roles, 2, l, err, err_len);
 		else {
-			rc |= import_weight(e, &t->w_gate, s->w_gate, err, err_len);
-			rc |= import_weight(e, &t->w_up, s->w_up, err, err_len);
+			rc |= import_weight(e, &t->w_gate, s->w_gate, WEIGHT_FFN_GATE, l, err, err_len);
+			rc |= import_weight(e, &t->w_up, s->w_up, WEIGHT_FFN_UP, l, err, err_len);
 		}
-		rc |= import_weight(e, &t->w_down, s->w_down, err, err_len);
+		rc |= import_weight(e, &t->w_down, s->w_down, WEIGHT_FFN_DOWN, l, err, err_len);
 		if (e->cfg.qk_norm) {
-			rc |= import_weight(e, &t->q_norm, s->q_norm, err, err_len);
-			rc |= import_weight(e, &t->k_norm, s->k_norm, err, err_len);
+			rc |= import_weight(e, &t->q_norm, s->q_norm, WEIGHT_EMBED, l, err, err_len);
+			rc |= import_weight(e, &t->k_norm, s->k_norm, WEIGHT_EMBED, l, err, err_len);
 		}
 	}
 	return rc ? -1 : 0;
@@ -295,6 +358,14 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		snprintf(err, err_len, "context length %d exceeds the model's max_position_embeddings %d", e->p.ctx_len,
 		         c->max_position_embeddings);
 		goto fail;
+	}
+	if (e->p.quantize && *e->p.quantize) {
+		if (weight_mix_parse(e->p.quantize, &e->mix) != 0) {
+			snprintf(err, err_len, "unknown weight type '%s' (q8_0, q4_0, q4_k_m, q5_k_m, q4_k, q5_k or q6_k)",
+			         e->p.quantize);
+			goto fail;
+		}
+		e->has_mix = true;
 	}
 	if (backend_open(e, err, err_len) != 0)
 		goto fail;
@@ -451,7 +522,7 @@ uint64_t engine_attention_work(const engine *e) { return e->attn_work; }
 
 static int64_t tensor_bytes(const aah_tensor *t)
 {
-	return t->data ? t->rows * t->cols * (int64_t)aah_dtype_size(t->type) : 0;
+	return t->data ? t->rows * (int64_t)aah_dtype_row_bytes(t->type, t->cols) : 0;
 }
 
 int64_t engine_weight_bytes_per_token(const engine *e)

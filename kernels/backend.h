@@ -199,7 +199,9 @@ typedef struct aah_backend_params {
 	int32_t device;      /* CUDA: device index */
 } aah_backend_params;
 
-/* Creates the CPU backend; NULL when out of memory. Free with b->iface.free(b). */
+/* Creates the CPU backend; NULL when out of memory. Free with b->iface.free(b). Products with block-quantized weights
+ * quantize the activations to 8 bits (kernels/cpu/cpu_quant.h); AAH_CPU_QUANT_MATMUL=f32 makes them exact f32
+ * references instead (the weights dequantized, the activations as they are: slow, for the tests). */
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p);
 /* The instruction set the CPU backend's kernels use: "avx512", "avx2" or "generic". */
 const char *aah_backend_cpu_isa(const aah_backend *b);

@@ -12,6 +12,7 @@
 
 #include "base/fs.h"
 #include "models/errf.h"
+#include "models/gguf_model.h"
 
 static int get_int(json_t *v, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -432,6 +433,14 @@ int64_t aah_parse_step(const char *name, const char *prefix, const char *const *
 int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_len, char *err, size_t err_len)
 {
 	char probe[4096];
+	/* a .gguf file, or a directory holding one: loaded as it is (a GGUF has no checkpoint-N steps) */
+	int g = step < 0 ? gguf_model_path(dir, probe, sizeof probe, err, err_len) : 0;
+	if (g < 0)
+		return -1;
+	if (g == 1) {
+		snprintf(out, out_len, "%s", dir);
+		return 0;
+	}
 	snprintf(probe, sizeof probe, "%s/config.json", dir);
 	struct stat st;
 	if (step < 0 && stat(probe, &st) == 0) {

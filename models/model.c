@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "models/errf.h"
+#include "models/gguf_model.h"
 
 static void model_shape_str(char *buf, size_t len, int32_t n, const int64_t *shape)
 {
@@ -22,12 +23,16 @@ static int model_bind(const model_files *m, const char *name, int32_t n_dims, in
                       const st_tensor **out, char *err, size_t err_len)
 {
 	const st_tensor *t = st_find(&m->st, name);
+	char gname[192];
+	if (m->gguf_path)   /* a GGUF file's messages use its own names */
+		name = gguf_model_tensor_name(name, gname, sizeof gname);
 	if (!t) {
-		aah_errf(err, err_len, "%s: tensor '%s' is missing", m->dir, name);
+		aah_errf(err, err_len, "%s: tensor '%s' is missing", m->gguf_path ? m->gguf_path : m->dir, name);
 		return -1;
 	}
 	const char *file = m->st.files[t->file].path;
-	if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
+	/* Q8_K is an activation format that no file holds; 1-D weights (norms) must be float */
+	if (t->dtype > ST_Q6_K || (n_dims == 1 && t->dtype > ST_BF16)) {
 		aah_errf(err, err_len, "%s: tensor '%s' has an unsupported dtype", file, name);
 		return -1;
 	}
@@ -111,7 +116,16 @@ int model_files_load(model_files *m, const char *dir, char *err, size_t err_len)
 		aah_errf(err, err_len, "%s: out of memory", dir);
 		return -1;
 	}
-	if (model_config_load(&m->config, dir, err, err_len) || st_open_dir(&m->st, dir, err, err_len)) goto fail;
+	char gguf[4096];
+	int g = gguf_model_path(dir, gguf, sizeof gguf, err, err_len);
+	if (g < 0) goto fail;
+	if (g == 1) {
+		free(m->dir);
+		m->dir = NULL;
+		if (gguf_model_open(m, gguf, err, err_len)) goto fail;
+	} else if (model_config_load(&m->config, dir, err, err_len) || st_open_dir(&m->st, dir, err, err_len)) {
+		goto fail;
+	}
 	const model_config *c = &m->config;
 	m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
 	if (!m->w.layers) {
@@ -141,5 +155,7 @@ void model_files_free(model_files *m)
 	free(m->w.layers);
 	st_close(&m->st);
 	free(m->dir);
+	free(m->gguf_path);
+	free(m->chat_template);
 	memset(m, 0, sizeof *m);
 }

@@ -32,13 +32,16 @@ typedef struct model_weights {
 } model_weights;
 
 typedef struct model_files {
-	char *dir;                   /* owned */
+	char *dir;                   /* owned; for a GGUF model the file's directory (aah.json is looked for there) */
+	char *gguf_path;             /* owned; the GGUF file, or NULL for safetensors */
+	char *chat_template;         /* owned; GGUF tokenizer.chat_template, NULL when absent (and for safetensors) */
 	model_config config;
 	st_set st;
 	model_weights w;
 } model_files;
 
-/* Loads dir/config.json and the safetensors, and binds every tensor the architecture needs.
+/* Loads dir/config.json and the safetensors — or, when dir is a .gguf file or a directory holding one and no
+ * config.json, that GGUF file (models/gguf_model.h) — and binds every tensor the architecture needs.
  * A tensor missing, of the wrong shape or of an unsupported dtype is an error naming the file and tensor.
  * Returns 0, or -1 with the message in err. Free with model_files_free. */
 int model_files_load(model_files *m, const char *dir, char *err, size_t err_len);

@@ -10,7 +10,12 @@
 extern "C" {
 #endif
 
-typedef enum st_dtype { ST_F32 = 0, ST_F16 = 1, ST_BF16 = 2 } st_dtype;   /* same values as aah_dtype */
+/* Same values as aah_dtype. The block types (kernels/quant.h) come only from GGUF files: a row of shape[last] values
+ * is aah_dtype_row_bytes of them. */
+typedef enum st_dtype {
+	ST_F32 = 0, ST_F16 = 1, ST_BF16 = 2,
+	ST_Q8_0 = 3, ST_Q4_0 = 4, ST_Q4_K = 5, ST_Q5_K = 6, ST_Q6_K = 7, ST_Q8_K = 8,
+} st_dtype;
 
 #define ST_MAX_DIMS 4
 #define ST_MAX_HEADER (100u << 20)   /* header length bound: 100 MiB */

@@ -11,7 +11,9 @@
 
 #include "base/fs.h"
 #include "models/errf.h"
+#include "models/gguf_model.h"
 #include "models/tokenizer_bpe.h"
+#include "models/tokenizer_gguf.h"
 #include "models/tokenizer_spm.h"
 #include "models/tokenizer_table.h"
 #include "models/utf8.h"
@@ -53,9 +55,14 @@ static int spm_text(const tokenizer *t, tok_scratch *sc, const char *s, size_t n
 
 static int spm_load(tokenizer *t, const char *path, char *err, size_t err_len)
 {
+	tok_spm *p = tok_spm_open(path, err, err_len);
+	return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
+}
+
+int tok_spm_load_opened(tokenizer *t, tok_spm *p, char *err, size_t err_len)
+{
 	t->kind = TOK_KIND_SPM;
-	t->spm = tok_spm_open(path, err, err_len);
-	if (!t->spm) return -1;
+	t->spm = p;
 	int32_t n = tok_spm_size(t->spm);
 	const char **text = calloc((size_t)n + 1, sizeof *text);
 	uint32_t *len = calloc((size_t)n + 1, sizeof *len);
@@ -215,6 +222,14 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	}
 	tokenizer_clear(t);
 	int rc = -1;
+	char gguf[4096];
+	int g = gguf_model_path(dir, gguf, sizeof gguf, err, err_len);
+	if (g != 0) {   /* a GGUF model carries its tokenizer inside */
+		free(path);
+		if (g == 1 && tok_gguf_load(t, gguf, err, err_len) == 0) return t;
+		tokenizer_free(t);
+		return NULL;
+	}
 	snprintf(path, dl + 32, "%s/tokenizer.json", dir);
 	bool have_json = aah_is_file(path);
 	char *model_path = malloc(dl + 32);

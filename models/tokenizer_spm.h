@@ -1,5 +1,5 @@
 /* models/tokenizer_spm.h — the SentencePiece back end (tokenizer.model): an extern "C" shim over
- * sentencepiece::SentencePieceProcessor, used by tokenizer.c only. */
+ * sentencepiece::SentencePieceProcessor, used by tokenizer.c (and tokenizer_gguf.c, for the model a GGUF embeds). */
 #ifndef AAH_TOKENIZER_SPM_H
 #define AAH_TOKENIZER_SPM_H
 
@@ -14,6 +14,8 @@ extern "C" {
 typedef struct tok_spm tok_spm;
 
 tok_spm *tok_spm_open(const char *path, char *err, size_t err_len);
+/* The same from a serialized ModelProto (a tokenizer.model file's bytes, as a GGUF embeds them). */
+tok_spm *tok_spm_open_bytes(const void *buf, size_t len, char *err, size_t err_len);
 void tok_spm_close(tok_spm *p);
 int32_t tok_spm_size(const tok_spm *p);
 /* The piece's spelling, valid while p lives. */

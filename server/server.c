@@ -89,6 +89,7 @@ int server_run(const aahd_config *cfg)
 	ep.prefix_cache = !strcmp(cfg->prefix_cache, "on");
 	ep.prefix_cache_bytes = cfg->prefix_cache_bytes;
 	ep.checkpoint_step = cfg->checkpoint_step;
+	ep.aah_path = *cfg->aah ? cfg->aah : NULL;
 
 	char err[1024], dir[4096];
 	int rc = 1;

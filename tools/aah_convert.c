@@ -1,6 +1,6 @@
 /* tools/aah_convert.c — aah-convert: turns models into what aahd serves, one subcommand per job: `import` (PyTorch
- * checkpoints, models/convert/checkpoint_import.c) and `calibrate` (a pretrained model's regimes from measured attention,
- * tools/convert/calibrate.c). This file is the command line. */
+ * checkpoints, models/convert/checkpoint_import.c), `quantize` (GGUF files, tools/convert/quantize.c) and `calibrate`
+ * (a pretrained model's regimes from measured attention, tools/convert/calibrate.c). This file is the command line. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include "base/parse_num.h"
 #include "models/safetensors.h"
 #include "tools/convert/calibrate.h"
+#include "tools/convert/quantize.h"
 
 #define CONVERT_EXIT_FAIL 1
 #define CONVERT_EXIT_USAGE 2
@@ -149,6 +150,8 @@ static const convert_cmd cmds[] = {
 	  import_run, import_help },
 	{ "calibrate", "a pretrained model -> aah.json with the regimes of table 3, from attention measured on text",
 	  calibrate_main, calibrate_help },
+	{ "quantize", "a Hugging Face model or run directory -> one GGUF file (q8_0, q4_0, q4_k_m, q5_k_m, bf16, f16)",
+	  quantize_main, quantize_help },
 };
 #define N_CMDS (sizeof cmds / sizeof cmds[0])
 

@@ -13,8 +13,7 @@
 #include "kernels/cpu/cpu_ctx.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/threadpool.h"
-
-#define CPU_LAYOUT_PANELS 1   /* aah_tensor.layout of a packed matrix */
+#include "kernels/quant.h"
 
 static cpu_ctx *ctx_of(aah_backend *b)
 {
@@ -95,26 +94,37 @@ static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, 
                              int64_t cols)
 {
 	*out = (aah_tensor){ (void *)host, type, rows, cols, 0 };
+	const bool blocks = aah_dtype_is_quantized(type);
+	/* Block types: matrices of whole blocks per row only (never a vector: rmsnorm reads floats), and never Q8_K */
+	if (blocks && (rows <= 1 || type == AAH_DTYPE_Q8_K || !aah_dtype_row_bytes(type, cols)))
+		return -1;
 	if (rows <= 1)
 		return 0;
 	/* 2 MiB aligned and advised into huge pages: a 4B model's 8 GB fault in 4096 pieces instead of 2 million */
-	const size_t huge = 2u << 20, bytes = (size_t)cpu_packed_elems(type, rows, cols) * aah_dtype_size(type);
+	const size_t huge = 2u << 20,
+	             bytes = blocks ? (size_t)rows * aah_dtype_row_bytes(type, cols)
+	                            : (size_t)cpu_packed_elems(type, rows, cols) * aah_dtype_size(type);
 	void *data = bytes >= huge ? aligned_alloc(huge, (bytes + huge - 1) & ~(huge - 1))
 	                           : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (!data)
 		return -1;
 	if (bytes >= huge)
 		(void)madvise(data, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);   /* a hint: no harm if refused */
+	out->data = data;
+	if (blocks) {   /* the blocks as they are: the dots read them in file order (cpu_quant.h) */
+		memcpy(data, host, bytes);
+		out->layout = CPU_LAYOUT_BLOCKS;
+		return 0;
+	}
 	pack_job j = { data, host, type, rows, cols };
 	threadpool_run(ctx_of(b)->tp, pack_worker, &j);
-	out->data = data;
 	out->layout = CPU_LAYOUT_PANELS;
 	return 0;
 }
 
 static void cpu_weight_release(aah_backend *b, aah_tensor *t)
 {
-	if (t->layout == CPU_LAYOUT_PANELS)
+	if (t->layout == CPU_LAYOUT_PANELS || t->layout == CPU_LAYOUT_BLOCKS)
 		free(t->data);
 	t->data = NULL;
 	t->layout = 0;
@@ -130,6 +140,13 @@ static void cpu_get_rows(aah_backend *b, float *out, const aah_tensor *table, co
 {
 	const cpu_kernels *k = ctx_of(b)->k;
 	const int64_t K = table->cols;
+	if (table->layout == CPU_LAYOUT_BLOCKS) {   /* a quantized embedding: its rows dequantized exactly */
+		const size_t row_bytes = aah_dtype_row_bytes(table->type, K);
+		for (int32_t i = 0; i < n; i++)
+			aah_dequantize_row(table->type, out + (int64_t)i * K, (const char *)table->data + (size_t)ids[i] * row_bytes,
+			                   K);
+		return;
+	}
 	if (table->layout == CPU_LAYOUT_PANELS) {
 		for (int32_t i = 0; i < n; i++)
 			for (int64_t kk = 0; kk < K; kk++) {
@@ -368,6 +385,10 @@ static void matmul_worker(void *p, int32_t ti, int32_t nt)
 static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
 	cpu_ctx *c = ctx_of(b);
+	if (w->layout == CPU_LAYOUT_BLOCKS) {
+		cpu_matmul_quant(c, out, x, n, w);
+		return;
+	}
 	if (w->layout != CPU_LAYOUT_PANELS)
 		abort();   /* a matrix that did not come through weight_import: a caller's bug */
 	const int64_t K = w->cols, NR = c->k->panel_rows;
@@ -414,6 +435,7 @@ static void cpu_free(aah_backend *b)
 		free(c->att_v.p);
 		free(c->att_units.p);
 		free(c->att_meas.p);
+		free(c->qact.p);
 		free(c);
 	}
 	free(b);
@@ -464,6 +486,9 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 	}
 	c->n_threads = n;
 	c->k = cpu_kernels_select();
+	c->qk = cpu_qkernels_for(c->k->isa);
+	const char *qm = getenv("AAH_CPU_QUANT_MATMUL");
+	c->quant_f32 = qm && !strcmp(qm, "f32");
 	c->tp = threadpool_init(n);
 	if (!c->tp) {
 		free(b);

@@ -9,10 +9,14 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_quant.h"
 #include "kernels/cpu/threadpool.h"
 
 #define MAX_THREADS 256
 #define MAX_GROUP 64   /* query heads per KV head */
+
+#define CPU_LAYOUT_PANELS 1   /* aah_tensor.layout of a packed float matrix (cpu_kernels.h) */
+#define CPU_LAYOUT_BLOCKS 2   /* a block-quantized matrix: the backend's aligned copy of its rows of blocks */
 
 /* Per-worker scratch, grown (never shrunk) when a call needs more; steady-state steps allocate nothing. */
 typedef struct cpu_scratch {
@@ -29,6 +33,7 @@ typedef struct cpu_buf {
 typedef struct cpu_ctx {
 	threadpool *tp;
 	const cpu_kernels *k;
+	const cpu_qkernels *qk;   /* the products with block-quantized weights (cpu_quant.h), of the same ISA as k */
 	int32_t n_threads;
 	cpu_scratch scratch[MAX_THREADS];
 	float *xt;          /* matmul's activations, transposed a group of rows at a time (grown, never shrunk) */
@@ -36,6 +41,8 @@ typedef struct cpu_ctx {
 	/* attention (cpu_attention.c): the call's new keys and values rounded to the pool's type, its work units, and
 	 * its measured rows */
 	cpu_buf att_k, att_v, att_units, att_meas;
+	cpu_buf qact;       /* matmul's activations quantized for a block-quantized weight (cpu_quant_matmul.c) */
+	bool quant_f32;     /* AAH_CPU_QUANT_MATMUL=f32: those products as exact f32 references instead */
 } cpu_ctx;
 
 /* Makes every worker's scratch at least n floats. Returns false when out of memory. */
@@ -44,6 +51,9 @@ bool cpu_scratch_reserve(cpu_ctx *c, size_t n);
 bool cpu_buf_reserve(cpu_buf *b, size_t bytes);
 /* [lo, hi) of n items for worker i of nt, in multiples of `align`. */
 void cpu_split_range(int64_t n, int64_t align, int32_t i, int32_t nt, int64_t *lo, int64_t *hi);
+
+/* backend.h's matmul with a block-quantized weight w (layout CPU_LAYOUT_BLOCKS: its rows of blocks as in the file). */
+void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w);
 
 /* backend.h's attention and kv_store (cpu_attention.c). */
 uint64_t cpu_attention(aah_backend *b, float *out, const float *q, const float *k, const float *v,

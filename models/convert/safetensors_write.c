@@ -56,6 +56,7 @@ static size_t stw_dtype_bytes(st_dtype d)
 	case ST_F32: return 4;
 	case ST_F16: return 2;
 	case ST_BF16: return 2;
+	default: break;   /* the block types are never written to safetensors */
 	}
 	return 0;
 }
@@ -66,6 +67,7 @@ static const char *stw_dtype_name(st_dtype d)
 	case ST_F32: return "F32";
 	case ST_F16: return "F16";
 	case ST_BF16: return "BF16";
+	default: break;
 	}
 	return "?";
 }
@@ -540,5 +542,6 @@ void st_convert_f32(void *restrict dst, st_dtype dtype, const float *restrict sr
 			o[i] = stw_f32_to_bf16(src[i]);
 		return;
 	}
+	default: return;   /* the block types: not a safetensors conversion */
 	}
 }

@@ -19,6 +19,8 @@
 #include "engine/engine.h"
 #include "models/aah_config.h"
 #include "models/convert/aah_write.h"
+#include "models/gguf_model.h"
+#include "models/model.h"
 #include "models/model_config.h"
 #include "models/convert/sha256.h"
 #include "models/tokenizer.h"
@@ -630,9 +632,23 @@ int calibrate_main(int argc, char **argv)
 	model_config mc;
 	char out_path[4200], calib_path[4200];
 
-	if (aah_resolve_model_dir(o.model_arg, -1, model_dir, sizeof model_dir, err, sizeof err) != 0 ||
-	    model_config_load(&mc, model_dir, err, sizeof err) != 0)
+	/* a GGUF model's configuration is its metadata, and its aah.json goes beside the file */
+	char gguf_file[4096], aah_dir[4096];
+	int is_gguf = gguf_model_path(o.model_arg, gguf_file, sizeof gguf_file, err, sizeof err);
+	if (is_gguf < 0 || aah_resolve_model_dir(o.model_arg, -1, model_dir, sizeof model_dir, err, sizeof err) != 0)
 		goto fail;
+	if (is_gguf) {
+		model_files gm;
+		if (model_files_load(&gm, model_dir, err, sizeof err) != 0)
+			goto fail;
+		mc = gm.config;
+		snprintf(aah_dir, sizeof aah_dir, "%s", gm.dir);
+		model_files_free(&gm);
+	} else if (model_config_load(&mc, model_dir, err, sizeof err) != 0) {
+		goto fail;
+	} else {
+		snprintf(aah_dir, sizeof aah_dir, "%s", model_dir);
+	}
 	/* the context and the candidate windows */
 	int32_t T = o.context ? o.context : mc.max_position_embeddings < 4096 ? mc.max_position_embeddings : 4096;
 	if (T > mc.max_position_embeddings) {
@@ -707,7 +723,7 @@ int calibrate_main(int argc, char **argv)
 	if (o.out)
 		snprintf(out_path, sizeof out_path, "%s", o.out);
 	else
-		snprintf(out_path, sizeof out_path, "%s/aah.json", model_dir);
+		snprintf(out_path, sizeof out_path, "%s/aah.json", aah_dir);
 	if (o.calib_out) {
 		snprintf(calib_path, sizeof calib_path, "%s", o.calib_out);
 	} else {

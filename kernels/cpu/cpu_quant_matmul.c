@@ -1,0 +1,111 @@
+/* kernels/cpu/cpu_quant_matmul.c — the CPU backend's product with a block-quantized weight (cpu_quant.h):
+ * the activation rows quantized once (Q8_0 or Q8_K), then every (weight row, activation row) pair one dot.
+ *
+ * Work: the weight rows are split among the workers; each walks its rows a block at a time (about 32 KiB of blocks,
+ * kept in L1/L2) and runs every group of CPU_QDOT_COLS activation rows (about 512 KiB of them at a time, in L2) over a
+ * block before the next, so a weight streams from memory once per token block and its unpacking is shared by 4 rows.
+ * None of this decides a result: out(i, m) is dot(row m, row i) whatever the grouping (cpu_quant.h).
+ *
+ * AAH_CPU_QUANT_MATMUL=f32 (read at backend init) makes these products exact references instead: each weight row
+ * dequantized (aah_dequantize_row) and multiplied with the f32 activations in double, rounded once — no activation
+ * rounding, so a quantized model's run equals, to float rounding, the f32 run of its dequantized weights (the tests).
+ * Slow: for tests only. */
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_ctx.h"
+#include "kernels/cpu/cpu_quant.h"
+
+typedef struct qmm_job {
+	float *out;          /* (n, M) */
+	const float *x;      /* (n, K) f32 activations */
+	char *xq;            /* (n) rows of xq_stride bytes: x quantized to the activation type */
+	size_t xq_stride;
+	int32_t n;
+	aah_dtype act;
+	const aah_tensor *w;
+	size_t w_stride;     /* bytes of a weight row */
+	cpu_qdot_fn dot;
+	int64_t row_block, token_block;
+	cpu_ctx *c;          /* for the f32 reference: the workers' scratch */
+} qmm_job;
+
+static void qmm_quantize_worker(void *p, int32_t ti, int32_t nt)
+{
+	qmm_job *j = p;
+	int64_t lo, hi;
+	cpu_split_range(j->n, 1, ti, nt, &lo, &hi);
+	for (int64_t i = lo; i < hi; i++)
+		cpu_quantize_act(j->act, j->xq + (size_t)i * j->xq_stride, j->x + i * j->w->cols, j->w->cols);
+}
+
+/* The reference (AAH_CPU_QUANT_MATMUL=f32): out(i, m) = Σ_k w(m, k)·x(i, k) in double over the dequantized row. */
+static void qmm_f32_worker(void *p, int32_t ti, int32_t nt)
+{
+	qmm_job *j = p;
+	const int64_t M = j->w->rows, K = j->w->cols;
+	float *wr = j->c->scratch[ti].buf;
+	int64_t lo, hi;
+	cpu_split_range(M, 4, ti, nt, &lo, &hi);
+	for (int64_t m = lo; m < hi; m++) {
+		aah_dequantize_row(j->w->type, wr, (const char *)j->w->data + (size_t)m * j->w_stride, K);
+		for (int64_t i = 0; i < j->n; i++) {
+			const float *x = j->x + i * K;
+			double s = 0;
+			for (int64_t k = 0; k < K; k++)
+				s += (double)wr[k] * x[k];
+			j->out[i * M + m] = (float)s;
+		}
+	}
+}
+
+static void qmm_worker(void *p, int32_t ti, int32_t nt)
+{
+	qmm_job *j = p;
+	const int64_t M = j->w->rows, nb = j->w->cols / aah_dtype_block_len(j->w->type);
+	const char *w = j->w->data;
+	int64_t lo, hi;
+	cpu_split_range(M, 4, ti, nt, &lo, &hi);
+	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
+		const int64_t te = j->n - tb < j->token_block ? j->n : tb + j->token_block;
+		for (int64_t r0 = lo; r0 < hi; r0 += j->row_block) {
+			const int64_t r1 = hi - r0 < j->row_block ? hi : r0 + j->row_block;
+			for (int64_t i = tb; i < te; i += CPU_QDOT_COLS) {
+				const int32_t nc = te - i < CPU_QDOT_COLS ? (int32_t)(te - i) : CPU_QDOT_COLS;
+				const char *a = j->xq + (size_t)i * j->xq_stride;
+				for (int64_t r = r0; r < r1; r++) {
+					float s[CPU_QDOT_COLS];
+					j->dot(nb, nc, s, w + (size_t)r * j->w_stride, a, j->xq_stride);
+					for (int32_t c = 0; c < nc; c++)
+						j->out[(i + c) * M + r] = s[c];
+				}
+			}
+		}
+	}
+}
+
+void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
+{
+	if (c->quant_f32) {
+		qmm_job j = { out, x, NULL, 0, n, AAH_DTYPE_F32, w, aah_dtype_row_bytes(w->type, w->cols), NULL, 0, 0, c };
+		if (!cpu_scratch_reserve(c, (size_t)w->cols))
+			abort();   /* a row of floats: out of memory here is not recoverable */
+		threadpool_run(c->tp, qmm_f32_worker, &j);
+		return;
+	}
+	const aah_dtype act = cpu_quant_act_type(w->type);
+	const size_t xs = aah_dtype_row_bytes(act, w->cols), ws = aah_dtype_row_bytes(w->type, w->cols);
+	if (!cpu_buf_reserve(&c->qact, (size_t)n * xs))
+		abort();   /* the size of the activations: out of memory here is not recoverable */
+	int64_t rb = (32 << 10) / (int64_t)ws, tb = (512 << 10) / (int64_t)xs / CPU_QDOT_COLS * CPU_QDOT_COLS;
+	qmm_job j = { out, x, c->qact.p, xs, n, act, w, ws, c->qk->dot[w->type], rb < 4 ? 4 : rb,
+	              tb < CPU_QDOT_COLS ? CPU_QDOT_COLS : tb, c };
+	const bool small = (int64_t)n * w->rows * w->cols < (1 << 16);   /* cheaper than waking the workers */
+	if (small || n < 2 * c->n_threads)
+		qmm_quantize_worker(&j, 0, 1);
+	else
+		threadpool_run(c->tp, qmm_quantize_worker, &j);
+	if (small)
+		qmm_worker(&j, 0, 1);
+	else
+		threadpool_run(c->tp, qmm_worker, &j);
+}
