@@ -141,6 +141,7 @@ $(BUILD)/tests/check_choice_text: $(BUILD)/obj/tests/check_choice_text.o $(BUILD
 $(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
+$(BUILD)/tests/fuzz_chat_request: $(BUILD)/obj/server/chat_request.o $(BUILD)/obj/server/completion_request.o
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
 # aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl (libaah.a once more after tools/eval/,
 # which calls into it).
@@ -155,7 +156,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c server/http_credentials.c server/http_framing.c \
+	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c server/chat_request.c server/http_credentials.c server/http_framing.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"

@@ -60,15 +60,13 @@ enum MHD_Result api_completions(http_request *req)
 		return rc;
 	if (j->req.stream)
 		return completion_stream_start(req, j);
-	uint64_t seen = cmpl_job_version(j);
-	while (!cmpl_job_poll(j))
-		if (cmpl_job_wait(j, &seen, req) != 0) {
-			/* nobody to answer: free the pages now rather than after the whole generation */
-			log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
-			snprintf(req->note, sizeof req->note, "cancelled: client went away");
-			cmpl_job_release(j);
-			return MHD_NO;
-		}
+	if (cmpl_job_wait_all(j, req) != 0) {
+		/* nobody to answer: free the pages now rather than after the whole generation */
+		log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
+		snprintf(req->note, sizeof req->note, "cancelled: client went away");
+		cmpl_job_release(j);
+		return MHD_NO;
+	}
 	job_note(req, j);
 	if (j->failed)
 		rc = http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
