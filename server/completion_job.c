@@ -383,7 +383,8 @@ static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Re
 		         "tokens (%d in your prompt; %lld for the completion).",
 		         s->ctx_len, s->max_prompt_tokens, (long long)p->n_ids + (j->req.max_tokens > 0 ? j->req.max_tokens : 0),
 		         p->n_ids, (long long)(j->req.max_tokens > 0 ? j->req.max_tokens : 0));
-		*answered = bad(req, p->n_ids > s->max_prompt_tokens || p->n_ids > s->ctx_len ? "prompt" : "max_tokens",
+		*answered = bad(req, p->n_ids > s->max_prompt_tokens || p->n_ids > s->ctx_len ? (j->chat ? "messages" : "prompt")
+		                                                                            : "max_tokens",
 		                "context_length_exceeded", msg);
 		return -1;
 	}
