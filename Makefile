@@ -142,6 +142,12 @@ $(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
 $(BUILD)/tests/fuzz_chat_request: $(BUILD)/obj/server/chat_request.o $(BUILD)/obj/server/completion_request.o
+# the chat request parser and the template's sources, with the Jinja2 interpreter (server/jinja*.c)
+CHAT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,server/chat_request.c server/completion_request.c server/chat_template.c \
+              $(wildcard server/jinja*.c))
+$(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
 # aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl (libaah.a once more after tools/eval/,
 # which calls into it).

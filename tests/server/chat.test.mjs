@@ -236,6 +236,46 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
   });
 });
 
+// Qwen3's own template (the Qwen3 tokenizer's tokenizer_config.json, which `make test` fetches into the cache) served
+// over the test model: namespace(), messages[::-1], string methods, tojson of the tools, enable_thinking.
+describe('Qwen3\'s template', () => {
+  const CACHE = process.env.AAH_CACHE || '.cache';
+  const file = path.join(tmp, 'qwen3.jinja');
+  let srv;
+  before(async () => {
+    const cfg = path.join(CACHE, 'qwen3-tokenizer', 'tokenizer_config.json');
+    assert.ok(fs.existsSync(cfg), `${cfg} is missing: tools/fetch_tokenizer.sh fetches it (make test does)`);
+    fs.writeFileSync(file, JSON.parse(fs.readFileSync(cfg, 'utf8')).chat_template);
+    srv = await startServer(['--ctx-len', String(CTX), '--chat-template', file]);
+  });
+  after(async () => {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, srv.log());
+  });
+
+  test('the prompt of each conversation is python3-jinja2\'s, with and without thinking and tools', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city — «now»',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const withThink = [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: '<think>\nhm\n</think>\n\nHello!' },
+      { role: 'user', content: 'And now?' }];
+    const variants = [];
+    for (const messages of [...CONVERSATIONS, withThink])
+      for (const kw of [undefined, { enable_thinking: false }]) variants.push({ messages, kw, tools: undefined });
+    variants.push({ messages: CONVERSATIONS[1], kw: undefined, tools });
+    for (const [i, v] of variants.entries()) {
+      const prompt = render(file, v.messages, { ...(v.kw || {}), tools: v.tools ?? null });
+      const c = await request(srv.port, 'POST', '/v1/completions', { prompt, max_tokens: 6, seed: i });
+      const body = { messages: v.messages, max_tokens: 6, seed: i };
+      if (v.kw) body.chat_template_kwargs = v.kw;
+      if (v.tools) body.tools = v.tools;
+      const h = await post(srv, body);
+      assert.equal(h.status, 200, `${i}: ${h.text}`);
+      assert.deepEqual(h.json.usage, c.json.usage, `variant ${i}`);
+      assert.equal(h.json.choices[0].message.content, c.json.choices[0].text, `variant ${i}`);
+    }
+  });
+});
+
 describe('without a template', () => {
   let srv;
   before(async () => {
