@@ -149,6 +149,9 @@ $(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
+# The chat template interpreter (server/jinja*.c): its suite, its fuzz target and aah-jinja, its command line.
+JINJA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/jinja*.c))
+$(BUILD)/tests/check_jinja $(BUILD)/tests/fuzz_jinja $(BUILD)/aah-jinja: $(JINJA_OBJ)
 # aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl (libaah.a once more after tools/eval/,
 # which calls into it).
 EVAL_BINS := $(BUILD)/aah-eval $(filter $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%,$(TESTS) $(FUZZ_REPLAY))
@@ -163,6 +166,7 @@ fuzz: $(BUILD)/libaah.a
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
 	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c server/chat_request.c server/http_credentials.c server/http_framing.c \
+	    $(wildcard server/jinja*.c) \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
