@@ -3,7 +3,8 @@
 # transformers' apply_chat_template sets it up (an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks,
 # the loopcontrols extension, tojson with ensure_ascii=False, raise_exception). Usage: chat_render.py TEMPLATE VARS.json
 # (the variables as one JSON object); prints the rendered prompt to stdout, byte for byte, or exits 3 with the
-# template's exception on stderr.
+# template's exception on stderr. With VARS.json a JSON array of such objects, prints a JSON array of the renderings
+# (one Python start for many conversations).
 import json
 import sys
 
@@ -27,7 +28,10 @@ with open(sys.argv[1], encoding="utf-8") as f:
 with open(sys.argv[2], encoding="utf-8") as f:
     variables = json.load(f)
 try:
-    out = template.render(**variables)
+    if isinstance(variables, list):
+        out = json.dumps([template.render(**v) for v in variables], ensure_ascii=False)
+    else:
+        out = template.render(**variables)
 except TemplateError as e:
     sys.stderr.write(f"{e}\n")
     sys.exit(3)

@@ -302,8 +302,8 @@ END_TEST
 START_TEST(test_render_statuses)
 {
 	char err[512];
-	chat_template *t = chat_template_from_string("{{ raise_exception('no ' + messages[0].role) }}", 46, "x", NULL, NULL,
-	                                             err, sizeof err);
+	const char *raise = "{{ raise_exception('no ' + messages[0].role) }}";
+	chat_template *t = chat_template_from_string(raise, strlen(raise), "x", NULL, NULL, err, sizeof err);
 	ck_assert_msg(t != NULL, "%s", err);
 	json_t *vars = json_pack("{s:[{s:s}]}", "messages", "role", "tool");
 	char *out;

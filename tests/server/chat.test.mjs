@@ -21,13 +21,16 @@ after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 // The reference rendering: the variables the server renders with (transformers' apply_chat_template passes tools and
 // documents as None; add_generation_prompt defaults to true as in vLLM; the test model has no BOS, EOS <|endoftext|>).
-function render(template, messages, extra = {}) {
-  const vars = { messages, tools: null, documents: null, add_generation_prompt: true, eos_token: '<|endoftext|>',
-    ...extra };
+// renderAll takes [[messages, extra], …] and renders them all in one Python run.
+const varsOf = (messages, extra = {}) => ({ messages, tools: null, documents: null, add_generation_prompt: true,
+  eos_token: '<|endoftext|>', ...extra });
+function renderVars(template, vars) {
   const file = path.join(tmp, `vars-${process.hrtime.bigint()}.json`);
   fs.writeFileSync(file, JSON.stringify(vars));
   return execFileSync(PY, ['tests/chat_render.py', template, file]).toString('utf8');
 }
+const render = (template, messages, extra) => renderVars(template, varsOf(messages, extra));
+const renderAll = (template, list) => JSON.parse(renderVars(template, list.map(([m, e]) => varsOf(m, e))));
 
 // Conversations the fixtures of issue 26 name: system prompts, several turns, tool messages, empty contents, Unicode.
 const CONVERSATIONS = [
@@ -61,9 +64,11 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
   });
 
   test('each conversation runs the prompt python3-jinja2 renders: the tokens of /v1/completions with it', async () => {
+    const prompts = renderAll(TEMPLATE, CONVERSATIONS.flatMap((m) => [[m, { add_generation_prompt: true }],
+      [m, { add_generation_prompt: false }]]));
     for (const [ci, messages] of CONVERSATIONS.entries()) {
       for (const agp of [true, false]) {
-        const prompt = render(TEMPLATE, messages, { add_generation_prompt: agp });
+        const prompt = prompts[2 * ci + (agp ? 0 : 1)];
         const common = { max_tokens: 10, temperature: 0.9, seed: 100 + ci, n: 2, logprobs: 2 };
         const c = await request(srv.port, 'POST', '/v1/completions', { prompt, ...common });
         assert.equal(c.status, 200, c.text);
@@ -262,8 +267,9 @@ describe('Qwen3\'s template', () => {
     for (const messages of [...CONVERSATIONS, withThink])
       for (const kw of [undefined, { enable_thinking: false }]) variants.push({ messages, kw, tools: undefined });
     variants.push({ messages: CONVERSATIONS[1], kw: undefined, tools });
+    const prompts = renderAll(file, variants.map((v) => [v.messages, { ...(v.kw || {}), tools: v.tools ?? null }]));
     for (const [i, v] of variants.entries()) {
-      const prompt = render(file, v.messages, { ...(v.kw || {}), tools: v.tools ?? null });
+      const prompt = prompts[i];
       const c = await request(srv.port, 'POST', '/v1/completions', { prompt, max_tokens: 6, seed: i });
       const body = { messages: v.messages, max_tokens: 6, seed: i };
       if (v.kw) body.chat_template_kwargs = v.kw;
