@@ -176,7 +176,10 @@ enum MHD_Result api_chat_completions(http_request *req)
 	}
 	char *prompt;
 	size_t prompt_len;
-	jinja_status st = chat_template_render(s->chat, cr.vars, NULL, &prompt, &prompt_len, err, sizeof err);
+	/* a prompt longer than 64 bytes per token of the context can never fit it (real tokens average about 4): the
+	 * render stops there rather than hand the tokenizer megabytes it would only refuse */
+	jinja_limits limits = { .max_output = (size_t)s->ctx_len * 64 + 65536 };
+	jinja_status st = chat_template_render(s->chat, cr.vars, &limits, &prompt, &prompt_len, err, sizeof err);
 	json_decref(cr.vars);
 	cr.vars = NULL;
 	if (st != JINJA_OK) {
