@@ -7,11 +7,13 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { BUILD, MODEL, metrics, request, sseEvents, startServer } from './lib.mjs';
+import { BUILD, MODEL, metrics, request, sseEvents, startServer, until } from './lib.mjs';
 
 const PY = process.env.PYTHON || '/usr/bin/python3';
 const TEMPLATE = 'conf/chat-template.jinja';
@@ -390,6 +392,72 @@ describe('the model\'s own template (tokenizer_config.json), and hostile ones', 
         .map((e) => e.choices[0].delta.content ?? '').join('');
       assert.equal(text, alone.json.choices[0].message.content);
     });
+});
+
+describe('queueing and cancellation, as /v1/completions (a slow engine: every step sleeps 5 ms)', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer(['--ctx-len', String(CTX), '--max-batch', '1', '--queue-length', '1', '--chat-template',
+      TEMPLATE], { AAHD_TEST_STEP_DELAY_US: '5000' });
+  });
+  after(async () => {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, srv.log());
+  });
+  const long = { messages: CONVERSATIONS[0], max_tokens: 300 };
+  // A chat stream, resolved after `events` events with the request (to destroy).
+  const openStream = (body, events = 2) => new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: srv.port, method: 'POST', path: '/v1/chat/completions',
+      agent: false, headers: { 'Content-Type': 'application/json' } }, (res) => {
+      let buf = '';
+      let resolved = false;
+      res.on('data', (d) => {
+        buf += d;
+        if (!resolved && buf.split('\n\n').length > events) {
+          resolved = true;
+          resolve({ req, res });
+        }
+      });
+      res.on('error', () => {});
+    });
+    req.on('error', (e) => { if (e.code !== 'ECONNRESET') reject(e); });
+    req.end(JSON.stringify({ ...body, stream: true }));
+  });
+  const idle = () => until(async () => {
+    const m = await metrics(srv.port);
+    return m.get('aahd_kv_cache_bytes_used') === 0 && m.get('aahd_requests_running') === 0 &&
+      m.get('aahd_requests_waiting') === 0;
+  }, 10000, 'pages freed');
+
+  test('a full queue answers a chat request 429 with Retry-After', async () => {
+    const a = await openStream(long, 3);
+    const waiting = post(srv, { messages: CONVERSATIONS[0], max_tokens: 2 });
+    await until(async () => (await metrics(srv.port)).get('aahd_requests_waiting') === 1, 5000, 'a waiting request');
+    const r = await post(srv, { messages: CONVERSATIONS[0], max_tokens: 2 });
+    assert.equal(r.status, 429);
+    assert.equal(r.json.error.code, 'queue_full');
+    assert.ok(Number(r.headers['retry-after']) >= 1);
+    a.req.destroy();
+    assert.equal((await waiting).status, 200);
+    await idle();
+  });
+
+  test('a client leaving a chat stream, or a whole chat request, cancels it and frees its pages', async () => {
+    const m0 = await metrics(srv.port);
+    const s = await openStream(long, 3);
+    assert.equal((await metrics(srv.port)).get('aahd_requests_running'), 1);
+    s.req.destroy();
+    await idle();
+    const sock = net.connect(srv.port, '127.0.0.1');
+    const body = JSON.stringify(long);
+    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    await until(async () => (await metrics(srv.port)).get('aahd_kv_cache_bytes_used') > 0, 15000, 'the request running');
+    sock.destroy();
+    await idle();
+    const generated = (await metrics(srv.port)).get('aahd_generation_tokens_total') - m0.get('aahd_generation_tokens_total');
+    assert.ok(generated < 300, `both cancelled early: ${generated} tokens generated of 2 × 300`);
+  });
 });
 
 test('a template that does not parse fails the start, naming its line and column', async () => {
