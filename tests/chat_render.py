@@ -1,38 +1,25 @@
 #!/usr/bin/python3
-# tests/chat_render.py — the reference rendering of a chat template: Debian's python3-jinja2 set up as Hugging Face
-# transformers' apply_chat_template sets it up (an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks,
-# the loopcontrols extension, tojson with ensure_ascii=False, raise_exception). Usage: chat_render.py TEMPLATE VARS.json
-# (the variables as one JSON object); prints the rendered prompt to stdout, byte for byte, or exits 3 with the
-# template's exception on stderr. With VARS.json a JSON array of such objects, prints a JSON array of the renderings
-# (one Python start for many conversations).
+# tests/chat_render.py — the reference prompts of the chat tests (tests/server/chat.test.mjs): TEMPLATE rendered with
+# each JSON object of the array VARS.json by tests/jinja/render_ref.py (python3-jinja2 as transformers'
+# apply_chat_template sets it up), printed as one JSON array of strings — one Python start for many conversations.
+# Usage: chat_render.py TEMPLATE VARS.json; exits with render_ref's status (and its message on stderr) when a render
+# fails.
 import json
+import os
 import sys
 
-from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "jinja"))
+import render_ref  # noqa: E402
 
-
-def raise_exception(message):
-    raise TemplateError(message)
-
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-with open(sys.argv[1], encoding="utf-8") as f:
-    template = env.from_string(f.read())
+env = render_ref.make_env()
+source = render_ref.template_source(sys.argv[1])
 with open(sys.argv[2], encoding="utf-8") as f:
     variables = json.load(f)
-try:
-    if isinstance(variables, list):
-        out = json.dumps([template.render(**v) for v in variables], ensure_ascii=False)
-    else:
-        out = template.render(**variables)
-except TemplateError as e:
-    sys.stderr.write(f"{e}\n")
-    sys.exit(3)
-sys.stdout.buffer.write(out.encode("utf-8"))
+out = []
+for v in variables:
+    rc, text = render_ref.render(env, source, v)
+    if rc != 0:
+        sys.stderr.write(f"{text}\n")
+        sys.exit(rc)
+    out.append(text)
+sys.stdout.buffer.write(json.dumps(out, ensure_ascii=False).encode("utf-8"))

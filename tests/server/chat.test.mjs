@@ -1,5 +1,5 @@
 // tests/server/chat.test.mjs — POST /v1/chat/completions through a real socket: the prompt a chat request runs is the
-// template rendered as python3-jinja2 renders it (tests/chat_render.py, transformers' settings), so its tokens are
+// template rendered as python3-jinja2 renders it (tests/jinja/render_ref.py, transformers' settings), so its tokens are
 // those of /v1/completions given that prompt (same seed, same text, same log-probabilities); the chat shapes, whole
 // and streamed; the template's sources (--chat-template, tokenizer_config.json) and a model without one; every bad
 // request and hostile template gets its 4xx in time while the requests beside it run undisturbed; the counters.
@@ -23,16 +23,15 @@ after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 // The reference rendering: the variables the server renders with (transformers' apply_chat_template passes tools and
 // documents as None; add_generation_prompt defaults to true as in vLLM; the test model has no BOS, EOS <|endoftext|>).
-// renderAll takes [[messages, extra], …] and renders them all in one Python run.
+// renderAll takes [[messages, extra], …] and renders them all in one Python run (tests/chat_render.py).
 const varsOf = (messages, extra = {}) => ({ messages, tools: null, documents: null, add_generation_prompt: true,
   eos_token: '<|endoftext|>', ...extra });
-function renderVars(template, vars) {
+function renderAll(template, list) {
   const file = path.join(tmp, `vars-${process.hrtime.bigint()}.json`);
-  fs.writeFileSync(file, JSON.stringify(vars));
-  return execFileSync(PY, ['tests/chat_render.py', template, file]).toString('utf8');
+  fs.writeFileSync(file, JSON.stringify(list.map(([m, e]) => varsOf(m, e))));
+  return JSON.parse(execFileSync(PY, ['tests/chat_render.py', template, file]).toString('utf8'));
 }
-const render = (template, messages, extra) => renderVars(template, varsOf(messages, extra));
-const renderAll = (template, list) => JSON.parse(renderVars(template, list.map(([m, e]) => varsOf(m, e))));
+const render = (template, messages, extra) => renderAll(template, [[messages, extra]])[0];
 
 // Conversations the fixtures of issue 26 name: system prompts, several turns, tool messages, empty contents, Unicode.
 const CONVERSATIONS = [
@@ -280,6 +279,45 @@ describe('Qwen3\'s template', () => {
       assert.equal(h.status, 200, `${i}: ${h.text}`);
       assert.deepEqual(h.json.usage, c.json.usage, `variant ${i}`);
       assert.equal(h.json.choices[0].message.content, c.json.choices[0].text, `variant ${i}`);
+    }
+  });
+});
+
+// Mistral's template (a fixture of tests/test_jinja.sh): roles must alternate, a system message only first — the
+// template's own raise_exception, answered 400 with its message.
+describe('Mistral\'s template', () => {
+  const file = 'tests/data/chat/mistral.jinja';
+  let srv;
+  before(async () => {
+    srv = await startServer(['--ctx-len', String(CTX), '--chat-template', file]);
+  });
+  after(async () => {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, srv.log());
+  });
+
+  test('a conversation it takes runs python3-jinja2\'s prompt; one it refuses gets its message as a 400', async () => {
+    const ok = [CONVERSATIONS[0], CONVERSATIONS[2], CONVERSATIONS[5]];
+    const prompts = renderAll(file, ok.map((m) => [m]));
+    for (const [i, messages] of ok.entries()) {
+      const c = await request(srv.port, 'POST', '/v1/completions', { prompt: prompts[i], max_tokens: 5, seed: i });
+      const h = await post(srv, { messages, max_tokens: 5, seed: i });
+      assert.equal(h.status, 200, h.text);
+      assert.deepEqual(h.json.usage, c.json.usage);
+      assert.equal(h.json.choices[0].message.content, c.json.choices[0].text);
+    }
+    const refused = [
+      [[{ role: 'user', content: 'a' }, { role: 'user', content: 'b' }], /roles must alternate/],
+      [[{ role: 'user', content: 'a' }, { role: 'system', content: 'b' }, { role: 'user', content: 'c' }],
+        /Only user and assistant roles/],
+      [CONVERSATIONS[3], /Tool call IDs/],
+    ];
+    for (const [messages, re] of refused) {
+      const r = await post(srv, { messages });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.code, 'chat_template_error');
+      assert.equal(r.json.error.param, 'messages');
+      assert.match(r.json.error.message, re);
     }
   });
 });
