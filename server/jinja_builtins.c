@@ -159,6 +159,7 @@ static int char_at(jctx *c, jv s, int64_t i, jv *out)
 
 int jx_getitem(jctx *c, const jnode *at, jv obj, jv key, jv *out)
 {
+	if (obj.kind == JV_LIST && JLIST(obj)->flavor) { *out = jv_undef(NULL); return 0; }   /* not subscriptable */
 	switch (obj.kind) {
 	case JV_UNDEF: return undefined_use(c, at, obj);
 	case JV_DICT: case JV_NS: {
@@ -221,7 +222,7 @@ int jx_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step, jv *o
 {
 	if (obj.kind == JV_UNDEF) return undefined_use(c, at, obj);
 	int64_t a, b, s;
-	if (obj.kind == JV_LIST) {
+	if (JV_IS_PLAIN(obj)) {
 		jlist *l = JLIST(obj);
 		if (slice_indices(c, at, start, stop, step, l->n, &a, &b, &s) < 0) return -1;
 		jlist *r = jv_list_new(c, 0, l->tuple);
@@ -245,13 +246,30 @@ int jx_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step, jv *o
 		if (r < 0) { jbuf_free(c, &buf); return -1; }
 		return jv_str_take(c, &buf, out);
 	}
+	/* Jinja subscripts a slice directly, not through getitem: anything else fails as Python fails */
+	if (obj.kind == JV_DICT) return jx_fail(c, JINJA_ERR_RUNTIME, at, "unhashable type: 'slice'");
 	return jx_fail(c, JINJA_ERR_RUNTIME, at, "'%s' object is not subscriptable", jv_type_name(obj));
 }
 
 int jx_iterate(jctx *c, const jnode *at, jv v, jlist **out)
 {
 	switch (v.kind) {
-	case JV_LIST: *out = (jlist *)jv_incref(v).o; return 0;
+	case JV_LIST: {
+		jlist *l = JLIST(v);
+		if (l->flavor != JL_GEN) { *out = (jlist *)jv_incref(v).o; return 0; }
+		if (l->broken && l->broken[0] == 'C') return jx_fail(c, JINJA_ERR_RUNTIME, at, "%s", l->broken);
+		if (l->broken) return jx_fail(c, JINJA_ERR_RUNTIME, at, "'%s' object is not iterable", l->broken);
+		/* a generator is used up by its walk: its items move to the list the walk gets */
+		jlist *w = jv_list_new(c, 0, false);
+		if (!w) return -1;
+		w->items = l->items;
+		w->n = l->n;
+		w->cap = l->cap;
+		l->items = NULL;
+		l->n = l->cap = 0;
+		*out = w;
+		return 0;
+	}
 	case JV_UNDEF: *out = jv_list_new(c, 0, false); return *out ? 0 : -1;
 	case JV_DICT: {
 		jdict *d = JDICT(v);
@@ -699,6 +717,7 @@ int jx_call_method(jctx *c, const jnode *at, const jmethod *m, jv *args, uint32_
 		}
 		jlist *l = jv_list_new(c, d->n, false);
 		if (!l) return -1;
+		l->flavor = m->id == JM_KEYS ? JL_KEYS : m->id == JM_VALUES ? JL_VALUES : JL_ITEMS;
 		*out = jv_obj(JV_LIST, l);
 		for (uint32_t i = 0; i < d->n; i++) {
 			jv item;

@@ -118,6 +118,7 @@ static int repeat_seq(jctx *c, const jnode *at, jv seq, int64_t times, jv *out)
 		return jv_str_take(c, &b, out);
 	}
 	jlist *src = JLIST(seq);
+	if (src->flavor) return jx_fail(c, JINJA_ERR_RUNTIME, at, "unsupported operand types for *: '%s' and 'int'", jv_type_name(seq));
 	if (src->n && (uint64_t)times > c->lim.max_memory / (src->n * sizeof(jv)))
 		return jx_fail(c, JINJA_ERR_LIMIT, at, "a list repeated past the memory limit");
 	jlist *l = jv_list_new(c, (uint32_t)(times * src->n), src->tuple);
@@ -150,7 +151,7 @@ static int binop(jctx *c, const jnode *at, uint8_t op, jv a, jv b, jv *out)
 		}
 		return jv_str_take(c, &s, out);
 	}
-	if (op == OP_ADD && a.kind == JV_LIST && b.kind == JV_LIST && JLIST(a)->tuple == JLIST(b)->tuple) {
+	if (op == OP_ADD && JV_IS_PLAIN(a) && JV_IS_PLAIN(b) && JLIST(a)->tuple == JLIST(b)->tuple) {
 		jlist *x = JLIST(a), *y = JLIST(b);
 		jlist *l = jv_list_new(c, x->n + y->n, x->tuple);
 		if (!l) return -1;
@@ -234,14 +235,20 @@ static int contains(jctx *c, const jnode *at, jv item, jv seq)
 			               jv_type_name(item));
 		if (jx_step(c, at, JSTR(seq)->len / 64) < 0) return -1;
 		return JSTR(item)->len == 0 || memmem(JSTR(seq)->s, JSTR(seq)->len, JSTR(item)->s, JSTR(item)->len) != NULL;
-	case JV_LIST:
-		if (jx_step(c, at, JLIST(seq)->n / 16) < 0) return -1;
-		for (uint32_t i = 0; i < JLIST(seq)->n; i++) {
-			int e = jv_eq(c, item, JLIST(seq)->items[i], 0);
-			if (e != 0) return e;
+	case JV_LIST: {
+		jlist *l;
+		if (jx_iterate(c, at, seq, &l) < 0) return -1;   /* a generator is used up as Python's `in` uses it */
+		int r = jx_step(c, at, l->n / 16);
+		for (uint32_t i = 0; r == 0 && i < l->n; i++) {
+			int e = jv_eq(c, item, l->items[i], 0);
+			if (e != 0) { r = e; break; }
 		}
-		return 0;
+		jv_decref(c, jv_obj(JV_LIST, l));
+		return r;
+	}
 	case JV_DICT:
+		if (item.kind == JV_DICT || item.kind == JV_NS || (item.kind == JV_LIST && !JLIST(item)->tuple))
+			return jx_fail(c, JINJA_ERR_RUNTIME, at, "unhashable type: '%s'", jv_type_name(item));
 		if (jx_step(c, at, JDICT(seq)->n / 16) < 0) return -1;
 		return jv_dict_get(JDICT(seq), item) != NULL;
 	case JV_UNDEF: return 0;   /* Undefined iterates as empty */

@@ -43,7 +43,10 @@ static int length_of(jctx *c, const jnode *at, jv v, int64_t *n)
 {
 	switch (v.kind) {
 	case JV_STR: *n = (int64_t)ju_count(JSTR(v)->s, JSTR(v)->len); return 0;
-	case JV_LIST: *n = JLIST(v)->n; return 0;
+	case JV_LIST:
+		if (JLIST(v)->flavor == JL_GEN) return jx_fail(c, JINJA_ERR_RUNTIME, at, "object of type 'generator' has no len()");
+		*n = JLIST(v)->n;
+		return 0;
 	case JV_DICT: *n = JDICT(v)->n; return 0;
 	case JV_UNDEF: *n = 0; return 0;
 	default: return jx_fail(c, JINJA_ERR_RUNTIME, at, "object of type '%s' has no len()", jv_type_name(v));
@@ -139,13 +142,35 @@ static int join_filter(jctx *c, const jnode *at, jv v, const fargs *a, jv *out)
 	return jv_str_take(c, &b, out);
 }
 
-/* select, reject, selectattr, rejectattr, map: a new list. */
+static bool iterable(jv v)
+{
+	return v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF;
+}
+
+/* A generator (what Jinja's filters return lazily) that yields nothing, or fails as it is walked (broken: the
+ * type name of what it would walk, or a message starting with 'C'). */
+static int gen_empty(jctx *c, const char *broken, jv *out)
+{
+	jlist *l = jv_list_new(c, 0, false);
+	if (!l) return -1;
+	l->flavor = JL_GEN;
+	l->broken = broken;
+	*out = jv_obj(JV_LIST, l);
+	return 0;
+}
+
+/* select, reject, selectattr, rejectattr, map: a generator. Like Jinja's, they yield nothing for a false value
+ * and fail only when walked for a value that is not iterable. */
 static int select_filter(jctx *c, const jnode *at, jv v, const fargs *a, bool attr, bool reject, bool map, jv *out)
 {
+	if (JV_IS_GEN(v) && JLIST(v)->broken) return gen_empty(c, JLIST(v)->broken, out);   /* fails when walked */
+	if (!jv_truthy(v)) return gen_empty(c, NULL, out);
+	if (!iterable(v)) return gen_empty(c, jv_type_name(v), out);
 	jlist *items;
 	if (jx_iterate(c, at, v, &items) < 0) return -1;
 	jlist *res = jv_list_new(c, 0, false);
 	if (!res) { jv_decref(c, jv_obj(JV_LIST, items)); return -1; }
+	res->flavor = JL_GEN;
 	*out = jv_obj(JV_LIST, res);
 	uint32_t first = 0;
 	const jstr *path = NULL;
@@ -428,7 +453,11 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 	if (!strcmp(name, "join")) return join_filter(c, at, v, &a, out);
 	if (!strcmp(name, "safe")) { *out = jv_incref(v); return 0; }
 	if (!strcmp(name, "e") || !strcmp(name, "escape")) return html_escape(c, v, out);
-	if (!strcmp(name, "indent")) return indent_filter(c, at, v, &a, out);
+	if (!strcmp(name, "indent")) {
+		if (v.kind != JV_STR)   /* Jinja's indent appends "\n" to its value first: only a string can take it */
+			return jx_fail(c, JINJA_ERR_RUNTIME, at, "indent needs a string, not %s", jv_type_name(v));
+		return indent_filter(c, at, v, &a, out);
+	}
 	if (!strcmp(name, "int")) return number_filter(c, at, v, &a, false, out);
 	if (!strcmp(name, "float")) return number_filter(c, at, v, &a, true, out);
 	if (!strcmp(name, "sort")) return sort_filter(c, at, v, &a, out);
@@ -468,6 +497,8 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 		if (prec < 0 || prec > 30) return jx_fail(c, JINJA_ERR_RUNTIME, at, "round: precision %lld is not supported", (long long)prec);
 		if (v.kind != JV_INT && v.kind != JV_BOOL && v.kind != JV_FLOAT)
 			return jx_fail(c, JINJA_ERR_RUNTIME, at, "round needs a number, not %s", jv_type_name(v));
+		bool common = !(m && m->kind == JV_STR) || !strcmp(JSTR(*m)->s, "common");
+		if (common && v.kind != JV_FLOAT) { *out = jv_int(v.kind == JV_INT ? v.i : v.b); return 0; }   /* round(int) is an int */
 		double x = v.kind == JV_FLOAT ? v.f : (double)(v.kind == JV_INT ? v.i : v.b);
 		const char *method = m && m->kind == JV_STR ? JSTR(*m)->s : "common";
 		double scale = pow(10, (double)prec);
@@ -482,6 +513,7 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 		return 0;
 	}
 	if (!strcmp(name, "first") || !strcmp(name, "last")) {
+		if (name[0] == 'l' && JV_IS_GEN(v)) return jx_fail(c, JINJA_ERR_RUNTIME, at, "'generator' object is not reversible");
 		jlist *items;
 		if (jx_iterate(c, at, v, &items) < 0) return -1;
 		*out = items->n ? jv_incref(items->items[name[0] == 'f' ? 0 : items->n - 1]) : jv_undef(NULL);
@@ -504,29 +536,36 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 			jv step = jv_int(-1);
 			return jx_slice(c, at, v, jv_none(), jv_none(), step, out);
 		}
+		/* reversed(value) where it can (an iterator: a generator here), else list(value) reversed */
+		bool lazy = v.kind == JV_DICT || (v.kind == JV_LIST && !JV_IS_GEN(v));
 		jlist *items;
 		if (jx_iterate(c, at, v, &items) < 0) return -1;
 		jlist *l = jv_list_new(c, items->n, false);
 		if (!l) { jv_decref(c, jv_obj(JV_LIST, items)); return -1; }
 		for (uint32_t i = items->n; i-- > 0;) l->items[l->n++] = jv_incref(items->items[i]);
 		jv_decref(c, jv_obj(JV_LIST, items));
+		if (lazy) l->flavor = JL_GEN;
 		*out = jv_obj(JV_LIST, l);
 		return 0;
 	}
 	if (!strcmp(name, "items")) {
-		if (v.kind == JV_UNDEF) { jlist *l = jv_list_new(c, 0, false); if (!l) return -1; *out = jv_obj(JV_LIST, l); return 0; }
-		if (v.kind != JV_DICT) return jx_fail(c, JINJA_ERR_RUNTIME, at, "items needs a mapping, not %s", jv_type_name(v));
+		if (v.kind == JV_UNDEF) return gen_empty(c, NULL, out);
+		if (v.kind != JV_DICT) return gen_empty(c, "Can only get item pairs from a mapping.", out);
 		jv f;
 		if (jx_getattr(c, at, v, "items", 5, &f) < 0) return -1;
 		int r = jx_call_method(c, at, (jmethod *)f.o, NULL, 0, NULL, NULL, 0, out);
 		jv_decref(c, f);
+		if (r == 0) JLIST(*out)->flavor = JL_GEN;
 		return r;
 	}
 	if (!strcmp(name, "unique")) {
 		jv *cs = farg(&a, 0, "case_sensitive"), *attr = farg(&a, 1, "attribute");
+		if (!iterable(v)) return gen_empty(c, jv_type_name(v), out);
+		if (JV_IS_GEN(v) && JLIST(v)->broken) return gen_empty(c, JLIST(v)->broken, out);
 		jlist *items;
 		if (jx_iterate(c, at, v, &items) < 0) return -1;
 		jlist *res = jv_list_new(c, 0, false), *seen = jv_list_new(c, 0, false);
+		if (res) res->flavor = JL_GEN;
 		int r = res && seen ? 0 : -1;
 		for (uint32_t i = 0; r == 0 && i < items->n; i++) {
 			jv k;
@@ -674,7 +713,7 @@ int jx_test(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32_t
 	else if (!strcmp(name, "number")) *res = isnum;
 	else if (!strcmp(name, "string")) *res = v.kind == JV_STR;
 	else if (!strcmp(name, "mapping")) *res = v.kind == JV_DICT;
-	else if (!strcmp(name, "sequence")) *res = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT;
+	else if (!strcmp(name, "sequence")) *res = v.kind == JV_STR || JV_IS_PLAIN(v) || v.kind == JV_DICT;
 	else if (!strcmp(name, "iterable")) *res = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF;
 	else if (!strcmp(name, "callable")) *res = v.kind == JV_MACRO || v.kind == JV_FUNC || v.kind == JV_METHOD;
 	else if (!strcmp(name, "escaped")) *res = 0;
@@ -688,6 +727,10 @@ int jx_test(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32_t
 		jv_decref(c, s);
 		if (rc < 0) return -1;
 		*res = r.b;
+	} else if ((!strcmp(name, "odd") || !strcmp(name, "even")) && v.kind == JV_FLOAT) {
+		double r = fmod(v.f, 2);   /* value % 2, with Python's sign */
+		if (r < 0) r += 2;
+		*res = name[0] == 'o' ? r == 1 : r == 0;
 	} else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
 		if (v.kind != JV_INT && v.kind != JV_BOOL)
 			return jx_fail(c, JINJA_ERR_RUNTIME, at, "the '%s' test needs an integer, not %s", name, jv_type_name(v));

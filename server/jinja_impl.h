@@ -82,12 +82,21 @@ typedef struct jstr {
 	char s[];                /* len bytes then a NUL */
 } jstr;
 
+/* What a list stands for: Jinja's filters select, map, unique, … return generators (always true, no len(), no
+ * index, used up by one walk), dict.keys()/values()/items() return views; each prints as Python prints it. */
+enum { JL_LIST, JL_GEN, JL_KEYS, JL_VALUES, JL_ITEMS };
+
 typedef struct jlist {
 	jobj h;
 	uint32_t n, cap;
 	bool tuple;
+	uint8_t flavor;          /* JL_* */
+	const char *broken;      /* JL_GEN over a value that is not iterable: its type name (or, starting with 'C', a
+	                          * whole message), for the error its first walk raises */
 	jv *items;
 } jlist;
+#define JV_IS_GEN(v) ((v).kind == JV_LIST && JLIST(v)->flavor == JL_GEN)
+#define JV_IS_PLAIN(v) ((v).kind == JV_LIST && JLIST(v)->flavor == JL_LIST)
 
 /* A dict, and a namespace(): keys in insertion order, as Python's dict keeps them. */
 typedef struct jdict {

@@ -774,7 +774,7 @@ fail:
 
 /* Statements up to a {% name %} whose name is one of ends (NULL-terminated; NULL: the end of the template). On
  * return the current token is that name. */
-static jnode *parse_body(parser *p, const char *const *ends);
+static jnode *parse_body(parser *p, const char *const *ends, const jinja_token *opener);
 
 static bool at_end_tag(parser *p, const char *name)
 {
@@ -797,13 +797,13 @@ static jnode *parse_if(parser *p, jinja_token *at)
 	for (;;) {
 		jnode *c = parse_tuple(p, false, false, NULL);
 		if (!c || !expect_kind(p, JT_BLOCK_END, "'%}'") || !nvec_push(p, &conds, c)) goto fail;
-		jnode *b = parse_body(p, ends);
+		jnode *b = parse_body(p, ends, at);
 		if (!b || !nvec_push(p, &bodies, b)) goto fail;
 		if (at_end_tag(p, "elif")) { advance(p); continue; }
 		if (at_end_tag(p, "else")) {
 			if (!close_tag(p)) goto fail;
 			static const char *const ends2[] = { "endif", NULL };
-			if (!(n->orelse = parse_body(p, ends2))) goto fail;
+			if (!(n->orelse = parse_body(p, ends2, at))) goto fail;
 		}
 		if (!close_tag(p)) goto fail;
 		break;
@@ -833,13 +833,13 @@ static jnode *parse_for(parser *p, jinja_token *at)
 	if (!expect_kind(p, JT_BLOCK_END, "'%}'")) return NULL;
 	static const char *const ends[] = { "endfor", "else", NULL };
 	p->loop_depth++;
-	n->body = parse_body(p, ends);
+	n->body = parse_body(p, ends, at);
 	p->loop_depth--;
 	if (!n->body) return NULL;
 	if (at_end_tag(p, "else")) {
 		if (!close_tag(p)) return NULL;
 		static const char *const ends2[] = { "endfor", NULL };
-		if (!(n->orelse = parse_body(p, ends2))) return NULL;
+		if (!(n->orelse = parse_body(p, ends2, at))) return NULL;
 	}
 	return close_tag(p) ? n : NULL;
 }
@@ -864,7 +864,7 @@ static jnode *parse_set(parser *p, jinja_token *at)
 	if (is_op(cur(p), "|") && !(n->b = parse_filter(p, NULL, false))) return NULL;
 	if (!expect_kind(p, JT_BLOCK_END, "'%}'")) return NULL;
 	static const char *const ends[] = { "endset", NULL };
-	if (!(n->body = parse_body(p, ends))) return NULL;
+	if (!(n->body = parse_body(p, ends, at))) return NULL;
 	return close_tag(p) ? n : NULL;
 }
 
@@ -905,7 +905,7 @@ static jnode *parse_macro(parser *p, jinja_token *at)
 	static const char *const ends[] = { "endmacro", NULL };
 	int32_t loops = p->loop_depth;
 	p->loop_depth = 0;
-	n->body = parse_body(p, ends);
+	n->body = parse_body(p, ends, at);
 	p->loop_depth = loops;
 	if (!n->body) return NULL;
 	return close_tag(p) ? n : NULL;
@@ -936,20 +936,20 @@ static jnode *parse_statement(parser *p)
 		if (n && !(n->b = parse_filter(p, NULL, true))) n = NULL;
 		if (n && !expect_kind(p, JT_BLOCK_END, "'%}'")) n = NULL;
 		static const char *const ends[] = { "endfilter", NULL };
-		if (n && !(n->body = parse_body(p, ends))) n = NULL;
+		if (n && !(n->body = parse_body(p, ends, at))) n = NULL;
 		if (n && !close_tag(p)) n = NULL;
 	} else if (is_name(at, "generation")) {
 		/* transformers' {% generation %} marks the assistant's text for a mask; rendering passes it through */
 		static const char *const ends[] = { "endgeneration", NULL };
 		n = mknode(p, S_FILTER_BLOCK, at);   /* no filter: the body rendered in its own scope, as a call block */
 		if (n && !expect_kind(p, JT_BLOCK_END, "'%}'")) n = NULL;
-		if (n && !(n->body = parse_body(p, ends))) n = NULL;
+		if (n && !(n->body = parse_body(p, ends, at))) n = NULL;
 		if (n && !close_tag(p)) n = NULL;
 	} else if (is_name(at, "include") || is_name(at, "import") || is_name(at, "from") || is_name(at, "extends") ||
 	           is_name(at, "block") || is_name(at, "call") || is_name(at, "do") || is_name(at, "with") ||
 	           is_name(at, "autoescape") || is_name(at, "trans"))
 		n = pfail(p, at, "the '%.*s' tag is not supported (a chat template may only render)", (int)at->len, at->s);
-	else if (at->len > 3 && memcmp(at->s, "end", 3) == 0)
+	else if ((at->len > 3 && memcmp(at->s, "end", 3) == 0) || is_name(at, "elif") || is_name(at, "else"))
 		n = pfail(p, at, "unexpected '%.*s'", (int)at->len, at->s);
 	else
 		n = pfail(p, at, "unknown tag '%.*s'", (int)at->len, at->s);
@@ -957,7 +957,7 @@ static jnode *parse_statement(parser *p)
 	return n;
 }
 
-static jnode *parse_body(parser *p, const char *const *ends)
+static jnode *parse_body(parser *p, const char *const *ends, const jinja_token *opener)
 {
 	jinja_token *start = cur(p);
 	jnode *block = mknode(p, S_BLOCK, start);
@@ -971,7 +971,7 @@ static jnode *parse_body(parser *p, const char *const *ends)
 				char want[64] = "";
 				for (int k = 0; ends[k]; k++)
 					snprintf(want + strlen(want), sizeof want - strlen(want), "%s'%s'", k ? " or " : "", ends[k]);
-				pfail(p, start, "this block is not closed: the template ends before %s", want);
+				pfail(p, opener ? opener : start, "this block is not closed: the template ends before %s", want);
 				goto fail;
 			}
 			break;
@@ -1023,7 +1023,7 @@ jinja_template *jinja_parse(const char *src, size_t len, char *err, size_t err_l
 		return NULL;
 	}
 	parser p = { .t = t, .tk = &tk, .err = err, .err_len = err_len };
-	t->root = parse_body(&p, NULL);
+	t->root = parse_body(&p, NULL, NULL);
 	jinja_tokens_free(&tk);
 	if (!t->root) {
 		jinja_free(t);

@@ -405,7 +405,7 @@ bool jv_truthy(jv v)
 	case JV_INT: return v.i != 0;
 	case JV_FLOAT: return v.f != 0;
 	case JV_STR: return JSTR(v)->len > 0;
-	case JV_LIST: return JLIST(v)->n > 0;
+	case JV_LIST: return JLIST(v)->n > 0 || JLIST(v)->flavor == JL_GEN;
 	case JV_DICT: return JDICT(v)->n > 0;
 	default: return true;
 	}
@@ -420,7 +420,10 @@ const char *jv_type_name(jv v)
 	case JV_INT: return "int";
 	case JV_FLOAT: return "float";
 	case JV_STR: return "str";
-	case JV_LIST: return JLIST(v)->tuple ? "tuple" : "list";
+	case JV_LIST: {
+		static const char *const names[] = { "list", "generator", "dict_keys", "dict_values", "dict_items" };
+		return JLIST(v)->flavor ? names[JLIST(v)->flavor] : JLIST(v)->tuple ? "tuple" : "list";
+	}
 	case JV_DICT: return "dict";
 	case JV_NS: return "Namespace";
 	case JV_LOOP: return "LoopContext";
@@ -448,7 +451,8 @@ int jv_eq(jctx *c, jv a, jv b, int depth)
 	case JV_STR: return key_eq(a, b);
 	case JV_LIST: {
 		jlist *x = JLIST(a), *y = JLIST(b);
-		if (x->tuple != y->tuple || x->n != y->n) return 0;
+		if (x->tuple != y->tuple || x->flavor != y->flavor || x->n != y->n) return 0;
+		if (x->flavor == JL_GEN) return x == y;
 		for (uint32_t i = 0; i < x->n; i++) {
 			int e = jv_eq(c, x->items[i], y->items[i], depth + 1);
 			if (e != 1) return e;
@@ -492,7 +496,7 @@ int jv_cmp(jctx *c, const jnode *at, jv a, jv b, int *res)
 		*res = r < 0 ? -1 : r > 0 ? 1 : JSTR(a)->len < JSTR(b)->len ? -1 : JSTR(a)->len > JSTR(b)->len;
 		return 0;
 	}
-	if (a.kind == JV_LIST && b.kind == JV_LIST && JLIST(a)->tuple == JLIST(b)->tuple) {
+	if (JV_IS_PLAIN(a) && JV_IS_PLAIN(b) && JLIST(a)->tuple == JLIST(b)->tuple) {
 		jlist *x = JLIST(a), *y = JLIST(b);
 		for (uint32_t i = 0; i < x->n && i < y->n; i++) {
 			int e = jv_eq(c, x->items[i], y->items[i], 0);
@@ -616,11 +620,15 @@ int jv_repr(jctx *c, jv v, jbuf *out, int depth)
 	case JV_UNDEF: return jbuf_put(c, out, "Undefined", 9);
 	case JV_LIST: {
 		jlist *l = JLIST(v);
+		if (l->flavor == JL_GEN) return jbuf_put(c, out, "<generator object>", 18);   /* Python adds an address */
+		static const char *const views[] = { "", "", "dict_keys(", "dict_values(", "dict_items(" };
+		if (l->flavor && jbuf_put(c, out, views[l->flavor], strlen(views[l->flavor])) < 0) return -1;
 		if (jbuf_putc(c, out, l->tuple ? '(' : '[') < 0) return -1;
 		for (uint32_t i = 0; i < l->n; i++)
 			if ((i && jbuf_put(c, out, ", ", 2) < 0) || jv_repr(c, l->items[i], out, depth + 1) < 0) return -1;
 		if (l->tuple && l->n == 1 && jbuf_putc(c, out, ',') < 0) return -1;
-		return jbuf_putc(c, out, l->tuple ? ')' : ']');
+		if (jbuf_putc(c, out, l->tuple ? ')' : ']') < 0) return -1;
+		return l->flavor ? jbuf_putc(c, out, ')') : 0;
 	}
 	case JV_DICT: return dict_repr(c, JDICT(v), out, depth);
 	case JV_NS:
@@ -752,6 +760,8 @@ int jv_tojson(jctx *c, const jnode *at, jv v, const jjson_opts *o, jbuf *out, in
 	case JV_STR: return json_str(c, JSTR(v)->s, JSTR(v)->len, o->ensure_ascii, out);
 	case JV_LIST: {
 		jlist *l = JLIST(v);
+		if (l->flavor) return jx_fail(c, JINJA_ERR_RUNTIME, at, "tojson: an object of type %s is not JSON serializable",
+		                              jv_type_name(v));
 		if (l->n == 0) return jbuf_put(c, out, "[]", 2);
 		if (jbuf_putc(c, out, '[') < 0) return -1;
 		for (uint32_t i = 0; i < l->n; i++) {
