@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <utf8proc.h>
 
@@ -257,8 +258,7 @@ int jx_iterate(jctx *c, const jnode *at, jv v, jlist **out)
 	case JV_LIST: {
 		jlist *l = JLIST(v);
 		if (l->flavor != JL_GEN) { *out = (jlist *)jv_incref(v).o; return 0; }
-		if (l->broken && l->broken[0] == 'C') return jx_fail(c, JINJA_ERR_RUNTIME, at, "%s", l->broken);
-		if (l->broken) return jx_fail(c, JINJA_ERR_RUNTIME, at, "'%s' object is not iterable", l->broken);
+		if (l->broken) return jx_fail(c, JINJA_ERR_RUNTIME, at, "%s", l->broken);
 		/* a generator is used up by its walk: its items move to the list the walk gets */
 		jlist *w = jv_list_new(c, 0, false);
 		if (!w) return -1;
@@ -759,7 +759,7 @@ int jx_call_method(jctx *c, const jnode *at, const jmethod *m, jv *args, uint32_
 
 /* ---- globals ---- */
 
-enum { F_RANGE, F_NAMESPACE, F_DICT, F_RAISE };
+enum { F_RANGE, F_NAMESPACE, F_DICT, F_RAISE, F_STRFTIME };
 
 int jx_global(const char *name, jv *out)
 {
@@ -768,6 +768,7 @@ int jx_global(const char *name, jv *out)
 	else if (!strcmp(name, "namespace")) f = F_NAMESPACE;
 	else if (!strcmp(name, "dict")) f = F_DICT;
 	else if (!strcmp(name, "raise_exception")) f = F_RAISE;
+	else if (!strcmp(name, "strftime_now")) f = F_STRFTIME;   /* transformers adds it: Llama 3.2's template dates itself */
 	else return -1;
 	jv v = { .kind = JV_FUNC };
 	v.func = f;
@@ -815,6 +816,17 @@ static int call_func(jctx *c, const jnode *at, int f, jv *args, uint32_t nargs, 
 			if (jv_dict_set(c, d, key, jv_incref(kwvals[i])) < 0) return -1;
 		}
 		return 0;
+	}
+	case F_STRFTIME: {
+		if (nargs != 1 || args[0].kind != JV_STR || nkw)
+			return jx_fail(c, JINJA_ERR_RUNTIME, at, "strftime_now takes one format string");
+		time_t now = time(NULL);
+		struct tm tm;
+		char buf[512];
+		size_t n = 0;
+		if (localtime_r(&now, &tm) && JSTR(args[0])->len < 200) n = strftime(buf, sizeof buf, JSTR(args[0])->s, &tm);
+		if (n == 0 && JSTR(args[0])->len) return jx_fail(c, JINJA_ERR_RUNTIME, at, "strftime_now: the format is too long");
+		return jv_str_new(c, buf, n, out);
 	}
 	default: {
 		jbuf b = { 0 };

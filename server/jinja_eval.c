@@ -8,7 +8,7 @@
 
 #include "server/jinja_impl.h"
 
-#define JINJA_MAX_EVAL_DEPTH 1024   /* evaluator recursion, all of it together (the C stack it may use) */
+#define JINJA_MAX_EVAL_DEPTH 512   /* evaluator recursion, all of it together: at most ~200 KiB of C stack (-O2) */
 
 enum { EXEC_OK = 0, EXEC_BREAK = 1, EXEC_CONTINUE = 2 };
 
@@ -722,6 +722,11 @@ static int exec_node(jctx *c, const jnode *n)
 		int r = apply_filter_chain(c, n->b, v, &f);
 		jv_decref(c, v);
 		if (r < 0) return -1;
+		if (f.kind != JV_STR) {   /* Jinja puts the result into the output as it is: "".join fails on a non-string */
+			jx_fail(c, JINJA_ERR_RUNTIME, n, "a filter block gives %s, not a string", jv_type_name(f));
+			jv_decref(c, f);
+			return -1;
+		}
 		r = out_value(c, n, f);
 		jv_decref(c, f);
 		return r;

@@ -147,6 +147,25 @@ static bool iterable(jv v)
 	return v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF;
 }
 
+/* The TypeError a walk over v raises, as a static message (a broken generator keeps it). */
+static const char *not_iterable(jv v)
+{
+	switch (v.kind) {
+	case JV_NONE: return "'NoneType' object is not iterable";
+	case JV_BOOL: return "'bool' object is not iterable";
+	case JV_INT: return "'int' object is not iterable";
+	case JV_FLOAT: return "'float' object is not iterable";
+	case JV_NS: return "'Namespace' object is not iterable";
+	default: return "the object is not iterable";
+	}
+}
+
+static const char *unhashable(jv k)
+{
+	return k.kind == JV_DICT ? "unhashable type: 'dict'" : k.kind == JV_NS ? "unhashable type: 'Namespace'"
+	                                                                      : "unhashable type: 'list'";
+}
+
 /* A generator (what Jinja's filters return lazily) that yields nothing, or fails as it is walked (broken: the
  * type name of what it would walk, or a message starting with 'C'). */
 static int gen_empty(jctx *c, const char *broken, jv *out)
@@ -165,7 +184,7 @@ static int select_filter(jctx *c, const jnode *at, jv v, const fargs *a, bool at
 {
 	if (JV_IS_GEN(v) && JLIST(v)->broken) return gen_empty(c, JLIST(v)->broken, out);   /* fails when walked */
 	if (!jv_truthy(v)) return gen_empty(c, NULL, out);
-	if (!iterable(v)) return gen_empty(c, jv_type_name(v), out);
+	if (!iterable(v)) return gen_empty(c, not_iterable(v), out);
 	jlist *items;
 	if (jx_iterate(c, at, v, &items) < 0) return -1;
 	jlist *res = jv_list_new(c, 0, false);
@@ -367,6 +386,10 @@ static int number_filter(jctx *c, const jnode *at, jv v, const fargs *a, bool wa
 {
 	jv *d = farg(a, 0, "default");
 	jv dflt = d ? *d : want_float ? jv_float(0) : jv_int(0);
+	if (v.kind == JV_UNDEF) {   /* int(Undefined) raises UndefinedError, which int and float do not catch */
+		if (v.uname) return jx_fail(c, JINJA_ERR_RUNTIME, at, "'%s' is undefined", v.uname);
+		return jx_fail(c, JINJA_ERR_RUNTIME, at, "an undefined value was used");
+	}
 	double f;
 	switch (v.kind) {
 	case JV_INT: case JV_BOOL:
@@ -560,7 +583,7 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 	}
 	if (!strcmp(name, "unique")) {
 		jv *cs = farg(&a, 0, "case_sensitive"), *attr = farg(&a, 1, "attribute");
-		if (!iterable(v)) return gen_empty(c, jv_type_name(v), out);
+		if (!iterable(v)) return gen_empty(c, not_iterable(v), out);
 		if (JV_IS_GEN(v) && JLIST(v)->broken) return gen_empty(c, JLIST(v)->broken, out);
 		jlist *items;
 		if (jx_iterate(c, at, v, &items) < 0) return -1;
@@ -571,6 +594,15 @@ int jx_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32
 			jv k;
 			r = sort_key(c, at, items->items[i], attr && attr->kind == JV_STR ? JSTR(*attr) : NULL, cs && jv_truthy(*cs), &k);
 			if (r < 0) break;
+			if (k.kind == JV_DICT || k.kind == JV_NS || (k.kind == JV_LIST && !JLIST(k)->tuple)) {
+				/* unique keeps a set: an unhashable item fails, when the generator is walked */
+				const char *msg = unhashable(k);
+				jv_decref(c, k);
+				jv_decref(c, jv_obj(JV_LIST, items));
+				if (seen) jv_decref(c, jv_obj(JV_LIST, seen));
+				if (res) jv_decref(c, jv_obj(JV_LIST, res));
+				return gen_empty(c, msg, out);
+			}
 			int dup = 0;
 			for (uint32_t j = 0; j < seen->n && !dup; j++) dup = jv_eq(c, seen->items[j], k, 0);
 			if (dup < 0) { jv_decref(c, k); r = -1; break; }
@@ -713,9 +745,11 @@ int jx_test(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32_t
 	else if (!strcmp(name, "number")) *res = isnum;
 	else if (!strcmp(name, "string")) *res = v.kind == JV_STR;
 	else if (!strcmp(name, "mapping")) *res = v.kind == JV_DICT;
-	else if (!strcmp(name, "sequence")) *res = v.kind == JV_STR || JV_IS_PLAIN(v) || v.kind == JV_DICT;
+	else if (!strcmp(name, "sequence"))   /* len() and __getitem__: Undefined has both */
+		*res = v.kind == JV_STR || JV_IS_PLAIN(v) || v.kind == JV_DICT || v.kind == JV_UNDEF;
 	else if (!strcmp(name, "iterable")) *res = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF;
-	else if (!strcmp(name, "callable")) *res = v.kind == JV_MACRO || v.kind == JV_FUNC || v.kind == JV_METHOD;
+	else if (!strcmp(name, "callable"))   /* Undefined has a __call__ (that fails): callable() says True */
+		*res = v.kind == JV_MACRO || v.kind == JV_FUNC || v.kind == JV_METHOD || v.kind == JV_UNDEF;
 	else if (!strcmp(name, "escaped")) *res = 0;
 	else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
 		jbuf b = { 0 };
@@ -731,6 +765,14 @@ int jx_test(jctx *c, const jnode *at, const char *name, jv v, jv *args, uint32_t
 		double r = fmod(v.f, 2);   /* value % 2, with Python's sign */
 		if (r < 0) r += 2;
 		*res = name[0] == 'o' ? r == 1 : r == 0;
+	} else if (!strcmp(name, "divisibleby") && (v.kind == JV_FLOAT || (a0 && a0->kind == JV_FLOAT)) &&
+	           (v.kind == JV_FLOAT || v.kind == JV_INT || v.kind == JV_BOOL)) {
+		if (!a0 || (a0->kind != JV_FLOAT && a0->kind != JV_INT && a0->kind != JV_BOOL))
+			return jx_fail(c, JINJA_ERR_RUNTIME, at, "divisibleby needs a number argument");
+		double x = v.kind == JV_FLOAT ? v.f : v.kind == JV_INT ? (double)v.i : v.b;
+		double d = a0->kind == JV_FLOAT ? a0->f : a0->kind == JV_INT ? (double)a0->i : a0->b;
+		if (d == 0) return jx_fail(c, JINJA_ERR_RUNTIME, at, "float modulo by zero");
+		*res = fmod(x, d) == 0;
 	} else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
 		if (v.kind != JV_INT && v.kind != JV_BOOL)
 			return jx_fail(c, JINJA_ERR_RUNTIME, at, "the '%s' test needs an integer, not %s", name, jv_type_name(v));

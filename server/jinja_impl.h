@@ -91,18 +91,22 @@ typedef struct jlist {
 	uint32_t n, cap;
 	bool tuple;
 	uint8_t flavor;          /* JL_* */
-	const char *broken;      /* JL_GEN over a value that is not iterable: its type name (or, starting with 'C', a
-	                          * whole message), for the error its first walk raises */
+	const char *broken;      /* a JL_GEN that fails when walked (over a value that is not iterable, …): the error,
+	                          * a static string */
 	jv *items;
 } jlist;
 #define JV_IS_GEN(v) ((v).kind == JV_LIST && JLIST(v)->flavor == JL_GEN)
 #define JV_IS_PLAIN(v) ((v).kind == JV_LIST && JLIST(v)->flavor == JL_LIST)
 
-/* A dict, and a namespace(): keys in insertion order, as Python's dict keeps them. */
+/* A dict, and a namespace(): keys in insertion order, as Python's dict keeps them. Past 16 keys, an open-addressing
+ * index over the string keys (slot: position + 1, 0 empty) keeps lookups and inserts O(1): request JSON may hold
+ * objects of many keys. */
 typedef struct jdict {
 	jobj h;
 	uint32_t n, cap;
 	jv *keys, *vals;
+	uint32_t *index;         /* index_cap slots, a power of two, or NULL */
+	uint32_t index_cap;
 } jdict;
 
 typedef struct jloop {

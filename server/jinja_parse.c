@@ -502,10 +502,11 @@ done:
 
 static jnode *parse_unary(parser *p, bool with_filter)
 {
-	if (!enter(p)) return NULL;
 	jinja_token *t = cur(p);
 	jnode *node;
-	if (is_op(t, "-") || is_op(t, "+")) {
+	bool sign = is_op(t, "-") || is_op(t, "+");
+	if (sign && !enter(p)) return NULL;   /* a level per sign: - - - x recurses */
+	if (sign) {
 		advance(p);
 		node = mknode(p, N_UNARY, t);
 		if (node) {
@@ -517,7 +518,7 @@ static jnode *parse_unary(parser *p, bool with_filter)
 		node = parse_primary(p);
 	node = parse_postfix(p, node);
 	if (with_filter) node = parse_filter_expr(p, node);
-	p->depth--;
+	if (sign) p->depth--;
 	return node;
 }
 
@@ -673,7 +674,6 @@ static jnode *parse_or(parser *p)
 
 static jnode *parse_expression(parser *p, bool with_condexpr)
 {
-	if (!enter(p)) return NULL;
 	jnode *e = parse_or(p);
 	while (with_condexpr && e && is_name(cur(p), "if")) {
 		jinja_token *at = cur(p);
@@ -685,12 +685,13 @@ static jnode *parse_expression(parser *p, bool with_condexpr)
 		if (!c->a) { e = NULL; break; }
 		if (is_name(cur(p), "else")) {
 			advance(p);
+			if (!enter(p)) { e = NULL; break; }   /* a else b if c else … recurses */
 			c->c = parse_expression(p, true);
+			p->depth--;
 			if (!c->c) { e = NULL; break; }
 		}
 		e = c;
 	}
-	p->depth--;
 	return e;
 }
 

@@ -183,6 +183,7 @@ static void obj_release(jctx *c, jobj *o)
 		for (uint32_t i = 0; i < d->n; i++) { jv_decref(c, d->keys[i]); jv_decref(c, d->vals[i]); }
 		jx_free(c, d->keys, (size_t)d->cap * sizeof *d->keys);
 		jx_free(c, d->vals, (size_t)d->cap * sizeof *d->vals);
+		jx_free(c, d->index, (size_t)d->index_cap * sizeof *d->index);
 		break;
 	}
 	case JV_LOOP: {
@@ -207,6 +208,7 @@ void jx_sweep(jctx *c)
 			jdict *d = (jdict *)o;
 			jx_free(c, d->keys, (size_t)d->cap * sizeof(jv));
 			jx_free(c, d->vals, (size_t)d->cap * sizeof(jv));
+			jx_free(c, d->index, (size_t)d->index_cap * sizeof(uint32_t));
 		}
 		obj_unlink_free(c, o);
 	}
@@ -295,20 +297,66 @@ static bool key_eq(jv a, jv b)
 	return a.kind == JV_NONE && b.kind == JV_NONE;
 }
 
-jv *jv_dict_get(const jdict *d, jv key)
+static uint32_t str_hash(const char *s, size_t n)
 {
-	for (uint32_t i = 0; i < d->n; i++)
-		if (key_eq(d->keys[i], key)) return &d->vals[i];
-	return NULL;
+	uint32_t h = 2166136261u;   /* FNV-1a */
+	for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+	return h;
 }
 
 jv *jv_dict_get_str(const jdict *d, const char *k, size_t len)
 {
+	if (d->index) {
+		uint32_t mask = d->index_cap - 1;
+		for (uint32_t h = str_hash(k, len) & mask;; h = (h + 1) & mask) {
+			uint32_t slot = d->index[h];
+			if (!slot) return NULL;
+			jv key = d->keys[slot - 1];
+			if (JSTR(key)->len == len && memcmp(JSTR(key)->s, k, len) == 0) return &d->vals[slot - 1];
+		}
+	}
 	for (uint32_t i = 0; i < d->n; i++) {
 		jv key = d->keys[i];
 		if (key.kind == JV_STR && JSTR(key)->len == len && memcmp(JSTR(key)->s, k, len) == 0) return &d->vals[i];
 	}
 	return NULL;
+}
+
+jv *jv_dict_get(const jdict *d, jv key)
+{
+	if (key.kind == JV_STR) return jv_dict_get_str(d, JSTR(key)->s, JSTR(key)->len);
+	for (uint32_t i = 0; i < d->n; i++)
+		if (key_eq(d->keys[i], key)) return &d->vals[i];
+	return NULL;
+}
+
+/* Puts position i's key (a string) into the index. */
+static void index_put(jdict *d, uint32_t i)
+{
+	uint32_t mask = d->index_cap - 1;
+	uint32_t h = str_hash(JSTR(d->keys[i])->s, JSTR(d->keys[i])->len) & mask;
+	while (d->index[h]) h = (h + 1) & mask;
+	d->index[h] = i + 1;
+}
+
+/* Keeps the index at most half full once there are more than 16 keys. */
+static int index_grow(jctx *c, jdict *d)
+{
+	if (d->n < 16 || (uint64_t)(d->n + 1) * 2 <= d->index_cap) return 0;
+	uint32_t cap = d->index_cap ? d->index_cap : 64;
+	while ((uint64_t)(d->n + 1) * 2 > cap) {
+		if (cap >= (1u << 30)) return jx_fail(c, JINJA_ERR_LIMIT, NULL, "a dict too large");
+		cap *= 2;
+	}
+	uint32_t *idx = jx_alloc(c, (size_t)cap * sizeof *idx);
+	if (!idx) return -1;
+	memset(idx, 0, (size_t)cap * sizeof *idx);
+	jx_free(c, d->index, (size_t)d->index_cap * sizeof *idx);
+	d->index = idx;
+	d->index_cap = cap;
+	for (uint32_t i = 0; i < d->n; i++)
+		if (d->keys[i].kind == JV_STR) index_put(d, i);
+	return 0;
 }
 
 int jv_dict_set(jctx *c, jdict *d, jv key, jv val)
@@ -341,8 +389,10 @@ int jv_dict_set(jctx *c, jdict *d, jv key, jv val)
 		d->vals = v;
 		d->cap = cap;
 	}
+	if (index_grow(c, d) < 0) { jv_decref(c, key); jv_decref(c, val); return -1; }
 	d->keys[d->n] = key;
 	d->vals[d->n] = val;
+	if (d->index && key.kind == JV_STR) index_put(d, d->n);
 	d->n++;
 	return 0;
 }

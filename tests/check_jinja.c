@@ -274,6 +274,23 @@ START_TEST(test_api)
 	free(out);
 	jinja_free(t);
 	json_decref(v);
+	/* an object of many keys (indexed past 16): lookups, order and a key set twice */
+	json_t *many = json_object();
+	char key[16];
+	for (int i = 0; i < 5000; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		json_object_set_new(many, key, json_integer(i));
+	}
+	v = json_pack("{s:o}", "d", many);
+	const char *tpl = "{{ d | length }}|{{ d.k4999 }}|{{ d['k17'] }}|{{ (d | list)[:3] }}|{{ (d | list)[-1] }}|"
+	                  "{{ 'k5000' in d }}|{% set ns = namespace(d) %}{% set ns.k3 = 'x' %}{{ ns.k3 }}{{ ns.k4 }}";
+	t = jinja_parse(tpl, strlen(tpl), err, sizeof err);
+	ck_assert_int_eq(jinja_render(t, v, NULL, &out, &len, err, sizeof err), JINJA_OK);
+	ck_assert_str_eq(out, "5000|4999|17|['k0', 'k1', 'k2']|k4999|False|x4");
+	free(out);
+	jinja_free(t);
+	json_decref(v);
+	expect_out("{{ {'a': 1, 'b': 2, 'a': 3} }}", "{}", "{'a': 3, 'b': 2}");
 }
 END_TEST
 
@@ -356,6 +373,16 @@ START_TEST(test_limits)
 	for (int i = 0; i < 300; i++) { nest[k++] = 'n'; nest[k++] = 'o'; nest[k++] = 't'; nest[k++] = ' '; }
 	strcpy(nest + k, "1 }}");
 	expect_syntax(nest, "deeper than");
+	/* nesting that only running reaches: a macro recursing inside 100 levels of brackets */
+	char rec[1200];
+	k = (size_t)sprintf(rec, "{%% macro f(k) %%}{{ ");
+	for (int i = 0; i < 100; i++) rec[k++] = '[';
+	k += (size_t)sprintf(rec + k, "f(k + 1) if k < 60 else 0");
+	for (int i = 0; i < 100; i++) rec[k++] = ']';
+	strcpy(rec + k, " }}{% endmacro %}{{ f(0) }}");
+	out = render_lim(rec, "{}", NULL, &st, err, sizeof err);
+	ck_assert_int_eq(st, JINJA_ERR_LIMIT);
+	ck_assert_msg(strstr(err, "evaluation nested deeper than 512 levels"), "%s", err);
 	(void)out;
 }
 END_TEST

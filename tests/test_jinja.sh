@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/test_jinja.sh — server/jinja.h against python3-jinja2 rendering as transformers' apply_chat_template renders
 # (tests/jinja/render_ref.py), byte for byte, through aah-jinja's command line: the language piece by piece
-# (tests/jinja/language.cases), then the chat templates of Qwen3, Llama 3 (fetched from npm into the cache), ChatML
+# (tests/jinja/language.cases), 600 random templates (tests/jinja/random_cases.py), then the chat templates of Qwen3, Llama 3 (fetched from npm into the cache), ChatML
 # and Mistral with every conversation of tests/data/chat/conversations/; then aah-jinja's exit statuses and messages.
 set -eu
 BUILD=${AAH_BUILD:-build}
@@ -21,6 +21,12 @@ REF="/usr/bin/python3 tests/jinja/render_ref.py"
 # the language, case by case
 "$J" --cases tests/jinja/language.cases tests/jinja/language_vars.json >"$tmp/lang.jsonl" || fail "aah-jinja --cases failed"
 $REF --cases tests/jinja/language.cases tests/jinja/language_vars.json --compare "$tmp/lang.jsonl" || fail "language cases differ"
+
+# 600 random templates over every operator, filter, test and method (seeded: the same each run)
+/usr/bin/python3 tests/jinja/random_cases.py 1 600 >"$tmp/random.cases"
+"$J" --cases "$tmp/random.cases" tests/jinja/language_vars.json >"$tmp/random.jsonl" || fail "aah-jinja --cases failed on the random cases"
+/usr/bin/python3 -W ignore tests/jinja/render_ref.py --cases "$tmp/random.cases" tests/jinja/language_vars.json \
+	--compare "$tmp/random.jsonl" --lenient || fail "random cases differ"
 
 # four real chat templates with every conversation
 $REF --make-batch "$tmp/batch.json" "$DATA/chat" "$CACHE" || fail "cannot list the chat renders"

@@ -2,7 +2,7 @@
 """tests/jinja/render_ref.py — the reference for server/jinja.h: renders TEMPLATE with the JSON object VARS as
 Hugging Face transformers' apply_chat_template renders a chat template (its _compile_jinja_template): python3-jinja2's
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, the loopcontrols extension and {% generation %}, tojson replaced by
-json.dumps with ensure_ascii=False, and raise_exception. Usage and exit status as aah-jinja's:
+json.dumps with ensure_ascii=False, raise_exception and strftime_now. Usage and exit status as aah-jinja's:
 render_ref.py TEMPLATE VARS.json (TEMPLATE a template file or a tokenizer_config.json); 0 rendered, 2 the template
 does not parse, 3 raise_exception, 5 any other render error. The output goes to stdout as UTF-8, nothing added.
 
@@ -11,6 +11,7 @@ format) and compares it with aah-jinja's line for it: the same output where Pyth
 fails (raise_exception's message the same). Prints each difference; exit status 1 when there is one."""
 import json
 import sys
+from datetime import datetime
 
 import jinja2
 import jinja2.ext
@@ -43,6 +44,10 @@ def raise_exception(message):
     raise RaisedByTemplate(message)
 
 
+def strftime_now(format):
+    return datetime.now().strftime(format)
+
+
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -65,6 +70,7 @@ def make_env():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
@@ -98,7 +104,11 @@ def read_cases(path):
     return cases
 
 
-def compare_cases(cases_path, vars_path, c_path):
+# What --lenient leaves out: templates that use printf-style % formatting, which aahd refuses and Python may take
+# (docs/chat-templates.md lists the differences).
+
+
+def compare_cases(cases_path, vars_path, c_path, lenient=False):
     with open(vars_path, encoding="utf-8") as f:
         variables = json.load(f)
     with open(c_path, encoding="utf-8") as f:
@@ -109,11 +119,16 @@ def compare_cases(cases_path, vars_path, c_path):
     if len(got) != len(cases):
         print(f"aah-jinja rendered {len(got)} cases, the file has {len(cases)}")
         return 1
+    skipped = 0
     for (name, source), c in zip(cases, got):
-        rc, text = render(env, source, variables)
+        # a fresh copy for each case: a template can change a list in place (indent's s += "\n" on a list)
+        rc, text = render(env, source, json.loads(json.dumps(variables)))
         if c["name"] != name:
             print(f"case order differs: {name} / {c['name']}")
             return 1
+        if lenient and "printf-style" in c.get("err", ""):
+            skipped += 1
+            continue
         if rc == 0 and (c["rc"] != 0 or c["out"] != text):
             bad += 1
             print(f"DIFFERS {name}:\n  python: {text[:2000]!r}\n  C:      {c.get('out', c.get('err'))[:2000]!r}")
@@ -123,7 +138,8 @@ def compare_cases(cases_path, vars_path, c_path):
         elif rc == 3 and (c["rc"] != 3 or c["err"] != text):
             bad += 1
             print(f"DIFFERS {name}: python raises {text!r}, C says {c['err']!r} (rc {c['rc']})")
-    print(f"{len(cases) - bad} of {len(cases)} cases as python3-jinja2 renders them")
+    note = f" ({skipped} left out: % formatting)" if skipped else ""
+    print(f"{len(cases) - skipped - bad} of {len(cases) - skipped} cases as python3-jinja2 renders them{note}")
     return 1 if bad else 0
 
 
@@ -194,8 +210,10 @@ def main():
         return make_batch(sys.argv[2], sys.argv[3], sys.argv[4])
     if len(sys.argv) == 5 and sys.argv[1] == "--batch" and sys.argv[3] == "--compare":
         return compare_batch(sys.argv[2], sys.argv[4])
-    if len(sys.argv) == 6 and sys.argv[1] == "--cases" and sys.argv[4] == "--compare":
-        return compare_cases(sys.argv[2], sys.argv[3], sys.argv[5])
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--cases" and sys.argv[4] == "--compare":
+        if len(sys.argv) == 7 and sys.argv[6] != "--lenient":
+            return 1
+        return compare_cases(sys.argv[2], sys.argv[3], sys.argv[5], lenient=len(sys.argv) == 7)
     if len(sys.argv) != 3:
         print("usage: render_ref.py TEMPLATE VARS.json", file=sys.stderr)
         return 1
