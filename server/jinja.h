@@ -38,7 +38,8 @@ typedef enum jinja_status {
 /* Renders t with the variables of `vars`, a JSON object (messages, tools, add_generation_prompt, bos_token,
  * eos_token, and any chat_template_kwargs): JSON null is Python's None, an absent key is undefined. On JINJA_OK
  * *out is a malloc'd NUL-terminated string of *out_len bytes that the caller frees; otherwise *out is NULL and err
- * says why. limits may be NULL (the defaults). t is not changed: one template may be rendered by several threads. */
+ * says why. limits may be NULL (the defaults). t is not changed: one template may be rendered by several threads.
+ * A render recurses at most 512 levels deep, within 256 KiB of the calling thread's stack (more under ASan). */
 jinja_status jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits, char **out,
                           size_t *out_len, char *err, size_t err_len);
 

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "engine/engine.h"
 #include "models/aah_config.h"
+#include "server/chat_template.h"
 #include "server/http.h"
 #include "server/log.h"
 #include "server/signals.h"
@@ -105,6 +106,12 @@ int server_run(const aahd_config *cfg)
 		log_msg(LOG_ERROR, NULL, "cannot load the tokenizer: %s", err);
 		goto done;
 	}
+	if (chat_template_load(cfg->chat_template, dir, srv->tok, &srv->chat, err, sizeof err) != 0) {
+		log_msg(LOG_ERROR, NULL, "%s", err);
+		goto done;
+	}
+	log_msg(LOG_INFO, NULL, "chat template: %s", srv->chat ? chat_template_origin(srv->chat)
+	                                                         : "none (chat requests get 400; see --chat-template)");
 	const model_config *mc = engine_config(e);
 	srv->ctx_len = engine_ctx_len(e);
 	srv->vocab = mc->vocab_size;
@@ -200,6 +207,7 @@ done:
 	sched_free(srv->sch);
 	engine_free(e);
 	tokenizer_free(srv->tok);
+	chat_template_free(srv->chat);
 	free(srv);
 	if (rc == 0)
 		log_msg(LOG_INFO, NULL, "stopped");
