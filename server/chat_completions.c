@@ -155,6 +155,11 @@ static enum MHD_Result render_error(http_request *req, jinja_status st, const ch
 	}
 }
 
+/* A render runs on one of libmicrohttpd's four epoll workers (docs/http-front.md), where every other connection of
+ * that worker waits for it: chat requests get a fifth of the interpreter's default steps (2,000,000, about 0.1 s;
+ * Qwen3's template over CHAT_MAX_MESSAGES turns with tools takes far fewer, docs/chat.md). */
+#define CHAT_RENDER_MAX_STEPS 2000000
+
 /* The request's state while it waits: the job, released when the request completes (as api_completions keeps its). */
 static void job_state_abort(void *state) { cmpl_job_cancel(state); }
 static void job_state_free(void *state) { cmpl_job_release(state); }
@@ -185,7 +190,7 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 	size_t prompt_len;
 	/* a prompt longer than 64 bytes per token of the context can never fit it (real tokens average about 4): the
 	 * render stops there rather than hand the tokenizer megabytes it would only refuse */
-	jinja_limits limits = { .max_output = (size_t)s->ctx_len * 64 + 65536 };
+	jinja_limits limits = { .max_steps = CHAT_RENDER_MAX_STEPS, .max_output = (size_t)s->ctx_len * 64 + 65536 };
 	jinja_status st = chat_template_render(s->chat, cr.vars, &limits, &prompt, &prompt_len, err, sizeof err);
 	json_decref(cr.vars);
 	cr.vars = NULL;
