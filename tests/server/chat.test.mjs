@@ -498,6 +498,44 @@ describe('queueing and cancellation, as /v1/completions (a slow engine: every st
   });
 });
 
+// libmicrohttpd serves every connection on 4 epoll workers (docs/http-front.md): a chat handler that blocked one while
+// its job ran would let at most 4 chat requests be in flight at once. Ten are, whole and streamed, and all answer.
+describe('more chat requests in flight than libmicrohttpd has workers (a slow engine: every step sleeps 5 ms)', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer(['--ctx-len', String(CTX), '--max-batch', '1', '--queue-length', '16', '--chat-template',
+      TEMPLATE], { AAHD_TEST_STEP_DELAY_US: '5000' });
+  });
+  after(async () => {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, srv.log());
+  });
+
+  test('ten at once, six whole and four streamed, are all submitted and all answered', async () => {
+    const body = { messages: CONVERSATIONS[1], max_tokens: 40, temperature: 0 };
+    const pending = [];
+    for (let i = 0; i < 10; i++) pending.push(post(srv, i < 6 ? body : { ...body, stream: true }));
+    await until(async () => {
+      const m = await metrics(srv.port);
+      return m.get('aahd_requests_running') + m.get('aahd_requests_waiting') === 10;
+    }, 15000, 'ten chat requests in the scheduler at once');
+    const answers = await Promise.all(pending);
+    const whole = answers[0].json.choices[0].message.content;
+    for (const [i, r] of answers.entries()) {
+      assert.equal(r.status, 200, r.text);
+      if (i < 6) {
+        assert.equal(r.json.object, 'chat.completion');
+        assert.equal(r.json.choices[0].message.content, whole);
+        continue;
+      }
+      const events = sseEvents(r.text);
+      assert.equal(events.at(-1), '[DONE]');
+      const text = events.slice(0, -1).map((e) => e.choices[0]?.delta?.content ?? '').join('');
+      assert.equal(text, whole, 'a stream joins to the whole answer (temperature 0)');
+    }
+  });
+});
+
 test('a template that does not parse fails the start, naming its line and column', async () => {
   const file = path.join(tmp, 'broken.jinja');
   fs.writeFileSync(file, '{% for m in messages %}\n{{ m.content }\n{% endfor %}\n');
