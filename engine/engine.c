@@ -504,6 +504,7 @@ void engine_free(engine *e)
 }
 
 const model_config *engine_config(const engine *e) { return &e->cfg; }
+const char *engine_chat_template(const engine *e) { return e->mf.chat_template; }
 int32_t engine_ctx_len(const engine *e) { return e->p.ctx_len; }
 int64_t engine_kv_pool_pages(const engine *e) { return e->kv.pool.n_pages; }
 int64_t engine_kv_page_bytes(const engine *e) { return (int64_t)e->kv.page_bytes; }

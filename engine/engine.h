@@ -46,6 +46,8 @@ void engine_free(engine *e);
 
 /* Any thread. */
 const model_config *engine_config(const engine *e);
+/* The chat template the model file carries (a GGUF's tokenizer.chat_template), or NULL; owned by the engine. */
+const char *engine_chat_template(const engine *e);
 int32_t engine_ctx_len(const engine *e);
 /* Any thread: the KV page pool, in pages, and one page's bytes. */
 int64_t engine_kv_pool_pages(const engine *e);

@@ -7,6 +7,7 @@
 #include "server/http.h"
 
 enum MHD_Result api_completions(http_request *req);      /* POST /v1/completions (completions.c) */
+enum MHD_Result api_chat_completions(http_request *req); /* POST /v1/chat/completions (chat_completions.c) */
 enum MHD_Result api_models(http_request *req);           /* GET /v1/models (info_api.c) */
 enum MHD_Result api_health(http_request *req);           /* GET /health (info_api.c) */
 enum MHD_Result api_metrics(http_request *req);          /* GET /metrics (metrics_api.c) */

@@ -25,6 +25,7 @@ static void job_free(cmpl_job *j)
 	}
 	free(j->prompts);
 	free(j->choices);
+	free(j->owned_text);
 	completion_request_free(&j->req);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
@@ -146,14 +147,14 @@ int32_t cmpl_job_completion_tokens(const cmpl_choice *c)
 
 /* A log-probability as JSON, which has no -inf (a token the model gives no probability at all): -9999, as vLLM
  * sends; json_real would refuse it, and the member would silently go missing. */
-static json_t *logprob_json(float lp)
+json_t *cmpl_job_logprob_json(float lp)
 {
 	return json_real(isfinite(lp) ? (double)lp : -9999.0);
 }
 
 /* A token's own text (special tokens spelled out, an id of the model's padded vocabulary that the tokenizer lacks
  * empty; a partial character becomes U+FFFD). */
-static json_t *token_string(const tokenizer *t, int32_t id)
+json_t *cmpl_job_token_string(const tokenizer *t, int32_t id)
 {
 	char small[256];
 	int64_t n = tokenizer_decode(t, &id, 1, false, small, sizeof small);
@@ -179,15 +180,15 @@ static json_t *top_object(const tokenizer *t, const sched_logprob_rows *rows, in
 	for (int32_t k = 0; k < rows->n_top; k++) {
 		int32_t id = rows->top_ids[row * rows->n_top + k];
 		has_actual |= id == actual;
-		json_t *key = token_string(t, id);
+		json_t *key = cmpl_job_token_string(t, id);
 		if (!json_object_get(o, json_string_value(key)))   /* two ids may share a text: keep the likelier */
-			json_object_set_new(o, json_string_value(key), logprob_json(rows->top_logprobs[row * rows->n_top + k]));
+			json_object_set_new(o, json_string_value(key), cmpl_job_logprob_json(rows->top_logprobs[row * rows->n_top + k]));
 		json_decref(key);
 	}
 	if (!has_actual) {
-		json_t *key = token_string(t, actual);
+		json_t *key = cmpl_job_token_string(t, actual);
 		if (!json_object_get(o, json_string_value(key)))
-			json_object_set_new(o, json_string_value(key), logprob_json(rows->logprob[row]));
+			json_object_set_new(o, json_string_value(key), cmpl_job_logprob_json(rows->logprob[row]));
 		json_decref(key);
 	}
 	return o;
@@ -206,9 +207,9 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 		if (!v.prompt_done)   /* cancelled before its prompt was through: no numbers to give */
 			pl = NULL;
 		for (int32_t i = 0; i < p->n_ids; i++) {
-			json_array_append_new(tokens, token_string(t, p->ids[i]));
+			json_array_append_new(tokens, cmpl_job_token_string(t, p->ids[i]));
 			bool have = i > 0 && pl;   /* the first token has no context: null, as the legacy API */
-			json_array_append_new(lps, have ? logprob_json(pl->logprob[i]) : json_null());
+			json_array_append_new(lps, have ? cmpl_job_logprob_json(pl->logprob[i]) : json_null());
 			json_array_append_new(tops, have ? top_object(t, pl, i, p->ids[i]) : json_null());
 			json_array_append_new(offs, json_integer(p->tok_chars ? p->tok_chars[i] : 0));
 		}
@@ -219,8 +220,8 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 	size_t chars = base + utf8_chars(c->text.text, from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len);
 	size_t at = from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len;
 	for (int32_t i = from; i < to && gl; i++) {
-		json_array_append_new(tokens, token_string(t, ids[i]));
-		json_array_append_new(lps, logprob_json(gl->logprob[i]));
+		json_array_append_new(tokens, cmpl_job_token_string(t, ids[i]));
+		json_array_append_new(lps, cmpl_job_logprob_json(gl->logprob[i]));
 		json_array_append_new(tops, top_object(t, gl, i, ids[i]));
 		size_t off = c->text.tok_off[i] < c->text.len ? c->text.tok_off[i] : c->text.len;
 		chars += utf8_chars(c->text.text + at, off - at);
@@ -335,7 +336,10 @@ static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Re
 		char err[256];
 		int64_t cap = (int64_t)in->text_len + 8;
 		p->ids = malloc((size_t)cap * sizeof *p->ids);
-		int64_t n = p->ids ? tokenizer_encode(s->tok, in->text, in->text_len, true, p->ids, cap, err, sizeof err) : -1;
+		/* a rendered chat template has its special tokens (a BOS among them) in its text already: none added, as
+		 * transformers' apply_chat_template tokenizes */
+		int64_t n = p->ids ? tokenizer_encode(s->tok, in->text, in->text_len, !j->chat, p->ids, cap, err, sizeof err)
+		                   : -1;
 		if (n < 0 || n > cap) {
 			snprintf(msg, sizeof msg, "cannot tokenize prompt %d: %s", i, p->ids ? err : "out of memory");
 			*answered = bad(req, "prompt", NULL, msg);
@@ -375,7 +379,8 @@ static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Re
 		         "tokens (%d in your prompt; %lld for the completion).",
 		         s->ctx_len, s->max_prompt_tokens, (long long)p->n_ids + (j->req.max_tokens > 0 ? j->req.max_tokens : 0),
 		         p->n_ids, (long long)(j->req.max_tokens > 0 ? j->req.max_tokens : 0));
-		*answered = bad(req, p->n_ids > s->max_prompt_tokens || p->n_ids > s->ctx_len ? "prompt" : "max_tokens",
+		*answered = bad(req, p->n_ids > s->max_prompt_tokens || p->n_ids > s->ctx_len ? (j->chat ? "messages" : "prompt")
+		                                                                            : "max_tokens",
 		                "context_length_exceeded", msg);
 		return -1;
 	}
@@ -406,27 +411,54 @@ static int prompt_prepare(http_request *req, cmpl_job *j, int32_t i, enum MHD_Re
 	return 0;
 }
 
+cmpl_job *cmpl_job_new(http_request *req, const char *id_prefix)
+{
+	cmpl_job *j = calloc(1, sizeof *j);
+	if (!j)
+		return NULL;
+	atomic_init(&j->refs, 1);
+	pthread_mutex_init(&j->mu, NULL);
+	j->srv = req->srv;
+	j->created = time(NULL);
+	snprintf(j->id, sizeof j->id, "%s%s", id_prefix, req->id);
+	return j;
+}
+
+void cmpl_job_discard(cmpl_job *j)
+{
+	if (j)
+		job_free(j);
+}
+
+completion_limits cmpl_job_limits(const server_ctx *s)
+{
+	return (completion_limits){ (int32_t)s->cfg->max_n, s->max_tokens };
+}
+
 enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
 {
 	*out = NULL;
-	server_ctx *s = req->srv;
-	cmpl_job *j = calloc(1, sizeof *j);
+	cmpl_job *j = cmpl_job_new(req, "cmpl-");
 	if (!j)
 		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
-	atomic_init(&j->refs, 1);
-	pthread_mutex_init(&j->mu, NULL);
-	j->srv = s;
-	j->created = time(NULL);
-	snprintf(j->id, sizeof j->id, "cmpl-%s", req->id);
-	enum MHD_Result answered = MHD_NO;
 	char err[512];
 	const char *param;
-	completion_limits lim = { (int32_t)s->cfg->max_n, s->max_tokens };
+	completion_limits lim = cmpl_job_limits(req->srv);
 	if (completion_request_parse(&j->req, req->body, req->body_len, &lim, err, sizeof err, &param) != 0) {
-		answered = http_reply_error(req, 400, "invalid_request_error", param, param ? "invalid_value" : "invalid_json",
-		                            "%s", err);
-		goto fail;
+		enum MHD_Result answered = http_reply_error(req, 400, "invalid_request_error", param,
+		                                            param ? "invalid_value" : "invalid_json", "%s", err);
+		job_free(j);
+		return answered;
 	}
+	return cmpl_job_submit(req, j, out);
+}
+
+enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
+{
+	*out = NULL;
+	server_ctx *s = req->srv;
+	enum MHD_Result answered = MHD_NO;
+	char err[512];
 	const completion_request *cr = &j->req;
 	if (cr->model && strcmp(cr->model, s->model_name) != 0) {
 		answered = http_reply_error(req, 404, "invalid_request_error", "model", "model_not_found",
@@ -469,9 +501,11 @@ enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
 		if (j->prompts[i].n_ids > longest)
 			longest = j->prompts[i].n_ids;
 	}
-	/* OpenAI's default of 16, within the cap and the room the longest prompt leaves */
+	/* OpenAI's default of 16 (chat: none), within the cap and the room the longest prompt leaves */
 	if (cr->max_tokens >= 0)
 		j->max_tokens = (int32_t)cr->max_tokens;
+	else if (j->chat)   /* a chat turn has no legacy default: up to the cap, as OpenAI's and vLLM's chat */
+		j->max_tokens = s->max_tokens;
 	else
 		j->max_tokens = 16 < s->max_tokens ? 16 : s->max_tokens;
 	if (cr->max_tokens < 0 && j->max_tokens > s->ctx_len - longest)

@@ -34,6 +34,7 @@ typedef struct cmpl_choice {
 	int32_t n_consumed;               /* scheduler tokens taken into text */
 	bool ended;
 	const char *finish_reason;        /* "stop", "length", "abort" */
+	bool head_sent;                   /* streaming: the shape's head event (chat: the role) is out */
 	sched_result result;              /* once ended */
 	/* streaming progress */
 	bool echo_sent;
@@ -48,7 +49,7 @@ typedef struct cmpl_job {
 	uint64_t version;                 /* bumped by every notification of the engine thread */
 	http_request *waiter;             /* woken by every notification (cmpl_job_watch); NULL: nobody */
 	server_ctx *srv;
-	char id[48];                      /* "cmpl-…" */
+	char id[64];                      /* "cmpl-…", "chatcmpl-…" */
 	time_t created;
 	completion_request req;
 	int32_t regime;
@@ -56,6 +57,10 @@ typedef struct cmpl_job {
 	cmpl_prompt *prompts;             /* req.n_prompts */
 	cmpl_choice *choices;
 	int32_t n_choices;
+	bool chat;                        /* /v1/chat/completions: the prompt is a rendered template (no special tokens
+	                                   * added when tokenizing it) and max_tokens defaults to the cap */
+	char *owned_text;                 /* text a prompt of req points into that the job owns (chat: the rendered
+	                                   * template), or NULL; freed with the job */
 	bool failed;                      /* the engine refused a choice, or its text could not grow (err says which) */
 	char err[320];
 } cmpl_job;
@@ -63,6 +68,15 @@ typedef struct cmpl_job {
 /* Parses, validates, tokenizes and submits. On success *out is the job (release with cmpl_job_release) and the
  * return value is MHD_YES; otherwise *out is NULL and the error was answered (the return value is MHD's). */
 enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out);
+/* The two halves of cmpl_job_start, for an endpoint that fills j->req itself (chat_completions.c). _new: a job of
+ * req with id id_prefix + the request's id (NULL when out of memory; free an unsubmitted one with cmpl_job_discard).
+ * _submit: checks j->req's model, regime and n against the server, tokenizes its prompts, submits every choice; it
+ * takes j whatever happens — on success *out is j, otherwise j is freed, *out is NULL and the error was answered. */
+cmpl_job *cmpl_job_new(http_request *req, const char *id_prefix);
+void cmpl_job_discard(cmpl_job *j);
+enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out);
+/* The server's bounds for a request's n and max_tokens. */
+completion_limits cmpl_job_limits(const server_ctx *s);
 /* From now on every notification of the engine wakes req (http_request_wake); NULL: none does. The HTTP side calls it
  * before its first cmpl_job_wait; cmpl_job_release ends it. */
 void cmpl_job_watch(cmpl_job *j, http_request *req);
@@ -85,6 +99,10 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 /* Generated tokens of c that count: all the engine generated for it — up to the one that completes a stop string, or
  * up to and with a stop token (EOS). */
 int32_t cmpl_job_completion_tokens(const cmpl_choice *c);
+/* A token's own text as a JSON string (special tokens spelled out; an id the tokenizer lacks: ""; a partial
+ * character: U+FFFD), and a log-probability as JSON (-inf, which JSON cannot spell, as -9999, as vLLM sends). */
+json_t *cmpl_job_token_string(const tokenizer *t, int32_t id);
+json_t *cmpl_job_logprob_json(float lp);
 /* The usage object, and the aah object of one choice or (c NULL) of the whole request. */
 json_t *cmpl_job_usage(const cmpl_job *j);
 json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *c);

@@ -198,8 +198,7 @@ static int unsupported(parse_ctx *c, completion_request *r)
 	return 0;
 }
 
-int completion_request_parse(completion_request *r, const char *body, size_t len, const completion_limits *lim,
-                             char *err, size_t err_len, const char **param)
+void completion_request_defaults(completion_request *r)
 {
 	memset(r, 0, sizeof *r);
 	r->max_tokens = -1;
@@ -207,6 +206,12 @@ int completion_request_parse(completion_request *r, const char *body, size_t len
 	r->top_p = 1.0;
 	r->logprobs = -1;
 	r->n = 1;
+}
+
+int completion_request_load(completion_request *r, const char *body, size_t len, char *err, size_t err_len,
+                            const char **param)
+{
+	completion_request_defaults(r);
 	*param = NULL;
 	json_error_t jerr;
 	/* jansson refuses invalid UTF-8 and "\u0000" in strings, duplicate keys with this flag, and numbers beyond
@@ -218,6 +223,13 @@ int completion_request_parse(completion_request *r, const char *body, size_t len
 		            jerr.column);
 	if (!json_is_object(r->json))
 		return fail(&c, NULL, "the request body must be a JSON object");
+	return 0;
+}
+
+int completion_request_parse_shared(completion_request *r, const completion_limits *lim, char *err, size_t err_len,
+                                    const char **param)
+{
+	parse_ctx c = { r->json, err, err_len, param };
 	int64_t v;
 	bool present = false;
 	if (get_string(&c, "model", &r->model) || get_string(&c, "aah_regime", &r->regime))
@@ -226,10 +238,6 @@ int completion_request_parse(completion_request *r, const char *body, size_t len
 	if (get_int(&c, "n", 1, lim->max_n, NULL, &v))
 		return -1;
 	r->n = (int32_t)v;
-	if (prompts_parse(&c, r, lim->max_n) != 0)
-		return -1;
-	if ((int64_t)r->n * r->n_prompts > lim->max_n)
-		return fail(&c, "n", "n × prompts = %d: at most %d choices in one request", r->n * r->n_prompts, lim->max_n);
 	if (get_int(&c, "max_tokens", 0, lim->max_tokens, &present, &v))
 		return -1;
 	if (present)
@@ -246,12 +254,7 @@ int completion_request_parse(completion_request *r, const char *body, size_t len
 	if (get_int(&c, "seed", INT64_MIN, INT64_MAX, &r->seed_set, &v))
 		return -1;
 	r->seed = (uint64_t)v;
-	v = -1;
-	if (get_int(&c, "logprobs", 0, COMPLETION_MAX_LOGPROBS, NULL, &v))
-		return -1;
-	r->logprobs = (int32_t)v;
-	if (get_bool(&c, "echo", &r->echo) || get_bool(&c, "stream", &r->stream) || stop_parse(&c, r) ||
-	    unsupported(&c, r))
+	if (get_bool(&c, "stream", &r->stream) || stop_parse(&c, r))
 		return -1;
 	json_t *so = field(&c, "stream_options");
 	if (so) {
@@ -260,6 +263,26 @@ int completion_request_parse(completion_request *r, const char *body, size_t len
 			return fail(&c, "stream_options", "'stream_options' must be an object {\"include_usage\": bool}");
 		r->include_usage = json_is_true(iu);
 	}
+	return 0;
+}
+
+int completion_request_parse(completion_request *r, const char *body, size_t len, const completion_limits *lim,
+                             char *err, size_t err_len, const char **param)
+{
+	if (completion_request_load(r, body, len, err, err_len, param) != 0 ||
+	    completion_request_parse_shared(r, lim, err, err_len, param) != 0)
+		return -1;
+	parse_ctx c = { r->json, err, err_len, param };
+	if (prompts_parse(&c, r, lim->max_n) != 0)
+		return -1;
+	if ((int64_t)r->n * r->n_prompts > lim->max_n)
+		return fail(&c, "n", "n × prompts = %d: at most %d choices in one request", r->n * r->n_prompts, lim->max_n);
+	int64_t v = -1;
+	if (get_int(&c, "logprobs", 0, COMPLETION_MAX_LOGPROBS, NULL, &v))
+		return -1;
+	r->logprobs = (int32_t)v;
+	if (get_bool(&c, "echo", &r->echo) || unsupported(&c, r))
+		return -1;
 	return 0;
 }
 

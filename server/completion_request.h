@@ -53,4 +53,14 @@ int completion_request_parse(completion_request *out, const char *body, size_t l
                              char *err, size_t err_len, const char **param);
 void completion_request_free(completion_request *r);
 
+/* The pieces of completion_request_parse that /v1/chat/completions shares (chat_request.c). _defaults sets every
+ * field to its default; _load parses the body into r->json (an object) after the defaults; _parse_shared reads the
+ * fields both endpoints have — model, aah_regime, n, max_tokens, temperature, top_p, min_p, top_k, the penalties,
+ * seed, stop, stream, stream_options — from r->json. Each returns 0, or -1 with err and *param as above. */
+void completion_request_defaults(completion_request *r);
+int completion_request_load(completion_request *r, const char *body, size_t len, char *err, size_t err_len,
+                            const char **param);
+int completion_request_parse_shared(completion_request *r, const completion_limits *lim, char *err, size_t err_len,
+                                    const char **param);
+
 #endif

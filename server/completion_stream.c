@@ -13,6 +13,7 @@
 typedef struct stream {
 	http_request *req;
 	cmpl_job *job;
+	const cmpl_stream_shape *shape;
 	char *out;                        /* events formatted, not yet handed to MHD: out[pos, len) */
 	size_t len, pos, cap;
 	bool done;                        /* [DONE] is in out */
@@ -55,6 +56,27 @@ static json_t *chunk(const cmpl_job *j, json_t *choice)
 	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", choice);
 }
 
+/* /v1/completions' shape: {"text", "logprobs" (the legacy object), "finish_reason"}, the aah object in the last. */
+static json_t *text_piece(const cmpl_job *j, const cmpl_choice *c, const char *text, size_t len, int32_t from,
+                          int32_t to, const char *finish)
+{
+	json_t *choice = json_pack("{s:i,s:s%,s:o,s:s?}", "index", c->index, "text", text, len, "logprobs",
+	                           j->req.logprobs >= 0 ? cmpl_job_logprobs(j, c, false, from, to) : json_null(),
+	                           "finish_reason", finish);
+	if (choice && finish)
+		json_object_set_new(choice, "aah", cmpl_job_aah(j, c));
+	return chunk(j, choice);
+}
+
+static json_t *text_usage(const cmpl_job *j)
+{
+	return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o,s:o}", "id", j->id, "object", "text_completion", "created",
+	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", "usage", cmpl_job_usage(j), "aah",
+	                 cmpl_job_aah(j, NULL));
+}
+
+static const cmpl_stream_shape text_shape = { .head = NULL, .piece = text_piece, .usage = text_usage };
+
 /* Formats what choice c can send now: the echo first, then text that is safe, with the log-probabilities of the
  * tokens it completes; after its end, the rest and a finish_reason. */
 static int choice_events(stream *s, cmpl_choice *c)
@@ -76,6 +98,11 @@ static int choice_events(stream *s, cmpl_choice *c)
 	}
 	if (c->final_sent)
 		return 0;
+	if (s->shape->head && !c->head_sent) {
+		c->head_sent = true;
+		if (event(s, s->shape->head(j, c)) != 0)
+			return -1;
+	}
 	/* a chunk per token whose text lies wholly in the safe part, as OpenAI streams (a token that completes no
 	 * character joins the next one's chunk) */
 	int32_t from = c->lp_sent;
@@ -85,27 +112,21 @@ static int choice_events(stream *s, cmpl_choice *c)
 			break;
 		if (end == c->sent)
 			continue;
-		json_t *choice = json_pack("{s:i,s:s%,s:o,s:n}", "index", c->index, "text", c->text.text + c->sent,
-		                           end - c->sent, "logprobs", lp ? cmpl_job_logprobs(j, c, false, from, i + 1) : json_null(),
-		                           "finish_reason");
+		json_t *e = s->shape->piece(j, c, c->text.text + c->sent, end - c->sent, from, i + 1, NULL);
 		c->sent = end;
 		c->lp_sent = from = i + 1;
-		if (event(s, chunk(j, choice)) != 0)
+		if (event(s, e) != 0)
 			return -1;
 	}
 	if (!c->ended)
 		return 0;
 	/* the end: whatever is left, and why it ended */
-	json_t *choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", c->index, "text", c->text.text + c->sent,
-	                           c->text.len - c->sent, "logprobs",
-	                           lp ? cmpl_job_logprobs(j, c, false, c->lp_sent, c->text.n_kept) : json_null(),
-	                           "finish_reason", c->finish_reason);
-	if (choice)
-		json_object_set_new(choice, "aah", cmpl_job_aah(j, c));
+	json_t *e = s->shape->piece(j, c, c->text.text + c->sent, c->text.len - c->sent, c->lp_sent, c->text.n_kept,
+	                            c->finish_reason);
 	c->sent = c->text.len;
 	c->lp_sent = c->text.n_kept;
 	c->final_sent = true;
-	return event(s, chunk(j, choice));
+	return event(s, e);
 }
 
 /* Polls the job and formats what is new. Returns -1 when out of memory. */
@@ -124,10 +145,7 @@ static int stream_fill(stream *s)
 			return -1;
 	}
 	if (j->req.include_usage) {
-		json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o,s:o}", "id", j->id, "object", "text_completion", "created",
-		                      (json_int_t)j->created, "model", j->srv->model_name, "choices", "usage", cmpl_job_usage(j),
-		                      "aah", cmpl_job_aah(j, NULL));
-		if (event(s, u) != 0)
+		if (event(s, s->shape->usage(j)) != 0)
 			return -1;
 	}
 	s->done = true;
@@ -183,6 +201,11 @@ static void stream_free(void *state)
 
 enum MHD_Result completion_stream_start(http_request *req, cmpl_job *j)
 {
+	return completion_stream_start_shaped(req, j, &text_shape);
+}
+
+enum MHD_Result completion_stream_start_shaped(http_request *req, cmpl_job *j, const cmpl_stream_shape *shape)
+{
 	stream *s = calloc(1, sizeof *s);
 	if (!s) {
 		cmpl_job_release(j);
@@ -190,6 +213,7 @@ enum MHD_Result completion_stream_start(http_request *req, cmpl_job *j)
 	}
 	s->req = req;
 	s->job = j;
+	s->shape = shape;
 	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, s, NULL);
 	if (!resp) {
 		free(s);

@@ -11,4 +11,21 @@
  * cancelled first when the client went away). */
 enum MHD_Result completion_stream_start(http_request *req, cmpl_job *j);
 
+/* What the events of a stream look like, for an endpoint of another shape (chat's chat.completion.chunk deltas);
+ * the waiting, the safe-text rule and the order of events stay the stream's. Each function returns a whole event
+ * object, NULL when out of memory (the stream then ends with an error). */
+typedef struct cmpl_stream_shape {
+	/* optional: choice c's first event, before any of its text (chat: the role) */
+	json_t *(*head)(const cmpl_job *j, const cmpl_choice *c);
+	/* c's text [text, text + len) with the log-probabilities of its generated tokens [from, to); finish is NULL
+	 * except in c's last event, where it is the finish_reason */
+	json_t *(*piece)(const cmpl_job *j, const cmpl_choice *c, const char *text, size_t len, int32_t from,
+	                 int32_t to, const char *finish);
+	/* the event of stream_options.include_usage, after every choice's last */
+	json_t *(*usage)(const cmpl_job *j);
+} cmpl_stream_shape;
+
+/* completion_stream_start with the events of shape (which must outlive the stream: a static table). */
+enum MHD_Result completion_stream_start_shaped(http_request *req, cmpl_job *j, const cmpl_stream_shape *shape);
+
 #endif

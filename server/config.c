@@ -40,6 +40,9 @@ static const config_row rows[] = {
 	{ "checkpoint_step", INT(checkpoint_step, 0, INT64_MAX), "0",
 	  "in a run directory, load checkpoint-N; 0: the highest step" },
 	{ "regime", STR(regime), "", "default AAH regime; empty: aah.json's default_regime (else full_attention)" },
+	{ "chat_template", STR(chat_template), "",
+	  "Jinja2 chat template file for /v1/chat/completions; empty: the model's own (chat_template.jinja or "
+	  "tokenizer_config.json's chat_template; none: chat requests get 400)" },
 	{ "backend", ENUM(backend, backends), "auto", "compute backend: auto, cpu, cuda (auto: CUDA when present)" },
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
 	{ "max_batch", INT(max_batch, 1, 256), "8", "sequences running at once (continuous batching)" },

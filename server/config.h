@@ -16,6 +16,7 @@ typedef struct aahd_config {
 	char *model_name;               /* the id clients name; "" = the model directory's base name */
 	int64_t checkpoint_step;        /* 0 = the highest */
 	char *regime;                   /* default AAH regime; "" = the model's default_regime */
+	char *chat_template;            /* Jinja2 chat template file; "" = the model's own (tokenizer_config.json) */
 	char *backend;                  /* auto, cpu, cuda */
 	int64_t threads;                /* 0 = online cores */
 	int64_t max_batch;              /* sequences running at once */

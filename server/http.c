@@ -54,6 +54,7 @@ typedef struct route {
 
 static const route routes[] = {
 	{ "POST", "/v1/completions", api_completions, false },
+	{ "POST", "/v1/chat/completions", api_chat_completions, false },
 	{ "GET", "/v1/models", api_models, false },
 	{ "GET", "/health", api_health, true },
 	{ "GET", "/metrics", api_metrics, false },
@@ -482,6 +483,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	             !strcmp(req->path, "/dashboard");
 	if (!probe && !refused)
 		server_metrics_count(&srv->metrics, req->status);
+	if (!strcmp(req->path, "/v1/chat/completions"))   /* the front counted a refusal in the total only */
+		server_metrics_count_chat(&srv->metrics, req->status);
 	log_msg(probe || refused ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,
 	        now_s() - req->t_start, *req->note ? " " : "", req->note, how);
 	free(req->body);

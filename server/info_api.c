@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 
 #include "server/api.h"
+#include "server/chat_template.h"
 
 enum MHD_Result api_models(http_request *req)
 {
@@ -15,6 +16,10 @@ enum MHD_Result api_models(http_request *req)
 	                          "created", (json_int_t)s->created, "owned_by", "aahd", "max_model_len", s->ctx_len,
 	                          "max_batch", (json_int_t)s->cfg->max_batch, "aah", "regimes", regimes, "default_regime",
 	                          s->default_regime);
+	/* whether /v1/chat/completions can answer, and with which template */
+	if (model)
+		json_object_set_new(model, "chat", json_pack("{s:b,s:s?}", "available", s->chat != NULL, "template",
+		                                             s->chat ? chat_template_origin(s->chat) : NULL));
 	return http_reply_json(req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model));
 }
 

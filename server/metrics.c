@@ -14,6 +14,12 @@ void server_metrics_count(server_metrics *m, int status)
 		atomic_fetch_add(&m->by_status[status], 1);
 }
 
+void server_metrics_count_chat(server_metrics *m, int status)
+{
+	if (status >= 100 && status < 600)
+		atomic_fetch_add(&m->chat_by_status[status], 1);
+}
+
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -177,6 +183,15 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 		uint64_t n = atomic_load(&sm->by_status[st]);
 		if (n)
 			fprintf(f, "aahd_requests_total{status=\"%d\"} %llu\n", st, (unsigned long long)n);
+	}
+	/* a separate counter rather than an endpoint label on aahd_requests_total: every existing query of that family
+	 * keeps its meaning, and chat is the one endpoint whose share operators ask for */
+	family(f, "aahd_chat_requests_total", "counter",
+	       "POST /v1/chat/completions requests answered, by status code (counted in aahd_requests_total too).");
+	for (int st = 100; st < 600; st++) {
+		uint64_t n = atomic_load(&sm->chat_by_status[st]);
+		if (n)
+			fprintf(f, "aahd_chat_requests_total{status=\"%d\"} %llu\n", st, (unsigned long long)n);
 	}
 	family(f, "aahd_requests_running", "gauge", "Sequences in the engine now (a request with n choices runs n).");
 	fprintf(f, "aahd_requests_running %d\n", m->running);

@@ -11,9 +11,12 @@
 
 typedef struct server_metrics {
 	atomic_uint_fast64_t by_status[600];   /* HTTP responses by status (probes of /health and /metrics excepted) */
+	atomic_uint_fast64_t chat_by_status[600];   /* those of POST /v1/chat/completions among them */
 } server_metrics;
 
 void server_metrics_count(server_metrics *m, int status);
+/* A response of /v1/chat/completions, counted besides (not instead of) server_metrics_count. */
+void server_metrics_count_chat(server_metrics *m, int status);
 /* What /metrics shows beside the scheduler's figures. */
 typedef struct server_metrics_info {
 	const char *backend;          /* engine_backend_desc, e.g. "cuda (NVIDIA H200, …)": aahd_backend_info{backend, device} */

@@ -13,6 +13,8 @@
 #include "server/config.h"
 #include "server/metrics.h"
 
+struct chat_template;
+
 typedef struct server_ctx {
 	const aahd_config *cfg;
 	const char *api_key;              /* NULL: none (cfg or AAHD_API_KEY) */
@@ -31,6 +33,7 @@ typedef struct server_ctx {
 	const engine *eng;                /* the scheduler's: only its immutable parts (config, regime layouts) are read */
 	int32_t acr_context_length;       /* T of ACR (aah.json's context_length, else the engine's) */
 	char backend[192];                /* engine_backend_desc: "cuda (…)" or "cpu (…)", for the log and /metrics */
+	struct chat_template *chat;       /* the chat template (chat_template.h); NULL: chat requests get 400 */
 	server_metrics metrics;
 	atomic_bool draining;             /* SIGTERM seen: new work gets 503 */
 } server_ctx;

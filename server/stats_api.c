@@ -82,14 +82,16 @@ enum MHD_Result api_stats(http_request *req)
 	sched_metrics_get(s->sch, m);
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	json_t *by_status = json_object();
+	json_t *by_status = json_object(), *chat_by_status = json_object();
 	for (int st = 100; st < 600; st++) {
 		uint64_t n = atomic_load(&req->srv->metrics.by_status[st]);
-		if (n) {
-			char key[8];
-			snprintf(key, sizeof key, "%d", st);
+		uint64_t nc = atomic_load(&req->srv->metrics.chat_by_status[st]);
+		char key[8];
+		snprintf(key, sizeof key, "%d", st);
+		if (n)
 			json_object_set_new(by_status, key, json_integer((json_int_t)n));
-		}
+		if (nc)   /* the chat endpoint's, counted in by_status too */
+			json_object_set_new(chat_by_status, key, json_integer((json_int_t)nc));
 	}
 	json_t *regimes = json_array();
 	for (int32_t i = 0; i < m->n_regimes; i++)
@@ -118,6 +120,10 @@ enum MHD_Result api_stats(http_request *req)
 		                              pc->queries ? (double)pc->hits / (double)pc->queries : 0.0, "token_hit_rate",
 		                              sent > 0 ? (double)pc->hit_tokens / sent : 0.0));
 	free(m);
+	if (out)
+		json_object_set_new(json_object_get(out, "requests"), "chat_by_status", chat_by_status);
+	else
+		json_decref(chat_by_status);
 	if (!out)
 		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
 	return http_reply_json(req, 200, out);

@@ -18,4 +18,4 @@ if [ ! -f "$DIR/node_modules/openai/package.json" ]; then
 		exit 1
 	fi
 fi
-exec timeout -k 10 120 node --test --test-reporter=spec tests/server/openai_client.test.mjs
+exec timeout -k 10 120 node --test --test-reporter=spec tests/server/openai_client.test.mjs tests/server/openai_chat.test.mjs

@@ -30,6 +30,9 @@ describe('the dashboard in headless Chromium', () => {
       const r = await request(srv.port, 'POST', '/v1/completions', { prompt, max_tokens: 24, aah_regime: regime });
       assert.equal(r.status, 200, r.text);
     }
+    // chat requests are counted like the others (this model has no template: answered 400, counted all the same)
+    for (let i = 0; i < 2; i++)
+      assert.equal((await request(srv.port, 'POST', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }] })).status, 400);
     browser = await launchChromium({ width: 1400, height: 1000 });
   });
   after(async () => {
@@ -56,6 +59,7 @@ describe('the dashboard in headless Chromium', () => {
         text: c.textContent }));
       return { gen: v('gen-total'), prompt: v('prompt-total'), running: v('running'), waiting: v('waiting'),
         kvUsed: v('kv-used'), kvCap: v('kv-capacity'), maxBatch: v('max-batch'), queue: v('queue-capacity'),
+        chat: v('chat-total'), requests: v('requests-total'),
         heatRegime: document.getElementById('heatmap').dataset.regime, rows, cells,
         text: document.body.innerText };
     })()`);
@@ -67,6 +71,10 @@ describe('the dashboard in headless Chromium', () => {
     assert.equal(Number(dom.kvCap), m.get('aahd_kv_cache_bytes_capacity'));
     assert.equal(Number(dom.maxBatch), m.get('aahd_max_batch'));
     assert.equal(Number(dom.queue), m.get('aahd_queue_capacity'));
+    const sum = (family) => [...m].filter(([k]) => k.startsWith(`${family}{`)).reduce((a, [, v]) => a + v, 0);
+    assert.equal(Number(dom.chat), sum('aahd_chat_requests_total'));
+    assert.equal(Number(dom.chat), 2);
+    assert.equal(Number(dom.requests), sum('aahd_requests_total'));
     const regimes = ['full_attention', ...Object.keys(aah.regimes)];
     assert.deepEqual(Object.keys(dom.rows).sort(), regimes.sort());
     for (const regime of regimes) {

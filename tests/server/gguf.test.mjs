@@ -55,6 +55,38 @@ describe('aahd on GGUF', () => {
     assert.deepEqual(t.json, ta.json);
   });
 
+  test('a GGUF carries its chat template (tokenizer.chat_template), which serves chat as the file it came from', async () => {
+    // the test model with conf/chat-template.jinja in its tokenizer_config.json, quantized to bf16: its chat requests
+    // run the same prompt, so give the same text, as the safetensors model started with --chat-template that file
+    const src = path.join(dir, 'with-template'), tpl = fs.readFileSync('conf/chat-template.jinja', 'utf8');
+    fs.cpSync(MODEL, src, { recursive: true });
+    const cfgPath = path.join(src, 'tokenizer_config.json');
+    const cfg = fs.existsSync(cfgPath) ? JSON.parse(fs.readFileSync(cfgPath, 'utf8')) : {};
+    fs.writeFileSync(cfgPath, JSON.stringify({ ...cfg, chat_template: tpl }));
+    fs.mkdirSync(path.join(dir, 'chat'));
+    execFileSync(`${BUILD}/aah-convert`, ['quantize', '-q', src, path.join(dir, 'chat', 'model.gguf'), '--type', 'bf16']);
+    const g = await startServer([], {}, path.join(dir, 'chat'));
+    const f = await startServer(['--chat-template', 'conf/chat-template.jinja'], {}, MODEL);
+    try {
+      const m = await get(g, '/v1/models');
+      assert.equal(m.json.data[0].chat.available, true, m.text);
+      assert.match(m.json.data[0].chat.template, /tokenizer\.chat_template/);
+      const body = { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello there' }],
+        max_tokens: 8, temperature: 0 };
+      const a = await post(g, '/v1/chat/completions', body), b = await post(f, '/v1/chat/completions', body);
+      assert.equal(a.status, 200, a.text);
+      assert.equal(b.status, 200, b.text);
+      assert.equal(a.json.choices[0].message.content, b.json.choices[0].message.content);
+      assert.equal(a.json.usage.prompt_tokens, b.json.usage.prompt_tokens);
+      // without a template anywhere the same GGUF's chat is refused, naming --chat-template
+      const r = await post(bf, '/v1/chat/completions', body);
+      assert.equal(r.status, 400, r.text);
+      assert.match(r.json.error.message, /--chat-template/);
+    } finally {
+      for (const s of [g, f]) assert.equal((await s.stop()).code, 0);
+    }
+  });
+
   test('a truncated GGUF is refused at start, naming the file', async () => {
     const bad = path.join(dir, 'bad.gguf');
     const whole = fs.readFileSync(path.join(dir, 'm-bf16.gguf'));

@@ -1,0 +1,253 @@
+/* server/chat_completions.c — POST /v1/chat/completions: parses the messages, renders them with the model's chat
+ * template into one prompt, and runs that prompt as a completions job (completion_job.h: the same limits, queueing,
+ * cancellation and choices); answers in OpenAI's chat shape, whole or as chat.completion.chunk deltas. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/api.h"
+#include "server/chat_request.h"
+#include "server/chat_template.h"
+#include "server/completion_job.h"
+#include "server/completion_stream.h"
+#include "server/log.h"
+
+/* ---- logprobs in the chat shape ---- */
+
+/* A token's bytes as an array of integers (a byte-level token may hold part of a character: its bytes say which). */
+static json_t *token_bytes(const tokenizer *t, int32_t id)
+{
+	char small[256];
+	int64_t n = tokenizer_token_bytes(t, id, small, sizeof small);
+	json_t *a = json_array();
+	if (n < 0 || !a)
+		return a;
+	char *b = small;
+	if (n > (int64_t)sizeof small) {
+		b = malloc((size_t)n);
+		if (!b)
+			return a;
+		tokenizer_token_bytes(t, id, b, n);
+	}
+	for (int64_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer((unsigned char)b[i]));
+	if (b != small)
+		free(b);
+	return a;
+}
+
+static json_t *token_entry(const tokenizer *t, int32_t id, float lp)
+{
+	return json_pack("{s:o,s:o,s:o}", "token", cmpl_job_token_string(t, id), "logprob", cmpl_job_logprob_json(lp),
+	                 "bytes", token_bytes(t, id));
+}
+
+/* {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, …]}, …]} for the
+ * generated tokens [from, to) of c: top_logprobs holds the request's top_logprobs likeliest, best first. */
+static json_t *chat_logprobs(const cmpl_job *j, const cmpl_choice *c, int32_t from, int32_t to)
+{
+	if (j->req.logprobs < 0)
+		return json_null();
+	const tokenizer *t = j->srv->tok;
+	const sched_logprob_rows *rows = sched_request_token_logprobs(c->r);
+	const int32_t *ids = sched_request_tokens(c->r);
+	json_t *content = json_array();
+	for (int32_t i = from; i < to && rows; i++) {
+		json_t *e = token_entry(t, ids[i], rows->logprob[i]);
+		json_t *top = json_array();
+		for (int32_t k = 0; k < rows->n_top && k < j->req.logprobs; k++)
+			json_array_append_new(top, token_entry(t, rows->top_ids[(int64_t)i * rows->n_top + k],
+			                                       rows->top_logprobs[(int64_t)i * rows->n_top + k]));
+		json_object_set_new(e, "top_logprobs", top);
+		json_array_append_new(content, e);
+	}
+	return json_pack("{s:o}", "content", content);
+}
+
+/* ---- the whole answer ---- */
+
+static json_t *response_json(const cmpl_job *j)
+{
+	json_t *choices = json_array();
+	for (int32_t i = 0; i < j->n_choices; i++) {
+		const cmpl_choice *c = &j->choices[i];
+		json_array_append_new(choices,
+		                      json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", c->index, "message", "role", "assistant",
+		                                "content", c->text.text ? c->text.text : "", c->text.len, "logprobs",
+		                                chat_logprobs(j, c, 0, c->text.n_kept), "finish_reason", c->finish_reason));
+	}
+	return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", j->id, "object", "chat.completion", "created",
+	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", choices, "usage",
+	                 cmpl_job_usage(j), "aah", cmpl_job_aah(j, NULL));
+}
+
+/* ---- the streamed answer: chat.completion.chunk events ---- */
+
+static json_t *chunk(const cmpl_job *j, json_t *choice)
+{
+	json_t *e = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
+	                      (json_int_t)j->created, "model", j->srv->model_name, "choices", choice);
+	if (e && j->req.include_usage)   /* OpenAI: every chunk says usage null but the last */
+		json_object_set_new(e, "usage", json_null());
+	return e;
+}
+
+/* The first chunk of a choice carries the role and no text. */
+static json_t *chat_head(const cmpl_job *j, const cmpl_choice *c)
+{
+	return chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", c->index, "delta", "role", "assistant", "content",
+	                          "", "logprobs", "finish_reason"));
+}
+
+/* A piece of text as a delta; the last piece of a choice (with finish) has its finish_reason and aah object, and an
+ * empty delta when no text is left. */
+static json_t *chat_piece(const cmpl_job *j, const cmpl_choice *c, const char *text, size_t len, int32_t from,
+                          int32_t to, const char *finish)
+{
+	json_t *delta = len > 0 || !finish ? json_pack("{s:s%}", "content", text, len) : json_object();
+	json_t *choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", c->index, "delta", delta, "logprobs",
+	                           to > from ? chat_logprobs(j, c, from, to) : json_null(), "finish_reason", finish);
+	if (choice && finish)
+		json_object_set_new(choice, "aah", cmpl_job_aah(j, c));
+	return chunk(j, choice);
+}
+
+static json_t *chat_usage(const cmpl_job *j)
+{
+	return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o,s:o}", "id", j->id, "object", "chat.completion.chunk", "created",
+	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", "usage", cmpl_job_usage(j), "aah",
+	                 cmpl_job_aah(j, NULL));
+}
+
+static const cmpl_stream_shape chat_shape = { .head = chat_head, .piece = chat_piece, .usage = chat_usage };
+
+/* ---- the handler ---- */
+
+static void job_note(http_request *req, const cmpl_job *j, size_t rendered)
+{
+	int64_t completion = 0;
+	for (int32_t i = 0; i < j->n_choices; i++)
+		completion += cmpl_job_completion_tokens(&j->choices[i]);
+	snprintf(req->note, sizeof req->note, "chat choices=%d prompt_tokens=%d rendered_bytes=%zu completion_tokens=%lld "
+	         "finish=%s regime=%s",
+	         j->n_choices, j->prompts ? j->prompts[0].n_ids : 0, rendered, (long long)completion,
+	         j->n_choices ? (j->choices[0].finish_reason ? j->choices[0].finish_reason : "-") : "-",
+	         j->srv->regimes[j->regime]);
+}
+
+/* The answer to a render that failed: the template's own refusal and its limits are the request's (400), as is a
+ * runtime error the messages caused (a type the template did not expect); memory is the server's. */
+static enum MHD_Result render_error(http_request *req, jinja_status st, const char *err)
+{
+	switch (st) {
+	case JINJA_ERR_RAISE:
+		return http_reply_error(req, 400, "invalid_request_error", "messages", "chat_template_error",
+		                        "the chat template refused these messages: %s", err);
+	case JINJA_ERR_LIMIT:
+		return http_reply_error(req, 400, "invalid_request_error", "messages", "chat_template_limit",
+		                        "rendering the chat template for these messages passed its limit: %s", err);
+	case JINJA_ERR_MEMORY:
+		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory rendering the chat template");
+	default:
+		return http_reply_error(req, 400, "invalid_request_error", "messages", "chat_template_error",
+		                        "the chat template cannot render these messages: %s", err);
+	}
+}
+
+/* A render runs on one of libmicrohttpd's four epoll workers (docs/http-front.md), where every other connection of
+ * that worker waits for it: chat requests get a fifth of the interpreter's default steps (2,000,000: 0.27 s of a
+ * loop-only template against 0.91 s; Qwen3's template over CHAT_MAX_MESSAGES turns takes ~220,000, docs/chat.md). */
+#define CHAT_RENDER_MAX_STEPS 2000000
+
+/* The request's state while it waits: the job, released when the request completes (as api_completions keeps its). */
+static void job_state_abort(void *state) { cmpl_job_cancel(state); }
+static void job_state_free(void *state) { cmpl_job_release(state); }
+
+/* The first call: parses, renders and submits. On success *out is the submitted job and the return value MHD_YES;
+ * otherwise *out is NULL and the error was answered. */
+static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
+{
+	*out = NULL;
+	server_ctx *s = req->srv;
+	if (!s->chat)
+		return http_reply_error(req, 400, "invalid_request_error", NULL, "chat_template_missing",
+		                        "model '%s' has no chat template (its tokenizer_config.json has no chat_template), so "
+		                        "it cannot take chat messages: start aahd with --chat-template FILE (or chat_template "
+		                        "in aahd.conf), or send a plain prompt to /v1/completions",
+		                        s->model_name);
+	char err[1024];
+	const char *param;
+	chat_request cr;
+	completion_limits lim = cmpl_job_limits(s);
+	if (chat_request_parse(&cr, req->body, req->body_len, &lim, err, sizeof err, &param) != 0) {
+		enum MHD_Result rc = http_reply_error(req, 400, "invalid_request_error", param,
+		                                      param ? "invalid_value" : "invalid_json", "%s", err);
+		chat_request_free(&cr);
+		return rc;
+	}
+	char *prompt;
+	size_t prompt_len;
+	/* a prompt longer than 64 bytes per token of the context can never fit it (real tokens average about 4): the
+	 * render stops there rather than hand the tokenizer megabytes it would only refuse */
+	jinja_limits limits = { .max_steps = CHAT_RENDER_MAX_STEPS, .max_output = (size_t)s->ctx_len * 64 + 65536 };
+	jinja_status st = chat_template_render(s->chat, cr.vars, &limits, &prompt, &prompt_len, err, sizeof err);
+	json_decref(cr.vars);
+	cr.vars = NULL;
+	if (st != JINJA_OK) {
+		chat_request_free(&cr);
+		return render_error(req, st, err);
+	}
+	cmpl_job *j = cmpl_job_new(req, "chatcmpl-");
+	completion_prompt *p = calloc(1, sizeof *p);
+	if (!j || !p) {
+		free(prompt);
+		free(p);
+		cmpl_job_discard(j);
+		chat_request_free(&cr);
+		return http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
+	}
+	/* the job takes the shared fields and the rendered prompt; a chat request's own parts are no longer needed */
+	j->req = cr.base;
+	j->chat = true;
+	j->owned_text = prompt;
+	p->text = prompt;
+	p->text_len = prompt_len;
+	j->req.prompts = p;
+	j->req.n_prompts = 1;
+	return cmpl_job_submit(req, j, out);   /* takes j: on failure it is freed and *out NULL */
+}
+
+/* Called again after each wake of a parked request (docs/http-front.md): the first call starts the job and keeps it
+ * in req->state, later ones find it there; no call blocks. */
+enum MHD_Result api_chat_completions(http_request *req)
+{
+	cmpl_job *j = req->state_free == job_state_free ? req->state : NULL;
+	if (!j) {
+		enum MHD_Result rc = chat_start(req, &j);
+		if (!j)
+			return rc;
+		if (j->req.stream)
+			return completion_stream_start_shaped(req, j, &chat_shape);
+		req->state = j;
+		req->state_abort = job_state_abort;
+		req->state_free = job_state_free;
+		cmpl_job_watch(j, req);
+	}
+	while (!cmpl_job_poll(j)) {
+		int w = cmpl_job_wait(j, req);
+		if (w > 0)
+			return MHD_YES;   /* parked: libmicrohttpd calls again once the engine has news */
+		if (w < 0) {
+			/* nobody to answer: free the pages now rather than after the whole generation */
+			log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
+			snprintf(req->note, sizeof req->note, "cancelled: client went away");
+			cmpl_job_cancel(j);
+			return MHD_NO;
+		}
+	}
+	job_note(req, j, j->req.prompts[0].text_len);
+	if (j->failed)
+		return http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
+	return http_reply_json(req, 200, response_json(j));
+}
