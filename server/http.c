@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "server/api.h"
 #include "server/http_credentials.h"
 #include "server/http_front.h"
@@ -64,13 +65,6 @@ static const route routes[] = {
 	{ "GET", "/tokenizer_info", api_tokenizer_info, false },
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof routes[0]))
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 bool http_utf8_valid(const char *str, size_t n)
 {
@@ -404,7 +398,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		req->http = h;
 		atomic_fetch_add(&h->live, 1);
 		req->conn = conn;
-		req->t_start = now_s();
+		req->t_start = aah_now_s();
 		const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
 		if (rid && request_id_acceptable(rid))
 			snprintf(req->id, sizeof req->id, "%s", rid);
@@ -483,7 +477,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (!probe && !refused)
 		server_metrics_count(&srv->metrics, req->status);
 	log_msg(probe || refused ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,
-	        now_s() - req->t_start, *req->note ? " " : "", req->note, how);
+	        aah_now_s() - req->t_start, *req->note ? " " : "", req->note, how);
 	free(req->body);
 	free(req);
 	atomic_fetch_sub(&h->live, 1);

@@ -33,9 +33,9 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "server/http_answer.h"
 #include "server/http_framing.h"
 #include "server/http_front_burst.h"
@@ -172,13 +172,6 @@ struct http_front {
 	http_front_burst burst;           /* the current burst over the limit, for one log line */
 	log_limit log;                    /* lines that could repeat (accept failing for want of descriptors) */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool again(void)
 {
@@ -1081,14 +1074,14 @@ static void *front_main(void *arg)
 	http_front *f = arg;
 	struct epoll_event evs[128];
 	for (;;) {
-		double now = now_s(), due = now + 1.0;
+		double now = aah_now_s(), due = now + 1.0;
 		for (conn *c = f->all; c; c = c->next)
 			due = fmin(due, conn_due(f, c));
 		if (f->accept_pause_until > now)
 			due = fmin(due, f->accept_pause_until);
 		int timeout = due <= now ? 0 : (int)ceil((due - now) * 1000.0);
 		int n = epoll_wait(f->epfd, evs, 128, timeout);
-		now = now_s();
+		now = aah_now_s();
 		bool woke = false, accept_ready = false;
 		for (int i = 0; i < n; i++) {
 			ep_tag *t = evs[i].data.ptr;
@@ -1147,7 +1140,7 @@ static void *front_main(void *arg)
 		dead_free(f);
 	}
 	while (f->all)
-		conn_goto(f, f->all, CONN_DEAD, now_s());
+		conn_goto(f, f->all, CONN_DEAD, aah_now_s());
 	dead_free(f);
 	return NULL;
 }
