@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "models/utf8.h"
 #include "server/api.h"
 #include "server/http_credentials.h"
 #include "server/http_front.h"
@@ -66,39 +67,7 @@ static const route routes[] = {
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof routes[0]))
 
-bool http_utf8_valid(const char *str, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-	while (i < n) {
-		unsigned char c = s[i];
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		int len;
-		unsigned char lo = 0x80, hi = 0xbf;
-		if (c >= 0xc2 && c <= 0xdf)
-			len = 2;
-		else if (c >= 0xe0 && c <= 0xef) {
-			len = 3;
-			if (c == 0xe0) lo = 0xa0;        /* overlong */
-			if (c == 0xed) hi = 0x9f;        /* surrogates */
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			len = 4;
-			if (c == 0xf0) lo = 0x90;        /* overlong */
-			if (c == 0xf4) hi = 0x8f;        /* above U+10FFFF */
-		} else
-			return false;
-		if (i + (size_t)len > n || s[i + 1] < lo || s[i + 1] > hi)
-			return false;
-		for (int k = 2; k < len; k++)
-			if (s[i + (size_t)k] < 0x80 || s[i + (size_t)k] > 0xbf)
-				return false;
-		i += (size_t)len;
-	}
-	return true;
-}
+bool http_utf8_valid(const char *str, size_t n) { return aah_utf8_check(str, n) == 0; }
 
 /* ---- replies ---- */
 
