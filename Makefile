@@ -114,9 +114,10 @@ $(BUILD)/aahd: $(SERVER_OBJ) $(BUILD)/libaah.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LIBS)
 $(BUILD)/aah-%: $(BUILD)/obj/tools/aah_%.o $(BUILD)/libaah.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+# objects first, then the library, so that an extra object a suite names (server/log_limit.o) finds base/ in it
 $(BUILD)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(BUILD)/libaah.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter-out %.a,$^) $(filter %.a,$^) $(CHECK_LIBS) $(LIBS)
 # Fuzz targets: replayed over their corpus plus mutations by a plain driver in `make test`;
 # `make fuzz` builds real libFuzzer binaries with clang into $(BUILD)/fuzz/.
 $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/libaah.a

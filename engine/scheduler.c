@@ -12,18 +12,19 @@
  * sampler over other columns than the step's first (vocab_limit), a follower at another temperature than its leader,
  * a token outside the logprobs candidates. A step with prompt log-probabilities, or with more rows than the engine
  * keeps, brings its rows to the host as the host path does (which also picks its greedy rows at once,
- * engine_argmax_rows). sched_metrics counts both kinds. */
-#include "engine/scheduler.h"
+ * engine_argmax_rows). sched_metrics counts both kinds.
+ *
+ * This file is the engine thread's loop (admission, prefill chunks, decode, the prefix cache calls); the requests and
+ * the calls other threads make are in sched_request.c, and the objects both share in sched_internal.h. */
+#include "engine/sched_internal.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "engine/prefix_cache.h"
 
 typedef enum sched_slot_state {
@@ -35,44 +36,6 @@ typedef enum sched_slot_state {
 	                           * the prefix cache, then prefills after what it finds there */
 	SCHED_SLOT_DONE,          /* ended this step; compacted away at its end */
 } sched_slot_state;
-
-struct sched_request {
-	sched *s;
-	atomic_int refs;
-	atomic_bool cancel;
-	uint64_t epoch;                   /* sched_cancel_all ends the requests of earlier epochs */
-	uint64_t id;                      /* unique in this scheduler, from 1 */
-	uint64_t leader_id;               /* an earlier request of the same submission with this prompt, else 0 */
-
-	/* set at submit, then read-only */
-	int32_t *prompt;                  /* n_prompt */
-	int32_t n_prompt;
-	int32_t max_tokens;
-	int32_t regime;                   /* index into s->regimes */
-	int32_t logprobs;
-	bool prompt_lp;
-	int32_t stop_ids[SCHED_MAX_STOP_IDS];
-	int32_t n_stop_ids;
-	sched_notify_fn notify;
-	void *notify_ctx;
-	int64_t pages_max;                /* worst-case KV pages, reserved while it runs */
-	double t_submit;
-
-	/* the engine thread's */
-	sampler smp;
-	stop_text stop;                   /* the stop strings, and the text's tail they are matched against */
-	double t_admit, t_first, t_last;
-
-	/* written by the engine thread; others read them up to the published counts */
-	int32_t *tokens;                  /* max_tokens */
-	sched_logprob_rows gen_lp;        /* max_tokens rows, when logprobs ≥ 0 */
-	sched_logprob_rows prompt_lp_rows; /* n_prompt rows, when prompt_lp */
-
-	pthread_mutex_t mu;               /* guards pub and result */
-	pthread_cond_t cv;
-	sched_view pub;
-	sched_result result;
-};
 
 typedef struct sched_slot {
 	sched_request *r;                 /* NULL when idle */
@@ -101,74 +64,9 @@ typedef struct sched_row {
 	                                   * else -1 (a finished prompt's row, which forked followers share, never has one) */
 } sched_row;
 
-struct sched {
-	engine *e;
-	sched_params p;
-	int32_t vocab, ctx_len;
-	int32_t n_regimes;
-	char regimes[SCHED_MAX_REGIMES][64];
-	int32_t default_regime;
-	int64_t kv_heads;                 /* n_layers · n_kv_heads: page rings per sequence */
-	bool prefix;                      /* the engine's prefix cache is on */
-	int32_t prefix_reach[SCHED_MAX_REGIMES];   /* blocks before a prompt's end where the cache can still hit (its
-	                                            * smallest windowed capacity's; INT32_MAX for full attention) */
-	int64_t page_bytes;
-	int64_t pool_pages;
-
-	pthread_t thread;
-	bool thread_started;
-
-	pthread_mutex_t mu;               /* guards the queue, stop, draining, n_running */
-	pthread_cond_t cv;                /* the engine thread waits here for work */
-	sched_request **queue;            /* ring of queue_length */
-	int32_t q_head, q_len;
-	bool stop, draining;
-	int32_t n_running;
-	atomic_uint_fast64_t epoch;
-	uint64_t next_id;
-
-	/* the engine thread's: slots and per-step buffers, all allocated at init */
-	sched_slot *slots;                /* max_seqs */
-	int32_t *order;                   /* running slots in admission order (FCFS for the prefill budget) */
-	int32_t n_order;
-	int64_t reserved_pages;
-	engine_item *items;               /* max_seqs */
-	int32_t *item_slot;               /* max_seqs */
-	const float **greedy_rows;        /* max_seqs: this step's rows of greedy decoders, picked at once */
-	int32_t *greedy_ids, *greedy_item;   /* max_seqs: their tokens, and their items (ascending) */
-	float *logits;                    /* (logit_rows, vocab) */
-	int32_t prompt_logit_rows;        /* rows per step for prompt log-probabilities (echo) */
-	/* device sampling (the header comment): a step's rows stay in the engine, logits_top reduces them */
-	bool device;
-	aah_logits_stats *top_stats;      /* max_seqs: this step's rows */
-	int32_t *top_ids;                 /* (max_seqs, AAH_LOGITS_TOP_MAX) their candidates, top_n a row */
-	float *top_logits;                /* (max_seqs, AAH_LOGITS_TOP_MAX) */
-	float *top_temp;                  /* max_seqs: each row's temperature */
-	bool *row_fetched;                /* max_seqs: the row is in s->logits already */
-	int32_t top_n, top_cols;          /* this step's candidates per row (0: none taken) and their columns */
-	int32_t *lp_ids;                  /* AAH_LOGITS_TOP_MAX: one row's candidates over all columns (logprobs) */
-	float *lp_logits;                 /* AAH_LOGITS_TOP_MAX */
-	char *stop_buf;                   /* (stop_room) one token's text, for the stop strings; NULL without a tokenizer */
-	int64_t stop_room;
-	sched_request **admitted;         /* max_seqs */
-	sched_request **dropped;          /* queue_length: cancelled while waiting */
-
-	pthread_mutex_t metrics_mu;       /* guards m and the rate buckets */
-	sched_metrics m;
-	int64_t rate_sec[10];             /* per-second buckets of the last 10 s */
-	double rate_prompt[10], rate_gen[10];
-};
-
 static const double ttft_bounds[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
 static const double itl_bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };
 static const double duration_bounds[] = { 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void histogram_init(sched_histogram *h, const double *bounds, int32_t n)
 {
@@ -198,280 +96,6 @@ static void rate_add(sched *s, double t, double prompt, double gen)
 	}
 	s->rate_prompt[i] += prompt;
 	s->rate_gen[i] += gen;
-}
-
-/* Worst-case pages of a sequence of len positions under a regime (its windows keep less than full attention).
- * engine_regime_kv_pages reads only what engine_init fixed, so any thread may call it. */
-static int64_t pages_max(const sched *s, int32_t regime, int64_t len)
-{
-	if (len > s->ctx_len)
-		len = s->ctx_len;
-	return engine_regime_kv_pages(s->e, s->regimes[regime], len);
-}
-
-/* ---- requests ---- */
-
-static void request_free(sched_request *r)
-{
-	sampler_free(&r->smp);
-	free(r->prompt);
-	free(r->tokens);
-	free(r->gen_lp.logprob);
-	free(r->gen_lp.top_ids);
-	free(r->gen_lp.top_logprobs);
-	free(r->prompt_lp_rows.logprob);
-	free(r->prompt_lp_rows.top_ids);
-	free(r->prompt_lp_rows.top_logprobs);
-	pthread_mutex_destroy(&r->mu);
-	pthread_cond_destroy(&r->cv);
-	free(r);
-}
-
-static void request_unref(sched_request *r)
-{
-	if (atomic_fetch_sub(&r->refs, 1) == 1)
-		request_free(r);
-}
-
-static int lp_rows_alloc(sched_logprob_rows *rows, int64_t n, int32_t n_top)
-{
-	rows->n_top = n_top;
-	size_t nn = (size_t)(n > 0 ? n : 1);
-	rows->logprob = malloc(nn * sizeof *rows->logprob);
-	rows->top_ids = malloc(nn * (size_t)(n_top > 0 ? n_top : 1) * sizeof *rows->top_ids);
-	rows->top_logprobs = malloc(nn * (size_t)(n_top > 0 ? n_top : 1) * sizeof *rows->top_logprobs);
-	return rows->logprob && rows->top_ids && rows->top_logprobs ? 0 : -1;
-}
-
-/* Made on the submitting thread, so that the engine thread never allocates. Returns NULL when out of memory. */
-static sched_request *request_new(sched *s, const sched_request_params *p, int32_t regime)
-{
-	sched_request *r = calloc(1, sizeof *r);
-	if (!r)
-		return NULL;
-	r->s = s;
-	atomic_init(&r->refs, 2);   /* the caller's and the engine thread's */
-	atomic_init(&r->cancel, false);
-	pthread_mutex_init(&r->mu, NULL);
-	pthread_cond_init(&r->cv, NULL);
-	r->n_prompt = p->n_prompt;
-	r->max_tokens = p->max_tokens;
-	r->regime = regime;
-	r->logprobs = p->logprobs;
-	r->prompt_lp = p->prompt_logprobs;
-	r->n_stop_ids = p->n_stop_ids;
-	if (p->n_stop_ids > 0)
-		memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
-	r->notify = p->notify;
-	r->notify_ctx = p->notify_ctx;
-	r->pages_max = pages_max(s, regime, (int64_t)p->n_prompt + p->max_tokens);
-	r->result.stop_id = -1;
-	r->result.stop_string = -1;
-	r->result.ttft_s = -1;
-	int32_t n_top = p->logprobs > 0 ? (p->logprobs < s->vocab ? p->logprobs : s->vocab) : 0;
-	r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
-	r->tokens = malloc((size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof *r->tokens);
-	int bad = !r->prompt || !r->tokens || sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
-	          stop_text_init(&r->stop, s->p.tok, p->stop, p->stop_len, p->n_stop) != 0;   /* validate checked it */
-	if (!bad && p->logprobs >= 0)
-		bad = lp_rows_alloc(&r->gen_lp, p->max_tokens, n_top);
-	if (!bad && p->prompt_logprobs)
-		bad = lp_rows_alloc(&r->prompt_lp_rows, p->n_prompt, n_top);
-	if (bad) {
-		request_free(r);
-		return NULL;
-	}
-	memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
-	if (p->prompt_logprobs)
-		r->prompt_lp_rows.logprob[0] = NAN;   /* the first token has no context */
-	return r;
-}
-
-static int32_t regime_index(const sched *s, const char *name)
-{
-	if (!name)
-		return s->default_regime;
-	for (int32_t i = 0; i < s->n_regimes; i++)
-		if (!strcmp(s->regimes[i], name))
-			return i;
-	return -1;
-}
-
-static sched_status validate(const sched *s, const sched_request_params *p, int32_t *regime, char *err,
-                             size_t err_len)
-{
-	if (p->n_prompt < 1 || !p->prompt) {
-		snprintf(err, err_len, "the prompt is empty");
-		return SCHED_ERR_INVALID;
-	}
-	for (int32_t i = 0; i < p->n_prompt; i++)
-		if (p->prompt[i] < 0 || p->prompt[i] >= s->vocab) {
-			snprintf(err, err_len, "token id %d is out of range [0, %d)", p->prompt[i], s->vocab);
-			return SCHED_ERR_INVALID;
-		}
-	if (p->max_tokens < 0 || p->logprobs < -1 || p->logprobs > SCHED_MAX_LOGPROBS || p->n_stop_ids < 0 ||
-	    p->n_stop_ids > SCHED_MAX_STOP_IDS || (p->n_stop_ids > 0 && !p->stop_ids)) {
-		snprintf(err, err_len, "max_tokens, logprobs or the stop ids are out of range");
-		return SCHED_ERR_INVALID;
-	}
-	/* stop strings: each within the engine matcher's limits, and none without the scheduler's tokenizer */
-	if (stop_text_check(s->p.tok, p->stop, p->stop_len, p->n_stop, err, err_len) != 0)
-		return SCHED_ERR_INVALID;
-	if (p->n_prompt > s->ctx_len) {
-		snprintf(err, err_len, "the prompt has %d tokens; the context holds %d", p->n_prompt, s->ctx_len);
-		return SCHED_ERR_TOO_LONG;
-	}
-	*regime = regime_index(s, p->regime);
-	if (*regime < 0) {
-		snprintf(err, err_len, "unknown regime '%s'", p->regime);
-		return SCHED_ERR_REGIME;
-	}
-	int64_t need = pages_max(s, *regime, (int64_t)p->n_prompt + p->max_tokens);
-	if (need > s->pool_pages) {
-		snprintf(err, err_len, "%d prompt + %d new tokens need %lld KV bytes; the cache holds %lld", p->n_prompt,
-		         p->max_tokens, (long long)(need * s->page_bytes), (long long)(s->pool_pages * s->page_bytes));
-		return SCHED_ERR_TOO_LONG;
-	}
-	return SCHED_OK;
-}
-
-/* The first of rs[0 … i-1] whose prefill rs[i] can fork: the same regime and prompt, and the prompt log-probabilities
- * rs[i] wants (the fork copies them). -1: none. */
-static int32_t prompt_leader(sched_request *const *rs, int32_t i)
-{
-	const sched_request *r = rs[i];
-	for (int32_t j = 0; j < i; j++) {
-		const sched_request *l = rs[j];
-		if (l->regime == r->regime && l->n_prompt == r->n_prompt &&
-		    (!r->prompt_lp || (l->prompt_lp && l->prompt_lp_rows.n_top == r->prompt_lp_rows.n_top)) &&
-		    !memcmp(l->prompt, r->prompt, (size_t)r->n_prompt * sizeof *r->prompt))
-			return j;
-	}
-	return -1;
-}
-
-sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sched_request **out, char *err,
-                          size_t err_len)
-{
-	if (n < 1) {
-		snprintf(err, err_len, "nothing to submit");
-		return SCHED_ERR_INVALID;
-	}
-	for (int32_t i = 0; i < n; i++)
-		out[i] = NULL;
-	for (int32_t i = 0; i < n; i++) {
-		int32_t regime;
-		sched_status st = validate(s, &p[i], &regime, err, err_len);
-		if (st == SCHED_OK && !(out[i] = request_new(s, &p[i], regime))) {
-			snprintf(err, err_len, "out of memory");
-			st = SCHED_ERR_NOMEM;
-		}
-		if (st != SCHED_OK) {
-			for (int32_t j = 0; j < i; j++)
-				request_free(out[j]);
-			for (int32_t j = 0; j < n; j++)
-				out[j] = NULL;
-			return st;
-		}
-	}
-	sched_status st = SCHED_OK;
-	double t = now_s();
-	pthread_mutex_lock(&s->mu);
-	if (s->draining || s->stop) {
-		snprintf(err, err_len, "the server is shutting down");
-		st = SCHED_ERR_SHUTDOWN;
-	} else if (s->q_len + n > s->p.queue_length) {
-		snprintf(err, err_len, "%d requests are waiting already (queue_length %d)", s->q_len, s->p.queue_length);
-		st = SCHED_ERR_QUEUE_FULL;
-	} else {
-		uint64_t epoch = atomic_load(&s->epoch);
-		for (int32_t i = 0; i < n; i++) {
-			out[i]->t_submit = t;
-			out[i]->epoch = epoch;
-			out[i]->id = ++s->next_id;
-			int32_t l = prompt_leader(out, i);
-			out[i]->leader_id = l >= 0 ? out[l]->id : 0;
-			s->queue[(s->q_head + s->q_len++) % s->p.queue_length] = out[i];
-		}
-		pthread_cond_signal(&s->cv);
-	}
-	pthread_mutex_unlock(&s->mu);
-	if (st != SCHED_OK)
-		for (int32_t i = 0; i < n; i++) {
-			request_free(out[i]);
-			out[i] = NULL;
-		}
-	return st;
-}
-
-void sched_request_cancel(sched_request *r)
-{
-	atomic_store(&r->cancel, true);
-	pthread_mutex_lock(&r->s->mu);
-	pthread_cond_signal(&r->s->cv);
-	pthread_mutex_unlock(&r->s->mu);
-}
-
-void sched_request_release(sched_request *r)
-{
-	if (r)
-		request_unref(r);
-}
-
-void sched_request_view(sched_request *r, sched_view *v)
-{
-	pthread_mutex_lock(&r->mu);
-	*v = r->pub;
-	pthread_mutex_unlock(&r->mu);
-}
-
-bool sched_request_wait(sched_request *r, uint64_t seen, int32_t timeout_ms, sched_view *v)
-{
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	if (timeout_ms >= 0) {
-		until.tv_sec += timeout_ms / 1000;
-		until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
-	pthread_mutex_lock(&r->mu);
-	while (r->pub.version == seen) {
-		if (timeout_ms < 0)
-			pthread_cond_wait(&r->cv, &r->mu);
-		else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) != 0)
-			break;
-	}
-	*v = r->pub;
-	pthread_mutex_unlock(&r->mu);
-	return v->version != seen;
-}
-
-const int32_t *sched_request_prompt(const sched_request *r, int32_t *n_prompt)
-{
-	*n_prompt = r->n_prompt;
-	return r->prompt;
-}
-const int32_t *sched_request_tokens(const sched_request *r) { return r->tokens; }
-const sched_logprob_rows *sched_request_token_logprobs(const sched_request *r)
-{
-	return r->logprobs >= 0 ? &r->gen_lp : NULL;
-}
-const sched_logprob_rows *sched_request_prompt_logprobs(const sched_request *r)
-{
-	return r->prompt_lp ? &r->prompt_lp_rows : NULL;
-}
-
-bool sched_request_result(sched_request *r, sched_result *out)
-{
-	pthread_mutex_lock(&r->mu);
-	bool done = r->pub.finish != SCHED_FINISH_NONE;
-	if (done)
-		*out = r->result;
-	pthread_mutex_unlock(&r->mu);
-	return done;
 }
 
 /* ---- the engine thread ---- */
@@ -521,7 +145,7 @@ static void kv_gauge_update(sched *s)
  * reference. The slot becomes DONE; the step compacts it away. */
 static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish why, const char *msg)
 {
-	double t = now_s();
+	double t = aah_now_s();
 	sched_result res = r->result;
 	res.finish = why;
 	res.duration_s = t - r->t_submit;
@@ -591,7 +215,7 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 	pthread_mutex_unlock(&r->mu);
 	if (r->notify)
 		r->notify(r->notify_ctx, true);
-	request_unref(r);
+	sched_request_release(r);   /* the engine thread's reference */
 }
 
 static bool request_cancelled(const sched *s, sched_request *r)
@@ -1076,7 +700,7 @@ static void sched_step(sched *s)
 		engine_argmax_rows(s->e, s->greedy_ids, s->greedy_rows, n_greedy, greedy_cols);
 	else
 		n_greedy = 0;   /* one row: sampler_sample picks it as fast */
-	double t = now_s();
+	double t = aah_now_s();
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.prompt_tokens += (uint64_t)prompt_tokens;
 	rate_add(s, t, (double)prompt_tokens, 0);
@@ -1143,7 +767,7 @@ static void *engine_main(void *arg)
 
 		for (int32_t i = 0; i < n_drop; i++)
 			request_end(s, s->dropped[i], NULL, SCHED_FINISH_CANCELLED, NULL);
-		double t = now_s();
+		double t = aah_now_s();
 		for (int32_t i = 0; i < n_admit; i++)
 			slot_start(s, s->admitted[i], t);
 		order_compact(s);
@@ -1320,49 +944,4 @@ void sched_free(sched *s)
 	free(s->lp_logits);
 	free(s->stop_buf);
 	free(s);
-}
-
-void sched_drain(sched *s)
-{
-	pthread_mutex_lock(&s->mu);
-	s->draining = true;
-	pthread_mutex_unlock(&s->mu);
-}
-
-int32_t sched_busy(sched *s)
-{
-	pthread_mutex_lock(&s->mu);
-	int32_t n = s->q_len + s->n_running;
-	pthread_mutex_unlock(&s->mu);
-	return n;
-}
-
-void sched_cancel_all(sched *s)
-{
-	pthread_mutex_lock(&s->mu);
-	atomic_fetch_add(&s->epoch, 1);
-	pthread_cond_signal(&s->cv);
-	pthread_mutex_unlock(&s->mu);
-}
-
-void sched_metrics_get(sched *s, sched_metrics *out)
-{
-	pthread_mutex_lock(&s->mu);
-	int32_t running = s->n_running, waiting = s->q_len;
-	pthread_mutex_unlock(&s->mu);
-	double t = now_s();
-	pthread_mutex_lock(&s->metrics_mu);
-	*out = s->m;
-	double prompt = 0, gen = 0;
-	int64_t sec = (int64_t)t;
-	for (int32_t i = 0; i < 10; i++)
-		if (s->rate_sec[i] > sec - 10) {
-			prompt += s->rate_prompt[i];
-			gen += s->rate_gen[i];
-		}
-	pthread_mutex_unlock(&s->metrics_mu);
-	out->running = running;
-	out->waiting = waiting;
-	out->prompt_tokens_per_s = prompt / 10.0;
-	out->generation_tokens_per_s = gen / 10.0;
 }

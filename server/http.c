@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "models/utf8.h"
 #include "server/api.h"
 #include "server/http_credentials.h"
 #include "server/http_front.h"
@@ -66,46 +68,7 @@ static const route routes[] = {
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof routes[0]))
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-bool http_utf8_valid(const char *str, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-	while (i < n) {
-		unsigned char c = s[i];
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		int len;
-		unsigned char lo = 0x80, hi = 0xbf;
-		if (c >= 0xc2 && c <= 0xdf)
-			len = 2;
-		else if (c >= 0xe0 && c <= 0xef) {
-			len = 3;
-			if (c == 0xe0) lo = 0xa0;        /* overlong */
-			if (c == 0xed) hi = 0x9f;        /* surrogates */
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			len = 4;
-			if (c == 0xf0) lo = 0x90;        /* overlong */
-			if (c == 0xf4) hi = 0x8f;        /* above U+10FFFF */
-		} else
-			return false;
-		if (i + (size_t)len > n || s[i + 1] < lo || s[i + 1] > hi)
-			return false;
-		for (int k = 2; k < len; k++)
-			if (s[i + (size_t)k] < 0x80 || s[i + (size_t)k] > 0xbf)
-				return false;
-		i += (size_t)len;
-	}
-	return true;
-}
+bool http_utf8_valid(const char *str, size_t n) { return aah_utf8_check(str, n) == 0; }
 
 /* ---- replies ---- */
 
@@ -405,7 +368,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		req->http = h;
 		atomic_fetch_add(&h->live, 1);
 		req->conn = conn;
-		req->t_start = now_s();
+		req->t_start = aah_now_s();
 		const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
 		if (rid && request_id_acceptable(rid))
 			snprintf(req->id, sizeof req->id, "%s", rid);
@@ -486,7 +449,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (!strcmp(req->path, "/v1/chat/completions"))   /* the front counted a refusal in the total only */
 		server_metrics_count_chat(&srv->metrics, req->status);
 	log_msg(probe || refused ? LOG_DEBUG : LOG_INFO, req->id, "%s %s %d %.3fs%s%s%s", req->method, req->path, req->status,
-	        now_s() - req->t_start, *req->note ? " " : "", req->note, how);
+	        aah_now_s() - req->t_start, *req->note ? " " : "", req->note, how);
 	free(req->body);
 	free(req);
 	atomic_fetch_sub(&h->live, 1);

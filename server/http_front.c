@@ -33,11 +33,12 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "server/http_answer.h"
 #include "server/http_framing.h"
+#include "server/http_front_burst.h"
 #include "server/log.h"
 #include "server/log_limit.h"
 
@@ -50,8 +51,6 @@
 #define LINGER_BYTES ((uint64_t)64 << 20)/* … or has sent this much */
 #define LINGER_SHORT_S 1.0               /* … or this long for a client cut for being slow (which would linger on) */
 #define IDLE_RECLAIM_S 1.0               /* a connection idle this long between requests may give its slot up */
-#define BURST_QUIET_S 1.0                /* a burst over the limit ends after this long without one */
-#define BURST_REPEAT_S 60.0              /* a lasting burst is logged again this often */
 #define FRESH_PER_SLOT 8                 /* FRESH connections kept per slot; past it the oldest is closed for a new one */
 #define FRESH_MIN_AGE_S 1.0              /* … once it is this old: a younger one's first bytes may be on their way */
 
@@ -170,20 +169,9 @@ struct http_front {
 	double accept_pause_until, last_tick;
 	conn *all, *hold_head, *hold_tail, *fresh_head, *fresh_tail, *dead;
 	int32_t n_active, n_probe, n_hold, n_fresh, n_total;
-	uint64_t b_evicted;               /* FRESH connections closed for newer ones (over the cap, or out of fds) */
-	/* the current burst over the limit, for one log line */
-	bool burst;
-	double burst_t0, burst_last, burst_logged, burst_longest;
-	uint64_t b_waited, b_503, b_429, b_probes, b_idle_closed;
+	http_front_burst burst;           /* the current burst over the limit, for one log line */
 	log_limit log;                    /* lines that could repeat (accept failing for want of descriptors) */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool again(void)
 {
@@ -373,45 +361,6 @@ static void conn_goto(http_front *f, conn *c, conn_state next, double now)
 	}
 }
 
-static void burst_note(http_front *f, double now)
-{
-	if (!f->burst) {
-		f->burst = true;
-		f->burst_t0 = f->burst_logged = now;
-		f->burst_longest = 0;
-		f->b_waited = f->b_503 = f->b_429 = f->b_probes = f->b_idle_closed = f->b_evicted = 0;
-	}
-	f->burst_last = now;
-}
-
-static void burst_log(http_front *f, double now, bool ended)
-{
-	log_msg(LOG_WARN, NULL,
-	        "connections: the limit of %d %s %.1fs: %llu waited for a slot and got it (longest %.2fs; %llu idle "
-	        "connections closed for them), %llu answered 503 after request_timeout, %llu answered 429 "
-	        "(per_ip_connections %d), %llu probes served beyond it, %llu connections that sent nothing closed for "
-	        "newer ones",
-	        f->p.max_connections, ended ? "was reached for" : "has been reached for", now - f->burst_t0,
-	        (unsigned long long)f->b_waited, f->burst_longest, (unsigned long long)f->b_idle_closed,
-	        (unsigned long long)f->b_503, (unsigned long long)f->b_429, f->p.per_ip_connections,
-	        (unsigned long long)f->b_probes, (unsigned long long)f->b_evicted);
-}
-
-static void burst_tick(http_front *f, double now)
-{
-	if (!f->burst)
-		return;
-	if (f->n_hold > 0 || f->n_active >= f->p.max_connections)
-		f->burst_last = now;
-	if (now - f->burst_last >= BURST_QUIET_S) {
-		burst_log(f, now, true);
-		f->burst = false;
-	} else if (now - f->burst_logged >= BURST_REPEAT_S) {
-		burst_log(f, now, false);
-		f->burst_logged = now;
-	}
-}
-
 /* Appends the front's own answer to out (http_answer.h). */
 static void answer_write(conn *c)
 {
@@ -494,9 +443,9 @@ static conn *conn_new(http_front *f, int fd, const struct sockaddr_storage *a, s
 static void conn_admit(http_front *f, conn *c, bool probe, double now)
 {
 	if (waiting(c) && !probe) {
-		f->b_waited++;
-		if (now - c->t_wait > f->burst_longest)
-			f->burst_longest = now - c->t_wait;
+		f->burst.waited++;
+		if (now - c->t_wait > f->burst.longest)
+			f->burst.longest = now - c->t_wait;
 	}
 	int sv[2];
 	http_front_link *l = calloc(1, sizeof *l);
@@ -560,7 +509,7 @@ static void probe_admit(http_front *f, conn *c, double now)
 	if (held_probe(c) && f->n_probe < f->p.probe_connections && !f->quiesced && inner_room(f)) {
 		conn_admit(f, c, true, now);
 		c->last_request = true;
-		f->b_probes++;
+		f->burst.probes++;
 	}
 }
 
@@ -744,7 +693,7 @@ static void conn_place(http_front *f, conn *c, double now)
 	} else {
 		conn_goto(f, c, CONN_WAIT_HEAD, now);
 		hold_append(f, c);
-		burst_note(f, now);
+		http_front_burst_note(&f->burst, now);
 	}
 }
 
@@ -868,7 +817,7 @@ static double timer_due(const http_front *f, const conn *c, conn_timer t)
 
 static void expire_wait(http_front *f, conn *c, double now)
 {
-	f->b_503++;
+	f->burst.n_503++;
 	if (c->state == CONN_WAIT_HEAD)
 		c->linger_s = LINGER_SHORT_S;   /* not even its head in: it trickles */
 	conn_refuse(f, c, 503, "server_error", "server_busy", 1,
@@ -988,8 +937,8 @@ static bool evict_fresh(http_front *f, double now, double *retry_at)
 			*retry_at = c->t_accept + FRESH_MIN_AGE_S;
 			return false;
 		}
-		burst_note(f, now);
-		f->b_evicted++;
+		http_front_burst_note(&f->burst, now);
+		f->burst.evicted++;
 		conn_goto(f, c, CONN_DEAD, now);
 		return true;
 	}
@@ -1032,8 +981,8 @@ static void accept_all(http_front *f, double now)
 			continue;
 		}
 		if (f->p.per_ip_connections > 0 && same_peer(f, c) >= f->p.per_ip_connections) {
-			burst_note(f, now);
-			f->b_429++;
+			http_front_burst_note(&f->burst, now);
+			f->burst.n_429++;
 			conn_refuse(f, c, 429, "rate_limit_error", "too_many_connections", 1,
 			            "too many connections from this address (per_ip_connections)", now);
 		}
@@ -1072,7 +1021,7 @@ static void admit_held(http_front *f, double now)
 		if (!v)
 			break;
 		conn_goto(f, v, CONN_DEAD, now);
-		f->b_idle_closed++;
+		f->burst.idle_closed++;
 	}
 	while (f->hold_head && f->n_active < f->p.max_connections && !f->quiesced && inner_room(f)) {
 		conn *c = f->hold_head;
@@ -1125,14 +1074,14 @@ static void *front_main(void *arg)
 	http_front *f = arg;
 	struct epoll_event evs[128];
 	for (;;) {
-		double now = now_s(), due = now + 1.0;
+		double now = aah_now_s(), due = now + 1.0;
 		for (conn *c = f->all; c; c = c->next)
 			due = fmin(due, conn_due(f, c));
 		if (f->accept_pause_until > now)
 			due = fmin(due, f->accept_pause_until);
 		int timeout = due <= now ? 0 : (int)ceil((due - now) * 1000.0);
 		int n = epoll_wait(f->epfd, evs, 128, timeout);
-		now = now_s();
+		now = aah_now_s();
 		bool woke = false, accept_ready = false;
 		for (int i = 0; i < n; i++) {
 			ep_tag *t = evs[i].data.ptr;
@@ -1175,7 +1124,8 @@ static void *front_main(void *arg)
 		admit_held(f, now);
 		if (accept_ready || !f->listening)
 			accept_all(f, now);
-		burst_tick(f, now);
+		http_front_burst_tick(&f->burst, now, f->n_hold > 0 || f->n_active >= f->p.max_connections,
+		                      f->p.max_connections, f->p.per_ip_connections);
 		int32_t busy = 0;
 		for (conn *c = f->all; c; c = c->next)
 			busy += out_pending(c) || c->state == CONN_ANSWER ||
@@ -1190,7 +1140,7 @@ static void *front_main(void *arg)
 		dead_free(f);
 	}
 	while (f->all)
-		conn_goto(f, f->all, CONN_DEAD, now_s());
+		conn_goto(f, f->all, CONN_DEAD, aah_now_s());
 	dead_free(f);
 	return NULL;
 }

@@ -4,14 +4,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
 
 void log_limit_init(log_limit *l)
 {
@@ -35,7 +29,7 @@ void log_limit_msg(log_limit *l, const void *key, log_level lvl, const char *pre
 {
 	if (!log_enabled(lvl))
 		return;
-	const double now = now_s();
+	const double now = aah_now_s();
 	pthread_mutex_lock(&l->mu);
 	log_limit_burst *b = NULL, *free_row = NULL;
 	for (int i = 0; i < LOG_LIMIT_KEYS && !b; i++) {
@@ -73,7 +67,7 @@ void log_limit_msg(log_limit *l, const void *key, log_level lvl, const char *pre
 
 void log_limit_flush(log_limit *l, bool all)
 {
-	const double now = now_s();
+	const double now = aah_now_s();
 	pthread_mutex_lock(&l->mu);
 	for (int i = 0; i < LOG_LIMIT_KEYS; i++) {
 		log_limit_burst *b = &l->b[i];

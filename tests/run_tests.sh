@@ -18,7 +18,8 @@ for build in $BUILDS; do
 	# candidates, the CUDA backend's default), which must give the same tokens.
 	for entry in "$build"/tests/check_* "$build"/tests/fuzz_* tests/test_*.sh \
 	             "AAH_FUSE=1 $build/tests/check_golden" "AAH_FUSE=1 $build/tests/check_aah" \
-	             "AAH_DEVICE_SAMPLING=1 $build/tests/check_scheduler" "AAH_DEVICE_SAMPLING=1 tests/test_batching.sh"; do
+	             "AAH_DEVICE_SAMPLING=1 $build/tests/check_scheduler" \
+	             "AAH_DEVICE_SAMPLING=1 $build/tests/check_scheduler_batching" "AAH_DEVICE_SAMPLING=1 tests/test_batching.sh"; do
 		t=${entry##* }
 		envs=${entry%"$t"}
 		[ -e "$t" ] || continue

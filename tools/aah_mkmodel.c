@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fs.h"
 #include "base/parse_num.h"
 #include "models/model_config.h"
@@ -1055,8 +1055,7 @@ int main(int argc, char **argv)
 	}
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int threads = ncpu < 1 ? 1 : ncpu > MK_MAX_THREADS ? MK_MAX_THREADS : (int)ncpu;
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = aah_now_s();
 	/* Weights and tokenizer first, config.json last (and an old one removed first): a directory with a config
 	 * is a complete model, even after a crash halfway through rewriting one. */
 	char old_config[4096];
@@ -1093,8 +1092,7 @@ int main(int argc, char **argv)
 		free(plan.t);
 		return MK_EXIT_FAIL;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	double secs = aah_now_s() - t0;
 
 	char hb[32];
 	printf("aah-mkmodel: wrote %s (%s, preset %s, seed %" PRIu64 ")\n", o.out_dir,
