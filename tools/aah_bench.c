@@ -321,6 +321,89 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	return 0;
 }
 
+/* The weight types of --weights side by side on one model: every type's engine loaded at once (each one's resident
+ * memory the process's growth while it loads), then `reps` rounds that each run the prompt and the decode on every
+ * type in turn, the best of each kept — so a load that comes and goes on a shared machine falls on all types alike. */
+static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw, aah_dtype kv,
+                         int32_t reps)
+{
+	engine *e[MAX_WEIGHT_TYPES] = { NULL };
+	model_result r[MAX_WEIGHT_TYPES];
+	char err[512], wl[32];
+	int rc = 0;
+	for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
+		engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
+		                    .kv_dtype = kv, .ctx_len = n_prompt + n_gen + 16, .quantize = weight_quantize(wi) };
+		double rss0, rss1, peak;
+		resident_mib(&rss0, &peak);
+		if (engine_init(&e[wi], dir, &p, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-bench: %s\n", err);
+			rc = 1;
+			break;
+		}
+		resident_mib(&rss1, &peak);
+		r[wi] = (model_result){ 0, 0, rss1 - rss0, (double)engine_weight_bytes_per_token(e[wi]) };
+	}
+	const model_config *c = rc == 0 ? engine_config(e[0]) : NULL;
+	int32_t *ids = c ? malloc((size_t)n_prompt * sizeof *ids) : NULL;
+	float *logits = c ? malloc((size_t)c->vocab_size * sizeof *logits) : NULL;
+	for (int32_t i = 0; ids && i < n_prompt; i++)
+		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % c->vocab_size);
+	for (int32_t rep = 0; rc == 0 && rep <= reps; rep++)   /* round 0 warms the caches and the workers up */
+		for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
+			int32_t seq = engine_seq_open(e[wi], NULL, err, sizeof err);
+			engine_item it = { seq, ids, rep ? n_prompt : (n_prompt < 16 ? n_prompt : 16), false };
+			double t0 = now_s();
+			if (seq < 0 || engine_forward(e[wi], &it, 1, logits, err, sizeof err) != 0) {
+				fprintf(stderr, "aah-bench: %s\n", err);
+				rc = 1;
+				break;
+			}
+			double t1 = now_s();
+			int32_t tok = sampler_argmax(logits, c->vocab_size);
+			for (int32_t i = 0; rep && i < n_gen; i++) {
+				engine_item step = { seq, &tok, 1, false };
+				engine_forward(e[wi], &step, 1, logits, err, sizeof err);
+				tok = sampler_argmax(logits, c->vocab_size);
+			}
+			double t2 = now_s();
+			engine_seq_close(e[wi], seq);
+			if (rep) {
+				r[wi].prefill = fmax(r[wi].prefill, n_prompt / (t1 - t0));
+				r[wi].decode = fmax(r[wi].decode, n_gen / (t2 - t1));
+			}
+		}
+	if (rc == 0) {
+		printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads, kv %s; weight types "
+		       "side by side, best of %d rounds each; load average %.2f\n", dir, c->hidden_size, c->n_layers,
+		       c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e[0]), threads, aah_dtype_name(kv), reps,
+		       load_average());
+		for (int32_t wi = 0; wi < n_weight_types; wi++) {
+			const char *w = weight_label(wi, wl, sizeof wl);
+			const double implied = r[wi].weight_bytes * r[wi].decode / 1e9;
+			printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s\n", w, aah_dtype_name(kv), n_prompt, r[wi].prefill);
+			printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w,
+			       aah_dtype_name(kv), n_gen, r[wi].decode);
+			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s = %.0f%% of "
+			       "measured %.2f GB/s\n", w, aah_dtype_name(kv), r[wi].weight_bytes / 1e6, implied,
+			       bw > 0 ? 100 * implied / bw : 0, bw);
+			printf("  %skv %-4s resident with the sequence open: %.0f MiB (the process's growth while this engine "
+			       "loaded; weights %.0f MiB as stored)\n", w, aah_dtype_name(kv), r[wi].rss_mib,
+			       r[wi].weight_bytes / (1 << 20));
+		}
+		for (int32_t wi = 1; wi < n_weight_types; wi++)
+			printf("  kv %-4s w %s / w %s: prefill %.2fx, decode %.2fx, weights read per token %.2fx, resident "
+			       "%.2fx\n", aah_dtype_name(kv), weight_types[wi], weight_types[0], r[wi].prefill / r[0].prefill,
+			       r[wi].decode / r[0].decode, r[wi].weight_bytes / r[0].weight_bytes, r[wi].rss_mib / r[0].rss_mib);
+	}
+	for (int32_t wi = 0; wi < n_weight_types; wi++)
+		if (e[wi])
+			engine_free(e[wi]);
+	free(ids);
+	free(logits);
+	return rc;
+}
+
 /* ---- AAH against full attention at long context ---- */
 
 /* Σ over KV heads of the regime's capacity ÷ (heads · T): what the trimmed cache should hold relative to full
@@ -805,7 +888,8 @@ static void usage(FILE *f)
 	           "every row says its type.\n"
 	           "--weights LIST (the first mode and --context): the weight types to run side by side, e.g.\n"
 	           "bf16,q8_0,q4_k_m: bf16 (f16, f32) is the files' weights, a GGUF type quantizes them at load (llama.cpp's\n"
-	           "mixes); each type's speeds and resident memory against the first's.\n"
+	           "mixes); all of them loaded at once and measured in turn, best of --reps rounds (default 3); each type's\n"
+	           "speeds and resident memory against the first's (--measure is not run then).\n"
 	           "--backend auto|cpu|cuda (every mode): the engine's backend (default auto: CUDA when a device is present);\n"
 	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n");
 }
@@ -916,17 +1000,11 @@ int main(int argc, char **argv)
 		printf("streaming read bandwidth (%d threads, 1 GiB buffer): %.2f GB/s\n", threads, bw);
 	}
 	int rc = 0;
-	const int32_t n_w = n_weight_types ? n_weight_types : 1;
 	for (int i = optind; i < argc; i++)
 		for (int32_t k = 0; k < n_kv_types; k++) {
-			model_result r[MAX_WEIGHT_TYPES];
-			for (int32_t wi = 0; wi < n_w; wi++)
-				rc |= bench_model(argv[i], threads, n_prompt, n_gen, bw, measure, kv_types[k], wi, &r[wi]);
-			for (int32_t wi = 1; wi < n_w && rc == 0; wi++)
-				printf("  kv %-4s w %s / w %s: prefill %.2fx, decode %.2fx, weights read per token %.2fx, resident "
-				       "%.2fx\n", aah_dtype_name(kv_types[k]), weight_types[wi], weight_types[0],
-				       r[wi].prefill / r[0].prefill, r[wi].decode / r[0].decode, r[wi].weight_bytes / r[0].weight_bytes,
-				       r[wi].rss_mib / r[0].rss_mib);
+			model_result r;
+			rc |= n_weight_types ? bench_weights(argv[i], threads, n_prompt, n_gen, bw, kv_types[k], reps)
+			                     : bench_model(argv[i], threads, n_prompt, n_gen, bw, measure, kv_types[k], 0, &r);
 		}
 	return rc;
 }
