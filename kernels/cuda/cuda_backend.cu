@@ -211,6 +211,8 @@ static int cuda_weight_import(aah_backend *b, aah_tensor *out, const void *host,
                               int64_t cols)
 {
 	cuda_ctx *c = ctx_of(b);
+	if (type != AAH_DTYPE_F32 && type != AAH_DTYPE_F16 && type != AAH_DTYPE_BF16)
+		return -1;   /* block-quantized weights (GGUF) run on the CPU backend only, so far: the engine names the tensor */
 	const size_t bytes = (size_t)rows * (size_t)cols * aah_dtype_size(type);
 	void *d = NULL;
 	if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
