@@ -14,7 +14,7 @@ override BUILD := $(BUILD)/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS     := jansson libpcre2-8 libutf8proc
+PKGS     := jansson libpcre2-8 libutf8proc nettle zlib
 DEPFLAGS := -MMD -MP
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wvla -Werror
 OPT      ?= -O2
@@ -30,7 +30,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check 2>/dev/null)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-LIB_C   := $(wildcard models/*.c kernels/*.c kernels/cpu/*.c engine/*.c)
+LIB_C   := $(wildcard base/*.c models/*.c models/convert/*.c kernels/*.c kernels/cpu/*.c engine/*.c)
 LIB_CC  := $(wildcard models/*.cc)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CC:%.cc=$(BUILD)/obj/%.o)
 # The CUDA backend (kernels/cuda/*.cu) is compiled wherever nvcc is, so that CI catches its compile errors; its
@@ -133,6 +133,10 @@ $(BUILD)/tests/check_calibrate: $(BUILD)/obj/tests/check_calibrate.o $(BUILD)/ob
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 
+$(BUILD)/tests/check_gguf: $(BUILD)/obj/tests/check_gguf.o $(BUILD)/obj/tools/convert/gguf_write.o $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+
 # Server modules that a Check suite or a fuzz target links beside libaah.a (before it, when they call into it).
 $(BUILD)/tests/check_choice_text: $(BUILD)/obj/tests/check_choice_text.o $(BUILD)/obj/server/choice_text.o \
   $(BUILD)/libaah.a
@@ -155,7 +159,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard models/*.c) engine/aah_policy.c server/completion_request.c server/http_credentials.c server/http_framing.c \
+	    $$f $(wildcard base/*.c models/*.c models/convert/*.c) engine/aah_policy.c server/completion_request.c server/http_credentials.c server/http_framing.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
@@ -219,7 +223,7 @@ bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(BENCH_DEMO)
 	@sh tools/bench.sh $(BUILD) $(CACHE)
 
-# The two trained runs (tools/aah_train.py; README "Trained models"), regenerated from Debian's python3.11-doc: the
+# The two trained runs (tools/aah_train.py; docs/training.md), regenerated from Debian's python3.11-doc: the
 # text splits and the SentencePiece tokenizer into $(TRAIN_DATA), then the full-attention run and the AAH run side by
 # side (one core each) into $(OUT)/base and $(OUT)/aah, the held-out texts into $(OUT)/text. Seeded: the same files
 # again. `make train OUT=runs` rewrites the committed runs.

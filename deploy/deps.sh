@@ -5,7 +5,7 @@ set -eu
 
 # tools/aah_train.py (make train, tests/test_train.sh): Debian's PyTorch, OpenBLAS (without it torch falls back to the
 # reference BLAS, about 10x slower), spm_train/spm_encode (sentencepiece) and the training text (python3.11-doc).
-PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev
+PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev nettle-dev zlib1g-dev
 check libsubunit-dev libsentencepiece-dev sentencepiece libsystemd-dev clang prometheus systemd
 python3-torch python3-numpy libopenblas0-pthread python3.11-doc"
 # python3-torch also serves the tests of aah-convert import, which read real torch.save files

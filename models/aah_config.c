@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/fs.h"
 #include "models/errf.h"
 #include "models/gguf_model.h"
 
@@ -406,12 +407,6 @@ int aah_config_load(aah_config *a, const char *dir, const model_config *mc, char
 	return aah_config_load_file(a, path, mc, err, err_len);
 }
 
-static bool is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int64_t aah_parse_step(const char *name, const char *prefix, const char *const *suffixes, int n_suffixes)
 {
 	size_t lp = strlen(prefix);
@@ -467,7 +462,7 @@ int aah_resolve_model_dir(const char *dir, int64_t step, char *out, size_t out_l
 			continue;
 		char sub[4096];
 		snprintf(sub, sizeof sub, "%s/%s", dir, n);
-		if (!is_dir(sub))
+		if (!aah_is_dir(sub))
 			continue;
 		if (step >= 0 && s == step)
 			found_named = true;

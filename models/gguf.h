@@ -46,6 +46,8 @@ enum {
 };
 
 #define GGUF_DEFAULT_ALIGNMENT 32
+/* aahd's own key (llama.cpp ignores it): a SentencePiece tokenizer's tokenizer.model bytes, a u8 array. */
+#define GGUF_SPM_MODEL_KEY "aah.tokenizer.sentencepiece_model"
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_STRING (64u << 20)      /* one string: 64 MiB (a chat template is kilobytes) */
 

@@ -3,6 +3,7 @@
 #ifndef AAH_GGUF_MODEL_H
 #define AAH_GGUF_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "models/model.h"
@@ -26,6 +27,10 @@ int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 /* The llama.cpp name of a Hugging Face tensor name (for messages about a GGUF file), written into out and returned;
  * the name itself when it has none. */
 const char *gguf_model_tensor_name(const char *hf, char *out, size_t out_len);
+
+/* The Split regex of llama.cpp's pre-tokenizer name ("qwen2", "llama-bpe"), the pattern those tokenizers'
+ * tokenizer.json carry, and whether an NFC normalizer comes before it; NULL for another name. (models/tokenizer_gguf.c) */
+const char *gguf_pre_pattern(const char *pre, bool *nfc);
 
 #ifdef __cplusplus
 }

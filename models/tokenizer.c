@@ -1,244 +1,23 @@
 /* models/tokenizer.c — the tokenizer's front: loading (tokenizer.json or tokenizer.model, plus tokenizer_config.json),
- * added/special tokens found in the raw text, encode dispatch, decoding and the streaming UTF-8-safe decoder. */
-#include "models/tokenizer_internal.h"
+ * encode dispatch (added tokens split out by tokenizer_table.c, the rest to a back end), decoding and the streaming
+ * UTF-8-safe decoder. */
+#include "models/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <utf8proc.h>
 
+#include "base/fs.h"
 #include "models/errf.h"
 #include "models/gguf_model.h"
+#include "models/tokenizer_bpe.h"
+#include "models/tokenizer_gguf.h"
+#include "models/tokenizer_spm.h"
+#include "models/tokenizer_table.h"
+#include "models/utf8.h"
 
-/* ---- UTF-8 ---- */
-
-/* Bounds of the second byte of a sequence led by b (Unicode table 3-7): what rules out overlongs,
- * surrogates and code points past U+10FFFF. */
-static void utf8_second_range(unsigned char b, unsigned char *lo, unsigned char *hi)
-{
-	*lo = 0x80;
-	*hi = 0xBF;
-	if (b == 0xE0) *lo = 0xA0;
-	else if (b == 0xED) *hi = 0x9F;
-	else if (b == 0xF0) *lo = 0x90;
-	else if (b == 0xF4) *hi = 0x8F;
-}
-
-/* Length of the sequence led by b, or 0 when b cannot start one. */
-static int utf8_lead_len(unsigned char b)
-{
-	if (b < 0x80) return 1;
-	if (b >= 0xC2 && b <= 0xDF) return 2;
-	if (b >= 0xE0 && b <= 0xEF) return 3;
-	if (b >= 0xF0 && b <= 0xF4) return 4;
-	return 0;
-}
-
-size_t tok_utf8_check(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		if (s[i] < 0x80) {   /* ASCII runs are the common case */
-			i++;
-			continue;
-		}
-		int len = utf8_lead_len(s[i]);
-		if (!len || (size_t)len > n - i) return i + 1;
-		unsigned char lo, hi;
-		utf8_second_range(s[i], &lo, &hi);
-		if (s[i + 1] < lo || s[i + 1] > hi) return i + 1;
-		for (int k = 2; k < len; k++)
-			if ((s[i + k] & 0xC0) != 0x80) return i + 1;
-		i += (size_t)len;
-	}
-	return 0;
-}
-
-int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
-{
-	int len = utf8_lead_len(s[0]);
-	if (len <= 1 || (size_t)len > n) {
-		*cp = s[0];
-		return 1;
-	}
-	uint32_t c = s[0] & (0x7F >> len);
-	for (int k = 1; k < len; k++) c = (c << 6) | (s[k] & 0x3F);
-	*cp = c;
-	return len;
-}
-
-int tok_utf8_put(uint32_t cp, char *out)
-{
-	unsigned char *o = (unsigned char *)out;
-	if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
-	if (cp < 0x800) { o[0] = (unsigned char)(0xC0 | (cp >> 6)); o[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
-	if (cp < 0x10000) {
-		o[0] = (unsigned char)(0xE0 | (cp >> 12));
-		o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-		o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (unsigned char)(0xF0 | (cp >> 18));
-	o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-	o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-	o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
-bool tok_is_space(uint32_t c)
-{
-	return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-	       (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-	       c == 0x3000;
-}
-
-/* ---- per-id tables ---- */
-
-int tok_tables_build(tokenizer *t, int32_t n, const char *const *text, const uint32_t *len,
-                     size_t (*to_bytes)(void *ctx, int32_t id, const char *s, uint32_t n, unsigned char *out),
-                     void *ctx, char *err, size_t err_len)
-{
-	size_t total = 0;
-	for (int32_t i = 0; i < n; i++) total += (text[i] ? len[i] : 0) + 1;
-	if (total + 8u * (size_t)n >= UINT32_MAX) {
-		aah_errf(err, err_len, "vocabulary too large");
-		return -1;
-	}
-	t->n_vocab = n;
-	t->text = malloc(total);
-	t->text_off = malloc(((size_t)n + 1) * sizeof *t->text_off);
-	t->bytes = malloc(total + 8u * (size_t)n);
-	t->bytes_off = malloc(((size_t)n + 1) * sizeof *t->bytes_off);
-	t->flags = calloc((size_t)n ? (size_t)n : 1, 1);
-	if (!t->text || !t->text_off || !t->bytes || !t->bytes_off || !t->flags) {
-		aah_errf(err, err_len, "out of memory");
-		return -1;
-	}
-	uint32_t to = 0, bo = 0;
-	for (int32_t i = 0; i < n; i++) {
-		t->text_off[i] = to;
-		t->bytes_off[i] = bo;
-		if (text[i]) {
-			memcpy(t->text + to, text[i], len[i]);
-			to += len[i];
-			bo += (uint32_t)to_bytes(ctx, i, text[i], len[i], t->bytes + bo);
-			t->flags[i] |= TOK_FLAG_PRESENT;
-		}
-		t->text[to++] = '\0';
-	}
-	t->text_off[n] = to;
-	t->bytes_off[n] = bo;
-	return 0;
-}
-
-/* ---- added tokens ---- */
-
-static int added_cmp(const void *pa, const void *pb)
-{
-	const tok_added *a = *(const tok_added *const *)pa, *b = *(const tok_added *const *)pb;
-	unsigned char fa = (unsigned char)a->content[0], fb = (unsigned char)b->content[0];
-	if (fa != fb) return fa < fb ? -1 : 1;
-	if (a->len != b->len) return a->len > b->len ? -1 : 1;
-	return a->id < b->id ? -1 : a->id > b->id;
-}
-
-static int matcher_build(tokenizer *t, tok_matcher *m, bool normalized)
-{
-	m->n = 0;
-	m->tok = malloc(((size_t)t->n_added + 1) * sizeof *m->tok);
-	if (!m->tok) return -1;
-	for (int32_t i = 0; i < t->n_added; i++)
-		if (t->added[i].len && t->added[i].normalized == normalized) m->tok[m->n++] = &t->added[i];
-	qsort(m->tok, (size_t)m->n, sizeof *m->tok, added_cmp);
-	int32_t k = 0;
-	for (int b = 0; b <= 256; b++) {
-		while (k < m->n && (unsigned char)m->tok[k]->content[0] < b) k++;
-		m->first[b] = k;
-	}
-	m->first[256] = m->n;
-	return 0;
-}
-
-int tok_matchers_build(tokenizer *t, char *err, size_t err_len)
-{
-	if (matcher_build(t, &t->match_raw, false) || matcher_build(t, &t->match_norm, true)) {
-		aah_errf(err, err_len, "out of memory");
-		return -1;
-	}
-	return 0;
-}
-
-/* Letters, digits and '_' make words: a single_word token may not touch one. */
-static bool is_word_char(uint32_t cp)
-{
-	if (cp == '_') return true;
-	utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
-	return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
-	       (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
-}
-
-/* Start of the character that ends at byte i (i > lo). */
-static size_t utf8_prev_start(const unsigned char *s, size_t lo, size_t i)
-{
-	size_t j = i - 1;
-	while (j > lo && (s[j] & 0xC0) == 0x80 && i - j < 4) j--;
-	return j;
-}
-
-int tok_split_added(const tokenizer *t, const tok_matcher *m, tok_scratch *sc, const char *text, size_t n,
-                    tok_sink *sink, tok_text_fn fn)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t seg = 0, i = 0;
-	if (m->n == 0) return n ? fn(t, sc, text, n, sink) : 0;
-	while (i < n) {
-		int32_t lo = m->first[s[i]], hi = m->first[s[i] + 1];
-		const tok_added *hit = NULL;
-		for (int32_t k = lo; k < hi && !hit; k++) {
-			const tok_added *a = m->tok[k];
-			if (a->len > n - i || memcmp(s + i, a->content, a->len) != 0) continue;
-			if (a->single_word) {
-				uint32_t cp;
-				if (i > 0) {
-					size_t p = utf8_prev_start(s, 0, i);
-					tok_utf8_next(s + p, i - p, &cp);
-					if (is_word_char(cp)) continue;
-				}
-				if (i + a->len < n) {
-					tok_utf8_next(s + i + a->len, n - i - a->len, &cp);
-					if (is_word_char(cp)) continue;
-				}
-			}
-			hit = a;
-		}
-		if (!hit) {
-			i++;   /* a token starts with a lead byte, so continuation bytes never match */
-			continue;
-		}
-		size_t text_end = i, next = i + hit->len;
-		uint32_t cp;
-		if (hit->lstrip)   /* the token swallows the whitespace before it */
-			while (text_end > seg) {
-				size_t p = utf8_prev_start(s, seg, text_end);
-				tok_utf8_next(s + p, text_end - p, &cp);
-				if (!tok_is_space(cp)) break;
-				text_end = p;
-			}
-		if (hit->rstrip)
-			while (next < n) {
-				int l = tok_utf8_next(s + next, n - next, &cp);
-				if (!tok_is_space(cp)) break;
-				next += (size_t)l;
-			}
-		if (text_end > seg && fn(t, sc, text + seg, text_end - seg, sink)) return -1;
-		tok_sink_push(sink, hit->id);
-		seg = i = next;
-	}
-	if (seg < n) return fn(t, sc, text + seg, n - seg, sink);
-	return 0;
-}
 
 /* ---- SentencePiece glue ---- */
 
@@ -276,9 +55,14 @@ static int spm_text(const tokenizer *t, tok_scratch *sc, const char *s, size_t n
 
 static int spm_load(tokenizer *t, const char *path, char *err, size_t err_len)
 {
+	tok_spm *p = tok_spm_open(path, err, err_len);
+	return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
+}
+
+int tok_spm_load_opened(tokenizer *t, tok_spm *p, char *err, size_t err_len)
+{
 	t->kind = TOK_KIND_SPM;
-	t->spm = tok_spm_open(path, err, err_len);
-	if (!t->spm) return -1;
+	t->spm = p;
 	int32_t n = tok_spm_size(t->spm);
 	const char **text = calloc((size_t)n + 1, sizeof *text);
 	uint32_t *len = calloc((size_t)n + 1, sizeof *len);
@@ -389,12 +173,6 @@ out:
 
 /* ---- load / free ---- */
 
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static void tokenizer_clear(tokenizer *t)
 {
 	if (t->bpe) tok_bpe_free(t->bpe);
@@ -453,10 +231,10 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 		return NULL;
 	}
 	snprintf(path, dl + 32, "%s/tokenizer.json", dir);
-	bool have_json = file_exists(path);
+	bool have_json = aah_is_file(path);
 	char *model_path = malloc(dl + 32);
 	if (model_path) snprintf(model_path, dl + 32, "%s/tokenizer.model", dir);
-	bool have_model = model_path && file_exists(model_path);
+	bool have_model = model_path && aah_is_file(model_path);
 	if (have_json) {
 		rc = json_tokenizer_load(t, path, err, err_len);
 		/* A tokenizer.json we cannot run (e.g. a Metaspace one) still leaves the SentencePiece model. */
@@ -471,7 +249,7 @@ tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len)
 	}
 	if (rc == 0) {
 		snprintf(path, dl + 32, "%s/tokenizer_config.json", dir);
-		if (file_exists(path)) rc = config_load(t, path, err, err_len);
+		if (aah_is_file(path)) rc = config_load(t, path, err, err_len);
 	}
 	if (rc == 0 && t->eos < 0) {   /* no config: GPT-2 style files still name their end of text */
 		t->eos = token_id_of(t, "<|endoftext|>");
@@ -501,7 +279,7 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
 		aah_errf(err, err_len, "bad arguments");
 		return -1;
 	}
-	size_t bad = tok_utf8_check((const unsigned char *)text, len);
+	size_t bad = aah_utf8_check((const unsigned char *)text, len);
 	if (bad) {
 		aah_errf(err, err_len, "text is not valid UTF-8 (byte %zu)", bad - 1);
 		return -1;
@@ -553,10 +331,10 @@ static void utf8_feed(unsigned char *pend, int32_t *npend, const unsigned char *
 		unsigned char b = in[i];
 		if (k > 0) {
 			unsigned char lo = 0x80, hi = 0xBF;
-			if (k == 1) utf8_second_range(pend[0], &lo, &hi);
+			if (k == 1) aah_utf8_second_range(pend[0], &lo, &hi);
 			if (b >= lo && b <= hi) {
 				pend[k++] = b;
-				if (k == utf8_lead_len(pend[0])) {
+				if (k == aah_utf8_seq_len(pend[0])) {
 					out_put(o, pend, (size_t)k);
 					k = 0;
 				}
@@ -565,7 +343,7 @@ static void utf8_feed(unsigned char *pend, int32_t *npend, const unsigned char *
 			out_fffd(o);   /* the held prefix is a maximal invalid subpart; b starts afresh */
 			k = 0;
 		}
-		int len = utf8_lead_len(b);
+		int len = aah_utf8_seq_len(b);
 		if (len == 1) out_put(o, &b, 1);
 		else if (len == 0) out_fffd(o);
 		else pend[k++] = b;

@@ -13,12 +13,16 @@ extern "C" {
 
 typedef struct tokenizer tokenizer;
 
-/* Loads dir/tokenizer.json (byte-level BPE; when it is a kind we cannot run and dir/tokenizer.model exists, that
+/* A .gguf file, or a directory holding one and no config.json: the tokenizer inside it (tokenizer.ggml.*). Else:
+ * loads dir/tokenizer.json (byte-level BPE; when it is a kind we cannot run and dir/tokenizer.model exists, that
  * instead), else dir/tokenizer.model (SentencePiece), and dir/tokenizer_config.json when present (bos_token,
  * eos_token, add_bos_token). Returns NULL with a message in err. Free with tokenizer_free. After loading nothing
  * changes, so concurrent encode/decode from any number of threads is safe. */
 tokenizer *tokenizer_load(const char *dir, char *err, size_t err_len);
 void tokenizer_free(tokenizer *t);
+/* The tokenizer of a GGUF file's bytes (its tokenizer.ggml.* keys; tokenizer_load does this for a .gguf path).
+ * NULL with a message in err. Free with tokenizer_free. */
+tokenizer *tokenizer_from_gguf(const void *buf, size_t len, char *err, size_t err_len);
 
 /* Encodes UTF-8 text (invalid UTF-8 is an error: returns -1 with err). Special-token text such as
  * <|im_start|> becomes that token (added tokens are found in the raw text, longest first, as Hugging Face does).

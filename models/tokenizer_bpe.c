@@ -1,7 +1,7 @@
 /* models/tokenizer_bpe.c — Hugging Face tokenizer.json byte-level BPE (Qwen3, Llama 3, GPT-2): the normalizer
  * (utf8proc), the Split / ByteLevel pre-tokenizers (PCRE2), and merges by rank with a heap over a symbol list. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "models/tokenizer_internal.h"
+#include "models/tokenizer_bpe.h"
 
 #include <jansson.h>
 #include <pcre2.h>
@@ -10,6 +10,7 @@
 #include <utf8proc.h>
 
 #include "models/errf.h"
+#include "models/utf8.h"
 
 /* How a Split step turns its matches into pieces (Hugging Face's SplitDelimiterBehavior). */
 enum bpe_behavior {
@@ -166,7 +167,7 @@ static size_t bytelevel_decode(void *ctx, int32_t id, const char *s, uint32_t n,
 	size_t o = 0;
 	for (uint32_t i = 0; i < n;) {
 		uint32_t cp;
-		i += (uint32_t)tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
+		i += (uint32_t)aah_utf8_next((const unsigned char *)s + i, n - i, &cp);
 		if (cp >= 324 || cp_byte[cp] < 0) {
 			memcpy(out, s, n);
 			return n;
@@ -181,7 +182,7 @@ static bool bytelevel_spelling(const char *s, uint32_t n, const int16_t *cp_byte
 {
 	for (uint32_t i = 0; i < n;) {
 		uint32_t cp;
-		i += (uint32_t)tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
+		i += (uint32_t)aah_utf8_next((const unsigned char *)s + i, n - i, &cp);
 		if (cp >= 324 || cp_byte[cp] < 0) return false;
 	}
 	return true;
@@ -886,7 +887,7 @@ static int split_step(const tokenizer *t, tok_scratch *sc, int step, const char 
 		size_t ms = ov[0], me = ov[1];
 		if (me <= ms || ms < prev) {   /* an empty match splits nothing: step over one character */
 			uint32_t cp;
-			pos += (size_t)tok_utf8_next((const unsigned char *)s + pos, n - pos, &cp);
+			pos += (size_t)aah_utf8_next((const unsigned char *)s + pos, n - pos, &cp);
 			continue;
 		}
 		if (ms > prev && split_segment(&st, prev, ms, bs->invert)) return -1;

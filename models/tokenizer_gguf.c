@@ -13,7 +13,9 @@
 
 #include "models/errf.h"
 #include "models/gguf.h"
-#include "models/tokenizer_internal.h"
+#include "models/gguf_model.h"
+#include "models/tokenizer_bpe.h"
+#include "models/tokenizer_gguf.h"
 
 /* llama.cpp's token types (llama_token_type / gguf TokenType). */
 enum { GT_NORMAL = 1, GT_UNKNOWN = 2, GT_CONTROL = 3, GT_USER_DEFINED = 4, GT_UNUSED = 5, GT_BYTE = 6 };
@@ -25,6 +27,16 @@ static const char tg_qwen2_pattern[] =
 static const char tg_llama3_pattern[] =
 	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
 	"\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const char *gguf_pre_pattern(const char *pre, bool *nfc)
+{
+	*nfc = !strcmp(pre, "qwen2");
+	if (*nfc)
+		return tg_qwen2_pattern;
+	if (!strcmp(pre, "llama-bpe"))
+		return tg_llama3_pattern;
+	return NULL;
+}
 
 static json_t *tg_bytelevel(bool use_regex)
 {
@@ -89,8 +101,8 @@ static json_t *tg_json(const gguf_file *g, char *err, size_t err_len)
 		return NULL;
 	}
 	if (!(model.len == 4 && !memcmp(model.s, "gpt2", 4))) {
-		aah_errf(err, err_len, "tokenizer.ggml.model '%.*s' is not supported (only gpt2, byte-level BPE; "
-		         "SentencePiece 'llama' tokenizers from GGUF are not implemented)",
+		aah_errf(err, err_len, "tokenizer.ggml.model '%.*s' is not supported (gpt2, byte-level BPE, and llama, "
+		         "SentencePiece)",
 		         (int)(model.len > 32 ? 32 : model.len), model.s);
 		return NULL;
 	}
@@ -176,23 +188,44 @@ fail:
 	return NULL;
 }
 
-/* Parses the GGUF at g into t (zeroed by the caller): the BPE tables, then BOS/EOS and add_bos_token. */
+/* A SentencePiece ('llama') tokenizer: GGUF keeps only its pieces, scores and types, not the normalizer that decides
+ * the ids, so only the model itself will do — aah-convert quantize embeds the tokenizer.model bytes under
+ * GGUF_SPM_MODEL_KEY (llama.cpp ignores the key). Opened by sentencepiece as tokenizer.model is. */
+static int tg_spm(tokenizer *t, const gguf_file *g, char *err, size_t err_len)
+{
+	const gguf_kv *m = gguf_find_kv(g, GGUF_SPM_MODEL_KEY);
+	if (!m || m->type != GGUF_TYPE_ARRAY || (m->arr_type != GGUF_TYPE_UINT8 && m->arr_type != GGUF_TYPE_INT8)) {
+		aah_errf(err, err_len, "a SentencePiece ('llama') tokenizer needs its model under '%s' (aah-convert quantize "
+		         "writes it; files without it are not supported)", GGUF_SPM_MODEL_KEY);
+		return -1;
+	}
+	tok_spm *p = tok_spm_open_bytes(m->data, (size_t)m->n, err, err_len);
+	return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
+}
+
+/* Parses the GGUF at g into t (zeroed by the caller): the BPE tables (or the SentencePiece model), then BOS/EOS and
+ * add_bos_token. */
 static int tg_load_parsed(tokenizer *t, const gguf_file *g, char *err, size_t err_len)
 {
-	json_t *root = tg_json(g, err, err_len);
-	if (!root)
-		return -1;
-	int rc = tok_bpe_load(t, root, err, err_len);
-	json_decref(root);
-	if (rc)
-		return -1;
-	const gguf_kv *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
-	t->bos = t->eos = -1;
-	if (tg_token_id(g, "tokenizer.ggml.bos_token_id", tokens->n, &t->bos, err, err_len) ||
-	    tg_token_id(g, "tokenizer.ggml.eos_token_id", tokens->n, &t->eos, err, err_len))
-		return -1;
-	bool ab = false;
-	if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &ab, err, err_len) < 0)
+	gguf_str model;
+	if (gguf_get_str(g, "tokenizer.ggml.model", &model, err, err_len) == 1 && model.len == 5 &&
+	    !memcmp(model.s, "llama", 5)) {
+		if (tg_spm(t, g, err, err_len))
+			return -1;
+	} else {
+		json_t *root = tg_json(g, err, err_len);
+		if (!root)
+			return -1;
+		int rc = tok_bpe_load(t, root, err, err_len);
+		json_decref(root);
+		if (rc)
+			return -1;
+	}
+	/* the file's ids and add_bos_token win over the model's own (as tokenizer_config.json does beside a .model) */
+	bool ab = t->add_bos;
+	if (tg_token_id(g, "tokenizer.ggml.bos_token_id", (uint64_t)t->n_vocab, &t->bos, err, err_len) ||
+	    tg_token_id(g, "tokenizer.ggml.eos_token_id", (uint64_t)t->n_vocab, &t->eos, err, err_len) ||
+	    gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &ab, err, err_len) < 0)
 		return -1;
 	t->add_bos = ab && t->bos >= 0;
 	if (t->bos >= 0 && (t->bos >= t->n_vocab || !(t->flags[t->bos] & TOK_FLAG_PRESENT))) {
@@ -214,6 +247,21 @@ int tok_gguf_load_buffer(tokenizer *t, const void *buf, size_t len, char *err, s
 	int rc = tg_load_parsed(t, &g, err, err_len);
 	gguf_free(&g);
 	return rc;
+}
+
+tokenizer *tokenizer_from_gguf(const void *buf, size_t len, char *err, size_t err_len)
+{
+	tokenizer *t = calloc(1, sizeof *t);
+	if (!t) {
+		aah_errf(err, err_len, "out of memory");
+		return NULL;
+	}
+	t->bos = t->eos = -1;
+	if (tok_gguf_load_buffer(t, buf, len, err, err_len)) {
+		tokenizer_free(t);
+		return NULL;
+	}
+	return t;
 }
 
 int tok_gguf_load(tokenizer *t, const char *path, char *err, size_t err_len)

@@ -1,7 +1,7 @@
 /* models/tokenizer_spm.cc — the one C++ file: a thin extern "C" shim over Debian's libsentencepiece
  * (sentencepiece::SentencePieceProcessor) for tokenizer.model files. No exception leaves it. */
 #include "models/errf.h"
-#include "models/tokenizer_internal.h"
+#include "models/tokenizer_spm.h"
 
 #include <sentencepiece_processor.h>
 
@@ -17,13 +17,16 @@ struct tok_spm {
 
 extern "C" {
 
-tok_spm *tok_spm_open(const char *path, char *err, size_t err_len)
+/* Loads path (or, when path is NULL, the serialized model buf[0 … len)); what = the name for messages. */
+static tok_spm *tok_spm_load(const char *path, const void *buf, size_t len, const char *what, char *err,
+                             size_t err_len)
 {
 	try {
 		tok_spm *p = new tok_spm();
-		auto st = p->sp.Load(path);
+		auto st = path ? p->sp.Load(path)
+		               : p->sp.LoadFromSerializedProto(absl::string_view(static_cast<const char *>(buf), len));
 		if (!st.ok()) {
-			aah_errf(err, err_len, "%s: %s", path, st.ToString().c_str());
+			aah_errf(err, err_len, "%s: %s", what, st.ToString().c_str());
 			delete p;
 			return nullptr;
 		}
@@ -33,9 +36,19 @@ tok_spm *tok_spm_open(const char *path, char *err, size_t err_len)
 		                  pieces[0].compare(0, 3, "\xE2\x96\x81") == 0;
 		return p;
 	} catch (const std::exception &e) {
-		aah_errf(err, err_len, "%s: %s", path, e.what());
+		aah_errf(err, err_len, "%s: %s", what, e.what());
 		return nullptr;
 	}
+}
+
+tok_spm *tok_spm_open(const char *path, char *err, size_t err_len)
+{
+	return tok_spm_load(path, nullptr, 0, path, err, err_len);
+}
+
+tok_spm *tok_spm_open_bytes(const void *buf, size_t len, char *err, size_t err_len)
+{
+	return tok_spm_load(nullptr, buf, len, "the embedded SentencePiece model", err, err_len);
 }
 
 void tok_spm_close(tok_spm *p) { delete p; }

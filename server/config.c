@@ -32,7 +32,9 @@ static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const config_row rows[] = {
 	{ "host", STR(host), "127.0.0.1", "address to listen on (0.0.0.0 or :: for every interface)" },
 	{ "port", INT(port, 0, 65535), "8080", "TCP port; 0 picks a free one and logs it" },
-	{ "model", STR(model), "", "model directory (Hugging Face layout, optional aah.json) or a run directory" },
+	{ "model", STR(model), "",
+	  "model directory (Hugging Face layout, optional aah.json), a run directory, or a .gguf file (docs/quantize.md)" },
+	{ "aah", STR(aah), "", "the AAH regimes file; empty: aah.json beside the model, if there is one" },
 	{ "model_name", STR(model_name), "", "model id in the API; empty: the model directory's base name" },
 	{ "checkpoint_step", INT(checkpoint_step, 0, INT64_MAX), "0",
 	  "in a run directory, load checkpoint-N; 0: the highest step" },

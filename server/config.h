@@ -11,7 +11,8 @@
 typedef struct aahd_config {
 	char *host;                     /* listen address */
 	int64_t port;                   /* 0: any free port (the log says which) */
-	char *model;                    /* model directory (or run directory of checkpoints) */
+	char *model;                    /* model directory (or run directory of checkpoints, or a .gguf file) */
+	char *aah;                      /* aah.json to use; "" = the one beside the model, if any */
 	char *model_name;               /* the id clients name; "" = the model directory's base name */
 	int64_t checkpoint_step;        /* 0 = the highest */
 	char *regime;                   /* default AAH regime; "" = the model's default_regime */

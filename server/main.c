@@ -207,6 +207,7 @@ int main(int argc, char **argv)
 		aah_dtype_from_name(cfg.kv_dtype, &a.engine.kv_dtype);   /* the configuration checked the name */
 		a.engine.kv_budget_bytes = cfg.kv_budget_bytes;
 		a.engine.checkpoint_step = cfg.checkpoint_step;
+		a.engine.aah_path = *cfg.aah ? cfg.aah : NULL;
 		a.engine.backend = cfg.backend;
 		a.regime = *cfg.regime ? cfg.regime : NULL;
 		rc = prompt_cli_run(&a);

@@ -8,46 +8,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
+#include "base/parse_num.h"
 #include "models/aah_config.h"
 #include "models/tokenizer.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Parses "1,2,3" into a malloc'd array (caller frees). Returns the count, or -1 with a message. */
 static int64_t parse_ids(const char *s, int32_t **out, char *err, size_t err_len)
 {
-	int64_t cap = 16, n = 0;
-	int32_t *ids = malloc((size_t)cap * sizeof *ids);
+	int64_t n = aah_parse_int_list(s, false, 0, INT32_MAX, NULL, 0);
+	if (n < 0) {
+		snprintf(err, err_len, "--prompt-ids: '%s' is not a list of token ids", s);
+		return -1;
+	}
+	int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
 	if (!ids)
 		return -1;
-	const char *p = s;
-	while (*p) {
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 0 || v > INT32_MAX) {
-			snprintf(err, err_len, "--prompt-ids: '%s' is not a list of token ids", s);
-			free(ids);
-			return -1;
-		}
-		if (n == cap) {
-			int32_t *grown = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
-			if (!grown) {
-				free(ids);
-				return -1;
-			}
-			ids = grown;
-		}
-		ids[n++] = (int32_t)v;
-		p = end;
-		while (*p == ',' || *p == ' ')
-			p++;
-	}
+	aah_parse_int_list(s, false, 0, INT32_MAX, ids, n);
 	*out = ids;
 	return n;
 }
@@ -108,14 +85,14 @@ int prompt_cli_run(const prompt_cli_args *a)
 		rc = 2;
 		goto done_sampler;
 	}
-	double t0 = now_s();
+	double t0 = aah_now_s();
 	engine_item it = { seq, prompt, (int32_t)n_prompt, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aahd: %s\n", err);
 		rc = 2;
 		goto done_sampler;
 	}
-	double t1 = now_s();
+	double t1 = aah_now_s();
 	int32_t n_out = 0;
 	while (n_out < a->n_predict) {
 		int32_t id = sampler_sample(&smp, logits);
@@ -129,7 +106,7 @@ int prompt_cli_run(const prompt_cli_args *a)
 			break;
 		}
 	}
-	double t2 = now_s();
+	double t2 = aah_now_s();
 	for (int32_t i = 0; i < n_out; i++)
 		printf("%s%d", i ? "," : "", out[i]);
 	printf("\n");

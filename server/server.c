@@ -9,18 +9,12 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "engine/engine.h"
 #include "models/aah_config.h"
 #include "server/http.h"
 #include "server/log.h"
 #include "server/signals.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int32_t server_regime_index(const server_ctx *ctx, const char *name)
 {
@@ -51,7 +45,7 @@ static void eos_add(server_ctx *s, int32_t id)
 static bool drain_wait(sched *sch, double deadline)
 {
 	while (sched_busy(sch) > 0) {
-		if (now_s() >= deadline)
+		if (aah_now_s() >= deadline)
 			return false;
 		int sig = signals_wait(50);
 		if (sig) {
@@ -88,12 +82,13 @@ int server_run(const aahd_config *cfg)
 	ep.kv_dtype = dtype_of(cfg->kv_dtype);
 	ep.kv_budget_bytes = cfg->kv_budget_bytes;
 	ep.checkpoint_step = cfg->checkpoint_step;
+	ep.aah_path = *cfg->aah ? cfg->aah : NULL;
 
 	char err[1024], dir[4096];
 	int rc = 1;
 	engine *e = NULL;
 	http_server *http = NULL;
-	double t0 = now_s();
+	double t0 = aah_now_s();
 	log_msg(LOG_INFO, NULL, "loading %s", cfg->model);
 	if (aah_resolve_model_dir(cfg->model, cfg->checkpoint_step > 0 ? cfg->checkpoint_step : -1, dir, sizeof dir, err,
 	                          sizeof err) != 0 ||
@@ -157,7 +152,7 @@ int server_run(const aahd_config *cfg)
 	if (m)
 		sched_metrics_get(srv->sch, m);
 	log_msg(LOG_INFO, NULL, "model '%s' loaded in %.2fs: %s, context %d, %d regimes (default %s), %d slots, KV cache %.1f MiB",
-	        srv->model_name, now_s() - t0, engine_backend_desc(e), srv->ctx_len, srv->n_regimes, srv->default_regime,
+	        srv->model_name, aah_now_s() - t0, engine_backend_desc(e), srv->ctx_len, srv->n_regimes, srv->default_regime,
 	        (int)cfg->max_batch, m ? (double)m->kv_bytes_capacity / (1 << 20) : 0.0);
 	free(m);
 
@@ -177,10 +172,10 @@ int server_run(const aahd_config *cfg)
 	atomic_store(&srv->draining, true);
 	http_server_quiesce(http);
 	sched_drain(srv->sch);
-	if (!drain_wait(srv->sch, now_s() + (double)cfg->shutdown_grace_seconds)) {
+	if (!drain_wait(srv->sch, aah_now_s() + (double)cfg->shutdown_grace_seconds)) {
 		log_msg(LOG_WARN, NULL, "cancelling %d unfinished requests", sched_busy(srv->sch));
 		sched_cancel_all(srv->sch);
-		drain_wait(srv->sch, now_s() + 10);
+		drain_wait(srv->sch, aah_now_s() + 10);
 	}
 	rc = 0;
 done:

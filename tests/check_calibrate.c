@@ -15,10 +15,11 @@
 #include <unistd.h>
 
 #include "models/aah_config.h"
-#include "models/aah_write.h"
+#include "base/fs.h"
+#include "models/convert/aah_write.h"
 #include "models/model_config.h"
-#include "models/safetensors_write.h"
-#include "models/sha256.h"
+#include "models/convert/safetensors_write.h"
+#include "models/convert/sha256.h"
 #define TEST_TMPDIR "calibrate"
 #include "tests/test_env.h"
 #include "tools/convert/calib_assign.h"
@@ -320,18 +321,6 @@ static const char *tpath(const char *name)
 	return buf[which];
 }
 
-static void copy_file(const char *from, const char *to)
-{
-	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-	ck_assert_msg(a && b, "copy %s -> %s", from, to);
-	char buf[65536];
-	size_t n;
-	while ((n = fread(buf, 1, sizeof buf, a)) > 0)
-		ck_assert_uint_eq(fwrite(buf, 1, n, b), n);
-	fclose(a);
-	fclose(b);
-}
-
 static void write_bytes(const char *path, const void *data, size_t n)
 {
 	FILE *f = fopen(path, "wb");
@@ -378,13 +367,13 @@ static float *lg_tensor(int64_t n, uint64_t *seed, float scale)
 static void lg_model(const char *dir)
 {
 	mkdir(dir, 0755);
-	char src[600], dst[600];
+	char src[600], dst[600], err[512];
 	snprintf(src, sizeof src, "%s/qwen3-small-a/tokenizer.json", testdata());
 	snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
-	copy_file(src, dst);
+	ck_assert_msg(aah_copy_file(src, dst, err, sizeof err) == 0, "%s", err);
 	snprintf(src, sizeof src, "%s/qwen3-small-a/tokenizer_config.json", testdata());
 	snprintf(dst, sizeof dst, "%s/tokenizer_config.json", dir);
-	copy_file(src, dst);
+	ck_assert_msg(aah_copy_file(src, dst, err, sizeof err) == 0, "%s", err);
 	const int V = 2056;
 	char cfg[1024];
 	int n = snprintf(cfg, sizeof cfg,
@@ -398,7 +387,6 @@ static void lg_model(const char *dir)
 	snprintf(dst, sizeof dst, "%s/config.json", dir);
 	write_bytes(dst, cfg, (size_t)n);
 
-	char err[512];
 	snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
 	st_writer *w = st_writer_open(dst, err, sizeof err);
 	ck_assert_ptr_nonnull(w);

@@ -18,8 +18,8 @@
 #include "engine/engine.h"
 #include "models/aah_config.h"
 #include "models/safetensors.h"
-#include "models/sha256.h"
-#include "models/tensor_names.h"
+#include "models/convert/sha256.h"
+#include "models/convert/tensor_names.h"
 #define TEST_TMPDIR "convert"
 #include "tests/test_env.h"
 

@@ -1,4 +1,4 @@
-/* tests/check_mkmodel.c — Check suite for aah-mkmodel and models/safetensors_write: runs the built tool into temp
+/* tests/check_mkmodel.c — Check suite for aah-mkmodel and models/convert/safetensors_write: runs the built tool into temp
  * directories and reads everything back (config.json, safetensors headers and bytes, shard index, tokenizer). */
 #include <check.h>
 #include <ftw.h>
@@ -14,8 +14,9 @@
 #include <unistd.h>
 
 #include "models/model.h"
+#include "base/fs.h"
 #include "models/safetensors.h"
-#include "models/safetensors_write.h"
+#include "models/convert/safetensors_write.h"
 #define TEST_TMPDIR "mkmodel"
 #include "tests/test_env.h"
 
@@ -82,12 +83,6 @@ static const char *make_tiny(const char *name, const char *a1, const char *a2, c
 	int rc = run_tool("--out", out, "--preset", "tiny", "--tokenizer", tok, a1, a2, a3, a4, (const char *)NULL);
 	ck_assert_int_eq(rc, 0);
 	return out;
-}
-
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0;
 }
 
 /* ---- a safetensors file parsed here, independently of models/safetensors.c ---- */
@@ -423,8 +418,8 @@ START_TEST(test_header_layout)
 	const json_t *off = json_object_get(json_object_get(t.header, "model.embed_tokens.weight"), "data_offsets");
 	ck_assert_int_eq(json_integer_value(json_array_get(off, 0)), 0);
 	tfile_free(&t);
-	ck_assert(!file_exists(tmp_path("m/model.safetensors.tmp")));
-	ck_assert(!file_exists(tmp_path("m/config.json.tmp")));
+	ck_assert(!aah_path_exists(tmp_path("m/model.safetensors.tmp")));
+	ck_assert(!aah_path_exists(tmp_path("m/config.json.tmp")));
 }
 END_TEST
 
@@ -552,7 +547,7 @@ START_TEST(test_shards_index)
 {
 	char out[512];
 	snprintf(out, sizeof out, "%s", make_tiny("sh", "--shard-size", "100000", NULL, NULL));
-	ck_assert(!file_exists(tmp_path("sh/model.safetensors")));
+	ck_assert(!aah_path_exists(tmp_path("sh/model.safetensors")));
 	json_error_t je;
 	json_t *index = json_load_file(tmp_path("sh/model.safetensors.index.json"), 0, &je);
 	ck_assert_msg(index != NULL, "index: %s", je.text);
@@ -608,15 +603,15 @@ START_TEST(test_shards_index)
 
 	/* rewriting the same directory as one file removes the index and the shards */
 	make_tiny("sh", NULL, NULL, NULL, NULL);
-	ck_assert(file_exists(tmp_path("sh/model.safetensors")));
-	ck_assert(!file_exists(tmp_path("sh/model.safetensors.index.json")));
+	ck_assert(aah_path_exists(tmp_path("sh/model.safetensors")));
+	ck_assert(!aah_path_exists(tmp_path("sh/model.safetensors.index.json")));
 	char path[2600];
 	snprintf(path, sizeof path, "%s/%s", out, names[0]);
-	ck_assert(!file_exists(path));
+	ck_assert(!aah_path_exists(path));
 	/* a shard size above the model's size: one file, no index */
 	make_tiny("big", "--shard-size", "1G", NULL, NULL);
-	ck_assert(file_exists(tmp_path("big/model.safetensors")));
-	ck_assert(!file_exists(tmp_path("big/model.safetensors.index.json")));
+	ck_assert(aah_path_exists(tmp_path("big/model.safetensors")));
+	ck_assert(!aah_path_exists(tmp_path("big/model.safetensors.index.json")));
 }
 END_TEST
 
@@ -633,7 +628,7 @@ START_TEST(test_tokenizer_copied)
 		snprintf(b, sizeof b, "%s/%s", out, files[i]);
 		ck_assert_msg(same_file(a, b), "%s not copied as is", files[i]);
 	}
-	ck_assert(!file_exists(tmp_path("m/tokenizer.model")));
+	ck_assert(!aah_path_exists(tmp_path("m/tokenizer.model")));
 	/* an explicit vocab above the tokenizer's is kept; one below it is refused */
 	make_tiny("v", "--vocab", "4096", NULL, NULL);
 	json_t *c = load_config(tmp_path("v"));
@@ -653,14 +648,34 @@ START_TEST(test_tokenizer_copied)
 }
 END_TEST
 
-/* A SentencePiece tokenizer.model alone: pieces counted from the protobuf, <s>/</s> found by name. */
+/* A SentencePiece tokenizer.model alone (the trained runs' own): read as aahd reads it, through models/tokenizer.h —
+ * its piece count and its <s>/</s> ids; and a ModelProto that sentencepiece itself refuses is refused too. */
 START_TEST(test_tokenizer_sentencepiece)
 {
-	char tokdir[512];
+	char tokdir[512], err[512];
 	snprintf(tokdir, sizeof tokdir, "%s", tmp_path("sp"));
 	ck_assert_int_eq(mkdir(tokdir, 0755), 0);
+	char path[2600];
+	snprintf(path, sizeof path, "%s/tokenizer.model", tokdir);
+	ck_assert_msg(aah_copy_file("runs/aah/tokenizer.model", path, err, sizeof err) == 0, "%s", err);
+
+	char out[512];
+	snprintf(out, sizeof out, "%s", tmp_path("m"));
+	ck_assert_int_eq(run_tool("--out", out, "--preset", "tiny", "--arch", "llama", "--tokenizer", tokdir,
+	                          (const char *)NULL), 0);
+	json_t *c = load_config(out);
+	ck_assert_int_eq(cfg_int(c, "vocab_size"), 2048);   /* 2048 pieces, already a multiple of 8 */
+	ck_assert_int_eq(cfg_int(c, "bos_token_id"), 1);
+	ck_assert_int_eq(cfg_int(c, "eos_token_id"), 2);
+	json_decref(c);
+	char copied[2600];
+	snprintf(copied, sizeof copied, "%s/tokenizer.model", out);
+	ck_assert(same_file(path, copied));
+	ck_assert(!aah_path_exists(tmp_path("m/tokenizer.json")));
+
 	/* ModelProto { pieces (1) = SentencePiece { piece (1), score (2, float), type (3, varint) } …,
-	 * trainer_spec (2) = {…} }: fields of other numbers must be skipped. */
+	 * trainer_spec (2) = {…} } with no unknown piece: well-formed protobuf that sentencepiece will not load, so
+	 * neither would aahd — a usage error, nothing written */
 	unsigned char pb[512];
 	size_t n = 0;
 	const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", "c", "d", "e", "f", "g", "h"};
@@ -681,26 +696,12 @@ START_TEST(test_tokenizer_sentencepiece)
 	const unsigned char trainer[] = {0x12, 0x03, 0x08, 0x96, 0x01};   /* field 2: a message with a varint */
 	memcpy(pb + n, trainer, sizeof trainer);
 	n += sizeof trainer;
-	char path[2600];
-	snprintf(path, sizeof path, "%s/tokenizer.model", tokdir);
 	FILE *f = fopen(path, "wb");
 	ck_assert_ptr_nonnull(f);
 	ck_assert_uint_eq(fwrite(pb, 1, n, f), n);
 	fclose(f);
-
-	char out[512];
-	snprintf(out, sizeof out, "%s", tmp_path("m"));
-	ck_assert_int_eq(run_tool("--out", out, "--preset", "tiny", "--arch", "llama", "--tokenizer", tokdir,
-	                          (const char *)NULL), 0);
-	json_t *c = load_config(out);
-	ck_assert_int_eq(cfg_int(c, "vocab_size"), 16);   /* 11 pieces, rounded up to 8 */
-	ck_assert_int_eq(cfg_int(c, "bos_token_id"), 1);
-	ck_assert_int_eq(cfg_int(c, "eos_token_id"), 2);
-	json_decref(c);
-	char copied[2600];
-	snprintf(copied, sizeof copied, "%s/tokenizer.model", out);
-	ck_assert(same_file(path, copied));
-	ck_assert(!file_exists(tmp_path("m/tokenizer.json")));
+	ck_assert_int_eq(run_tool("--out", tmp_path("m1"), "--tokenizer", tokdir, (const char *)NULL), 2);
+	ck_assert(!aah_path_exists(tmp_path("m1/config.json")));
 
 	/* a truncated protobuf is refused as a usage error */
 	f = fopen(path, "wb");
@@ -737,7 +738,7 @@ START_TEST(test_usage_errors)
 	ck_assert_int_eq(run_tool("--out", o, "stray", (const char *)NULL), 2);
 	ck_assert_int_eq(run_tool("--out", (const char *)NULL), 2);                             /* missing value */
 	ck_assert_int_eq(run_tool("--out", o, "--tokenizer", tmp_path("none"), (const char *)NULL), 2);
-	ck_assert(!file_exists(o));          /* nothing is written on a usage error */
+	ck_assert(!aah_path_exists(o));          /* nothing is written on a usage error */
 	/* an output directory that cannot be made: below a regular file */
 	FILE *f = fopen(tmp_path("file"), "w");
 	ck_assert_ptr_nonnull(f);
@@ -870,7 +871,7 @@ START_TEST(test_writer_roundtrip)
 	ck_assert_uint_eq(st_writer_data_bytes(w), 6 + 4 * 1500000 + 4);
 	ck_assert_int_eq(st_writer_close(w), 0);
 	ck_assert_int_gt(rc.calls, 1);
-	ck_assert(!file_exists(tmp_path("w.safetensors.tmp")));
+	ck_assert(!aah_path_exists(tmp_path("w.safetensors.tmp")));
 
 	tfile t;
 	tfile_read(&t, path);
@@ -923,8 +924,8 @@ START_TEST(test_writer_failures)
 	ck_assert_int_eq(st_writer_add(w, "x", ST_F32, 1, shape, data), 0);
 	ck_assert_int_eq(st_writer_close(w), -1);
 	ck_assert_ptr_nonnull(strstr(err, "twice"));
-	ck_assert(!file_exists(path));
-	ck_assert(!file_exists(tmp_path("bad.safetensors.tmp")));
+	ck_assert(!aah_path_exists(path));
+	ck_assert(!aah_path_exists(tmp_path("bad.safetensors.tmp")));
 
 	/* a failing fill aborts the file, with its message */
 	ramp_ctx rc = {0, 2000000};
@@ -933,8 +934,8 @@ START_TEST(test_writer_failures)
 	ck_assert_int_eq(st_writer_add_fill(w, "r", ST_F32, 1, big, fill_ramp, &rc), 0);
 	ck_assert_int_eq(st_writer_close(w), -1);
 	ck_assert_ptr_nonnull(strstr(err, "disk on fire"));
-	ck_assert(!file_exists(path));
-	ck_assert(!file_exists(tmp_path("bad.safetensors.tmp")));
+	ck_assert(!aah_path_exists(path));
+	ck_assert(!aah_path_exists(tmp_path("bad.safetensors.tmp")));
 
 	/* refused at add: bad dtype, negative dim, too many dims, reserved name */
 	w = st_writer_open(path, err, sizeof err);
@@ -945,7 +946,7 @@ START_TEST(test_writer_failures)
 	ck_assert_int_eq(st_writer_add(w, "__metadata__", ST_F32, 1, shape, data), -1);
 	ck_assert_int_eq(st_writer_add(w, "", ST_F32, 1, shape, data), -1);
 	st_writer_discard(w);
-	ck_assert(!file_exists(path));
+	ck_assert(!aah_path_exists(path));
 
 	/* an unwritable place */
 	w = st_writer_open("/nonexistent-dir/x.safetensors", err, sizeof err);

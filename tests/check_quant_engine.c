@@ -26,7 +26,7 @@
 #include "engine/weight_quant.h"
 #include "kernels/quant.h"
 #include "models/safetensors.h"
-#include "models/safetensors_write.h"
+#include "models/convert/safetensors_write.h"
 #include "tests/test_env.h"
 #include "tests/test_rng.h"
 

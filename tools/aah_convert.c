@@ -1,14 +1,16 @@
 /* tools/aah_convert.c — aah-convert: turns models into what aahd serves, one subcommand per job: `import` (PyTorch
- * checkpoints, models/checkpoint_import.c) and `calibrate` (a pretrained model's regimes from measured attention,
- * tools/convert/calibrate.c). This file is the command line. */
+ * checkpoints, models/convert/checkpoint_import.c), `quantize` (GGUF files, tools/convert/quantize.c) and `calibrate`
+ * (a pretrained model's regimes from measured attention, tools/convert/calibrate.c). This file is the command line. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/checkpoint_import.h"
+#include "models/convert/checkpoint_import.h"
+#include "base/parse_num.h"
 #include "models/safetensors.h"
 #include "tools/convert/calibrate.h"
+#include "tools/convert/quantize.h"
 
 #define CONVERT_EXIT_FAIL 1
 #define CONVERT_EXIT_USAGE 2
@@ -44,7 +46,7 @@ static void import_help(FILE *f)
 	      "Each output folder holds config.json, model.safetensors, the tokenizer files found beside the source,\n"
 	      "and aah.json (version 1) when the checkpoint has an AAH state, with provenance (step, seed, source file,\n"
 	      "its sha256, branch usage, --rope). Tensor names: Hugging Face (model.layers.N.self_attn.q_proj, ...) or\n"
-	      "nanoGPT (transformer.h.N.attn.c_attn split into q, k, v; see README.md); anything else is refused by name.\n"
+	      "nanoGPT (transformer.h.N.attn.c_attn split into q, k, v; see docs/import.md); anything else is refused by name.\n"
 	      "\n"
 	      "options:\n"
 	      "  --config FILE          the config.json to use (default: beside the checkpoint, else in SRC, else the\n"
@@ -92,7 +94,6 @@ static int import_run(int argc, char **argv)
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":qh", longs, NULL)) != -1) {
-		char *end;
 		switch (c) {
 		case 'c': o.config_path = optarg; break;
 		case 't': o.tokenizer_dir = optarg; break;
@@ -114,8 +115,7 @@ static int import_run(int argc, char **argv)
 			}
 			break;
 		case 's':
-			o.step = strtoll(optarg, &end, 10);
-			if (!*optarg || *end || o.step < 0) {
+			if (!aah_parse_i64(optarg, 0, INT64_MAX, &o.step)) {
 				fprintf(stderr, "aah-convert import: --step must be a step number, not '%s'\n", optarg);
 				return CONVERT_EXIT_USAGE;
 			}
@@ -150,6 +150,8 @@ static const convert_cmd cmds[] = {
 	  import_run, import_help },
 	{ "calibrate", "a pretrained model -> aah.json with the regimes of table 3, from attention measured on text",
 	  calibrate_main, calibrate_help },
+	{ "quantize", "a Hugging Face model or run directory -> one GGUF file (q8_0, q4_0, q4_k_m, q5_k_m, bf16, f16)",
+	  quantize_main, quantize_help },
 };
 #define N_CMDS (sizeof cmds / sizeof cmds[0])
 

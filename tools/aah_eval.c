@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "tools/eval/cache.h"
+#include "base/fs.h"
+#include "base/parse_num.h"
 #include "tools/eval/client.h"
 #include "tools/eval/prompt.h"
 #include "tools/eval/report.h"
@@ -87,43 +89,26 @@ static void free_list(char **l, int32_t n)
 	free(l);
 }
 
-static bool parse_i64(const char *s, int64_t lo, int64_t *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end || v < lo)
-		return false;
-	*out = v;
-	return true;
-}
-
 /* "K" or "task=K,task=K": the value for task, or dflt. -2 on a malformed spec (checked once up front). */
 static int64_t per_task(const char *spec, const char *task, int64_t dflt)
 {
 	if (!spec)
 		return dflt;
 	int64_t v;
-	if (parse_i64(spec, 0, &v))
+	if (aah_parse_i64(spec, 0, INT64_MAX, &v))
 		return v;
 	int32_t n;
 	char **parts = split(spec, &n);
 	int64_t out = dflt;
 	for (int32_t i = 0; i < n; i++) {
 		char *eq = strchr(parts[i], '=');
-		if (!eq || !parse_i64(eq + 1, 0, &v) || !eval_task_find((*eq = 0, parts[i])))
+		if (!eq || !aah_parse_i64(eq + 1, 0, INT64_MAX, &v) || !eval_task_find((*eq = 0, parts[i])))
 			out = -2;
 		else if (!strcmp(parts[i], task) && out != -2)
 			out = v;
 	}
 	free_list(parts, n);
 	return out;
-}
-
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0;
 }
 
 typedef struct options {
@@ -160,26 +145,25 @@ static int parse_args(options *o, int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		bool ok = true;
-		char *end;
 		switch (c) {
 		case O_SERVER: o->servers[o->n_servers++] = optarg; break;
 		case O_DATA: o->data = optarg; break;
 		case O_TASKS: o->tasks = optarg; break;
 		case O_REGIMES: o->regimes = optarg; break;
 		case O_OUT: o->out = optarg; break;
-		case O_LIMIT: ok = parse_i64(optarg, 1, &o->limit); break;
-		case O_SAMPLE: ok = parse_i64(optarg, 1, &o->sample); break;
-		case O_SEED: ok = parse_i64(optarg, 0, &o->seed); o->have_seed = true; break;
+		case O_LIMIT: ok = aah_parse_i64(optarg, 1, INT64_MAX, &o->limit); break;
+		case O_SAMPLE: ok = aah_parse_i64(optarg, 1, INT64_MAX, &o->sample); break;
+		case O_SEED: ok = aah_parse_i64(optarg, 0, INT64_MAX, &o->seed); o->have_seed = true; break;
 		case O_FEWSHOT: o->fewshot = optarg; break;
 		case O_MAXGEN: o->max_gen = optarg; break;
-		case O_MAXLEN: ok = parse_i64(optarg, 3, &o->max_length); break;
-		case O_CONC: ok = parse_i64(optarg, 1, &o->concurrency) && o->concurrency <= 4096; break;
+		case O_MAXLEN: ok = aah_parse_i64(optarg, 3, INT64_MAX, &o->max_length); break;
+		case O_CONC: ok = aah_parse_i64(optarg, 1, INT64_MAX, &o->concurrency) && o->concurrency <= 4096; break;
 		case O_ADDSPECIAL: o->add_special = true; break;
-		case O_PREFIX: ok = parse_i64(optarg, 0, &o->prefix_token); break;
+		case O_PREFIX: ok = aah_parse_i64(optarg, 0, INT64_MAX, &o->prefix_token); break;
 		case O_CACHE: o->cache = optarg; break;
-		case O_TIMEOUT: o->timeout = strtod(optarg, &end); ok = *end == 0 && o->timeout > 0; break;
+		case O_TIMEOUT: ok = aah_parse_f64(optarg, &o->timeout) && o->timeout > 0; break;
 		case O_KEY: o->api_key = optarg; break;
-		case O_CODET: o->code_timeout = strtod(optarg, &end); ok = *end == 0 && o->code_timeout >= 1; break;
+		case O_CODET: ok = aah_parse_f64(optarg, &o->code_timeout) && o->code_timeout >= 1; break;
 		case O_QUIET: o->quiet = true; break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
@@ -244,7 +228,7 @@ static int resolve_tasks(const options *o, const eval_task **out, int32_t *n)
 			const eval_task *t = &eval_tasks[i];
 			char *a = xasprintf("%s/%s.jsonl", o->data, t->name);
 			char *b = xasprintf("%s/%s.txt", o->data, t->name);
-			if (file_exists(a) || (t->output == EVAL_LOGLIKELIHOOD_ROLLING && file_exists(b)))
+			if (aah_path_exists(a) || (t->output == EVAL_LOGLIKELIHOOD_ROLLING && aah_path_exists(b)))
 				out[(*n)++] = t;
 			else
 				sb_addf(&skipped, "%s%s", skipped.len ? ", " : "", t->name);

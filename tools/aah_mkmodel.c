@@ -17,9 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/fs.h"
+#include "base/parse_num.h"
 #include "models/model_config.h"
-#include "models/aah_write.h"
-#include "models/safetensors_write.h"
+#include "models/tokenizer.h"
+#include "models/convert/aah_write.h"
+#include "models/convert/safetensors_write.h"
 
 #define MK_EXIT_FAIL 1
 #define MK_EXIT_USAGE 2
@@ -438,45 +441,25 @@ static int mk_write_json(const char *path, const json_t *j, char *err, size_t er
 	return rc;
 }
 
+/* Copies src over dst as mk_write_file writes: into dst.tmp, then renamed into place. */
 static int mk_copy_file(const char *src, const char *dst, char *err, size_t err_len)
 {
-	FILE *f = fopen(src, "rb");
-	if (!f) {
-		snprintf(err, err_len, "%s: %s", src, strerror(errno));
+	char tmp[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", dst) >= (int)sizeof(tmp)) {
+		snprintf(err, err_len, "%s: path too long", dst);
 		return -1;
 	}
-	size_t cap = 1 << 20, len = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		size_t k = fread(buf + len, 1, cap - len, f);
-		len += k;
-		if (len < cap)
-			break;
-		char *b = realloc(buf, cap * 2);
-		if (!b) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		buf = b;
-		cap *= 2;
-	}
-	bool bad = ferror(f) != 0;
-	fclose(f);
-	if (!buf || bad) {
-		free(buf);
-		snprintf(err, err_len, "%s: %s", src, bad ? "read error" : "out of memory");
+	unlink(tmp);   /* a leftover of a killed run */
+	if (aah_copy_file(src, tmp, err, err_len) != 0) {
+		unlink(tmp);
 		return -1;
 	}
-	int rc = mk_write_file(dst, buf, len, err, err_len);
-	free(buf);
-	return rc;
-}
-
-static bool mk_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	if (rename(tmp, dst) != 0) {
+		snprintf(err, err_len, "%s: rename: %s", tmp, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
 }
 
 /* mkdir -p. Returns 0 or -1 with errno. */
@@ -508,7 +491,7 @@ static int mk_mkdir_p(const char *dir)
 }
 
 /* ---------------------------------------------------------------------------------------------------------
- * Tokenizer: vocabulary size and special ids, and the copy
+ * Tokenizer: vocabulary size and special ids (through models/tokenizer.h), and the copy
  * ------------------------------------------------------------------------------------------------------- */
 
 typedef struct mk_tokenizer_info {
@@ -516,219 +499,37 @@ typedef struct mk_tokenizer_info {
 	int64_t bos, eos;         /* -1 when not found */
 } mk_tokenizer_info;
 
-/* A special token's text from tokenizer_config.json: a string, {"content": …}, or NULL (absent / null). */
-static const char *mk_special_text(const json_t *cfg, const char *key)
+/* The id of the special token spelled text (the whole text encodes to that one special token), or -1. */
+static int64_t mk_special_id(const tokenizer *t, const char *text)
 {
-	const json_t *v = cfg ? json_object_get(cfg, key) : NULL;
-	if (json_is_object(v))
-		v = json_object_get(v, "content");
-	return json_is_string(v) ? json_string_value(v) : NULL;
+	int32_t ids[2];
+	int64_t n = tokenizer_encode(t, text, strlen(text), false, ids, 2, NULL, 0);
+	return n == 1 && tokenizer_is_special(t, ids[0]) ? ids[0] : -1;
 }
 
-/* Pieces of a SentencePiece model (ModelProto field 1, each a SentencePiece whose field 1 is the piece).
- * Calls found(piece, len, index, ctx) for each; returns the count, or -1 when the file is not a ModelProto. */
-typedef void (*mk_piece_fn)(const char *piece, size_t len, int64_t index, void *ctx);
-
-static int mk_pb_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
-{
-	*v = 0;
-	for (int shift = 0; shift < 64; shift += 7) {
-		if (*p >= end)
-			return -1;
-		unsigned char b = *(*p)++;
-		*v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80))
-			return 0;
-	}
-	return -1;
-}
-
-/* Skips a field of wire type wt. */
-static int mk_pb_skip(const unsigned char **p, const unsigned char *end, uint64_t wt)
-{
-	uint64_t v;
-	switch (wt) {
-	case 0: return mk_pb_varint(p, end, &v);
-	case 1: if (end - *p < 8) return -1; *p += 8; return 0;
-	case 2: if (mk_pb_varint(p, end, &v) != 0 || v > (uint64_t)(end - *p)) return -1; *p += v; return 0;
-	case 5: if (end - *p < 4) return -1; *p += 4; return 0;
-	}
-	return -1;
-}
-
-static int64_t mk_sp_pieces(const unsigned char *buf, size_t len, mk_piece_fn found, void *ctx)
-{
-	const unsigned char *p = buf, *end = buf + len;
-	int64_t n = 0;
-	while (p < end) {
-		uint64_t tag, mlen;
-		if (mk_pb_varint(&p, end, &tag) != 0)
-			return -1;
-		if (tag >> 3 != 1 || (tag & 7) != 2) {
-			if (mk_pb_skip(&p, end, tag & 7) != 0)
-				return -1;
-			continue;
-		}
-		if (mk_pb_varint(&p, end, &mlen) != 0 || mlen > (uint64_t)(end - p))
-			return -1;
-		const unsigned char *q = p, *qend = p + mlen;
-		p = qend;
-		while (q < qend) {
-			uint64_t t2, slen;
-			if (mk_pb_varint(&q, qend, &t2) != 0)
-				return -1;
-			if (t2 >> 3 == 1 && (t2 & 7) == 2) {
-				if (mk_pb_varint(&q, qend, &slen) != 0 || slen > (uint64_t)(qend - q))
-					return -1;
-				found((const char *)q, (size_t)slen, n, ctx);
-				q += slen;
-			} else if (mk_pb_skip(&q, qend, t2 & 7) != 0) {
-				return -1;
-			}
-		}
-		n++;
-	}
-	return n;
-}
-
-/* Candidate names, best first, for the special ids; the tokenizer_config.json names come first. */
-typedef struct mk_special_lookup {
-	const char *bos[4];
-	const char *eos[4];
-	int64_t bos_id[4];
-	int64_t eos_id[4];
-} mk_special_lookup;
-
-static void mk_special_match(mk_special_lookup *s, const char *text, size_t len, int64_t id)
-{
-	for (int k = 0; k < 4; k++) {
-		if (s->bos[k] && s->bos_id[k] < 0 && strlen(s->bos[k]) == len && memcmp(s->bos[k], text, len) == 0)
-			s->bos_id[k] = id;
-		if (s->eos[k] && s->eos_id[k] < 0 && strlen(s->eos[k]) == len && memcmp(s->eos[k], text, len) == 0)
-			s->eos_id[k] = id;
-	}
-}
-
-static void mk_special_piece(const char *piece, size_t len, int64_t index, void *ctx)
-{
-	mk_special_match(ctx, piece, len, index);
-}
-
-static int64_t mk_special_first(const int64_t *ids)
-{
-	for (int k = 0; k < 4; k++)
-		if (ids[k] >= 0)
-			return ids[k];
-	return -1;
-}
-
-/* Reads dir's tokenizer.json (else tokenizer.model) and tokenizer_config.json: vocabulary size (highest id + 1
- * over model.vocab and added_tokens, so ids listed in both count once) and the BOS/EOS ids. BOS: the config's
- * bos_token, else <|endoftext|> (Qwen's convention), <|begin_of_text|> or <s>, else EOS. EOS: the config's
- * eos_token, else <|endoftext|>, <|end_of_text|> or </s>. Returns 0, or -1 with err. */
+/* Reads dir's tokenizer as aahd will (models/tokenizer.h: tokenizer.json, else tokenizer.model, with
+ * tokenizer_config.json), so a model is never written beside a tokenizer that aahd cannot load: the vocabulary size
+ * (highest id + 1) and the BOS/EOS ids that config.json records. The tokenizer's own EOS, else <|endoftext|>,
+ * <|end_of_text|> or </s>. BOS: the tokenizer's own, else <|endoftext|> (Qwen's configs name it while their
+ * tokenizers add no BOS), <|begin_of_text|> or <s>, else EOS. Returns 0, or -1 with err. */
 static int mk_tokenizer_read(const char *dir, mk_tokenizer_info *ti, char *err, size_t err_len)
 {
-	char path[4096];
-	json_error_t je;
-	json_t *cfg = NULL;
-	snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
-	if (mk_exists(path) && !(cfg = json_load_file(path, 0, &je))) {
-		snprintf(err, err_len, "%s:%d: %s", path, je.line, je.text);
+	tokenizer *t = tokenizer_load(dir, err, err_len);
+	if (!t)
 		return -1;
-	}
-	const char *cfg_bos = mk_special_text(cfg, "bos_token"), *cfg_eos = mk_special_text(cfg, "eos_token");
-	mk_special_lookup s = {
-		.bos = {cfg_bos, "<|endoftext|>", "<|begin_of_text|>", "<s>"},
-		.eos = {cfg_eos, "<|endoftext|>", "<|end_of_text|>", "</s>"},
-		.bos_id = {-1, -1, -1, -1},
-		.eos_id = {-1, -1, -1, -1},
-	};
-	int rc = -1;
-	int64_t max_id = -1;
-	json_t *tok = NULL;
-	unsigned char *sp = NULL;
-	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-	if (mk_exists(path)) {
-		if (!(tok = json_load_file(path, 0, &je))) {
-			snprintf(err, err_len, "%s:%d: %s", path, je.line, je.text);
-			goto done;
-		}
-		const json_t *vocab = json_object_get(json_object_get(tok, "model"), "vocab");
-		if (json_is_object(vocab)) {                 /* BPE, WordPiece: {"piece": id} */
-			const char *k;
-			const json_t *v;
-			json_object_foreach((json_t *)vocab, k, v) {
-				if (!json_is_integer(v) || json_integer_value(v) < 0) {
-					snprintf(err, err_len, "%s: model.vocab['%s'] is not a token id", path, k);
-					goto done;
-				}
-				int64_t id = json_integer_value(v);
-				max_id = id > max_id ? id : max_id;
-				mk_special_match(&s, k, strlen(k), id);
-			}
-		} else if (json_is_array(vocab)) {           /* Unigram: [["piece", score], …] */
-			size_t i;
-			const json_t *v;
-			json_array_foreach(vocab, i, v) {
-				const json_t *piece = json_array_get(v, 0);
-				if (json_is_string(piece))
-					mk_special_match(&s, json_string_value(piece), json_string_length(piece), (int64_t)i);
-			}
-			max_id = (int64_t)json_array_size(vocab) - 1;
-		} else {
-			snprintf(err, err_len, "%s: no model.vocab", path);
-			goto done;
-		}
-		size_t i;
-		const json_t *a;
-		json_array_foreach(json_object_get(tok, "added_tokens"), i, a) {
-			const json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
-			if (!json_is_integer(id) || json_integer_value(id) < 0) {
-				snprintf(err, err_len, "%s: added_tokens[%zu] has no valid id", path, i);
-				goto done;
-			}
-			max_id = json_integer_value(id) > max_id ? json_integer_value(id) : max_id;
-			if (json_is_string(content))
-				mk_special_match(&s, json_string_value(content), json_string_length(content),
-				                 json_integer_value(id));
-		}
-	} else {
-		snprintf(path, sizeof(path), "%s/tokenizer.model", dir);
-		FILE *f = fopen(path, "rb");
-		if (!f) {
-			snprintf(err, err_len, "%s: neither tokenizer.json nor tokenizer.model", dir);
-			goto done;
-		}
-		struct stat st;
-		if (fstat(fileno(f), &st) != 0 || !(sp = malloc((size_t)st.st_size + 1)) ||
-		    fread(sp, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-			fclose(f);
-			snprintf(err, err_len, "%s: read error", path);
-			goto done;
-		}
-		fclose(f);
-		int64_t n = mk_sp_pieces(sp, (size_t)st.st_size, mk_special_piece, &s);
-		if (n <= 0) {
-			snprintf(err, err_len, "%s: not a SentencePiece model", path);
-			goto done;
-		}
-		max_id = n - 1;
-	}
-	if (max_id < 0) {
-		snprintf(err, err_len, "%s: empty vocabulary", dir);
-		goto done;
-	}
-	ti->vocab = max_id + 1;
-	ti->eos = mk_special_first(s.eos_id);
-	ti->bos = mk_special_first(s.bos_id);
+	static const char *const eos_names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
+	static const char *const bos_names[] = {"<|endoftext|>", "<|begin_of_text|>", "<s>"};
+	ti->vocab = tokenizer_vocab_size(t);
+	ti->eos = tokenizer_eos(t);
+	for (size_t i = 0; ti->eos < 0 && i < sizeof eos_names / sizeof eos_names[0]; i++)
+		ti->eos = mk_special_id(t, eos_names[i]);
+	ti->bos = tokenizer_bos(t);
+	for (size_t i = 0; ti->bos < 0 && i < sizeof bos_names / sizeof bos_names[0]; i++)
+		ti->bos = mk_special_id(t, bos_names[i]);
 	if (ti->bos < 0)
 		ti->bos = ti->eos;
-	rc = 0;
-done:
-	free(sp);
-	json_decref(tok);
-	json_decref(cfg);
-	return rc;
+	tokenizer_free(t);
+	return 0;
 }
 
 /* Copies tokenizer.json, tokenizer_config.json and tokenizer.model (those present) from src_dir to out_dir. */
@@ -739,7 +540,7 @@ static int mk_copy_tokenizer(const char *src_dir, const char *out_dir, char *err
 		char src[4096], dst[4096];
 		snprintf(src, sizeof(src), "%s/%s", src_dir, files[i]);
 		snprintf(dst, sizeof(dst), "%s/%s", out_dir, files[i]);
-		if (!mk_exists(src))
+		if (!aah_is_file(src))
 			continue;
 		if (mk_copy_file(src, dst, err, err_len) != 0)
 			return -1;
@@ -982,52 +783,6 @@ static int mk_usage_error(const char *fmt, const char *arg)
 	return MK_EXIT_USAGE;
 }
 
-static bool mk_parse_int(const char *s, int64_t *v)
-{
-	char *end;
-	errno = 0;
-	long long x = strtoll(s, &end, 10);
-	if (errno || end == s || *end)
-		return false;
-	*v = x;
-	return true;
-}
-
-static bool mk_parse_double(const char *s, double *v)
-{
-	char *end;
-	errno = 0;
-	double x = strtod(s, &end);
-	if (errno || end == s || *end || !isfinite(x))
-		return false;
-	*v = x;
-	return true;
-}
-
-static bool mk_parse_size(const char *s, uint64_t *v)
-{
-	char *end;
-	errno = 0;
-	if (*s == '-')
-		return false;
-	unsigned long long x = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return false;
-	unsigned shift = 0;
-	if (*end == 'K' || *end == 'k')
-		shift = 10;
-	else if (*end == 'M' || *end == 'm')
-		shift = 20;
-	else if (*end == 'G' || *end == 'g')
-		shift = 30;
-	if (shift)
-		end++;
-	if (*end || (shift && x > (UINT64_MAX >> shift)))
-		return false;
-	*v = (uint64_t)x << shift;
-	return true;
-}
-
 enum {
 	MK_OPT_OUT = 256, MK_OPT_ARCH, MK_OPT_PRESET, MK_OPT_TOKENIZER, MK_OPT_HIDDEN, MK_OPT_LAYERS, MK_OPT_HEADS,
 	MK_OPT_KV_HEADS, MK_OPT_HEAD_DIM, MK_OPT_INTERMEDIATE, MK_OPT_VOCAB, MK_OPT_MAX_POS, MK_OPT_ROPE_THETA,
@@ -1036,24 +791,11 @@ enum {
 	MK_OPT_AAH_GROUP_SIZE, MK_OPT_AAH_DEFAULT,
 };
 
-/* "512,1024" into out (at most cap values, each in [1, 1<<24]). Returns the count, or -1. */
+/* "512,1024" into out (at most cap values, each in [1, 1<<24]). Returns the count, or -1 (also for more than cap). */
 static int mk_parse_list(const char *s, int32_t *out, int cap)
 {
-	int n = 0;
-	while (*s) {
-		char *end;
-		errno = 0;
-		long v = strtol(s, &end, 10);
-		if (end == s || errno || v < 1 || v > (1 << 24) || n == cap)
-			return -1;
-		out[n++] = (int32_t)v;
-		s = end;
-		if (*s == ',')
-			s++;
-		else if (*s)
-			return -1;
-	}
-	return n > 0 ? n : -1;
+	int64_t n = aah_parse_int_list(s, true, 1, 1 << 24, out, cap);
+	return n > 0 && n <= cap ? (int)n : -1;
 }
 
 /* Parses argv into o. Returns 0, MK_EXIT_USAGE after printing the problem, or -1 for --help (printed). */
@@ -1121,11 +863,11 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 		case MK_OPT_VOCAB: size = &o->vocab; what = "--vocab"; break;
 		case MK_OPT_MAX_POS: size = &o->max_pos; what = "--max-pos"; break;
 		case MK_OPT_ROPE_THETA:
-			if (!mk_parse_double(optarg, &o->rope_theta) || !(o->rope_theta > 1))
+			if (!aah_parse_f64(optarg, &o->rope_theta) || !(o->rope_theta > 1))
 				return mk_usage_error("--rope-theta must be a number > 1, not '%s'", optarg);
 			break;
 		case MK_OPT_EPS:
-			if (!mk_parse_double(optarg, &o->eps) || !(o->eps > 0 && o->eps < 1))
+			if (!aah_parse_f64(optarg, &o->eps) || !(o->eps > 0 && o->eps < 1))
 				return mk_usage_error("--eps must be a number in (0, 1), not '%s'", optarg);
 			break;
 		case MK_OPT_TIED:
@@ -1143,16 +885,12 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 			else
 				return mk_usage_error("unknown --dtype '%s' (bf16, f16 or f32)", optarg);
 			break;
-		case MK_OPT_SEED: {
-			char *end;
-			errno = 0;
-			o->seed = strtoull(optarg, &end, 0);
-			if (errno || end == optarg || *end || optarg[0] == '-')
+		case MK_OPT_SEED:
+			if (!aah_parse_u64(optarg, 0, &o->seed))
 				return mk_usage_error("--seed must be a non-negative integer, not '%s'", optarg);
 			break;
-		}
 		case MK_OPT_SHARD_SIZE:
-			if (!mk_parse_size(optarg, &o->shard_size) || o->shard_size == 0)
+			if (!aah_parse_size(optarg, &o->shard_size) || o->shard_size == 0)
 				return mk_usage_error("--shard-size must be a positive byte count, not '%s'", optarg);
 			break;
 		case MK_OPT_HELP:
@@ -1160,7 +898,7 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 			return -1;
 		case MK_OPT_AAH: o->aah = 1; break;
 		case MK_OPT_AAH_ACR:
-			if (!mk_parse_double(optarg, &o->aah_p.acr) || !(o->aah_p.acr > 0 && o->aah_p.acr <= 1))
+			if (!aah_parse_f64(optarg, &o->aah_p.acr) || !(o->aah_p.acr > 0 && o->aah_p.acr <= 1))
 				return mk_usage_error("--aah-acr must be a number in (0, 1], not '%s'", optarg);
 			o->aah = 1;
 			break;
@@ -1199,7 +937,7 @@ static int mk_parse_args(int argc, char **argv, mk_options *o)
 		default:
 			return mk_usage_error("unknown option '%s'", argv[optind - 1]);
 		}
-		if (size && (!mk_parse_int(optarg, size) || *size <= 0)) {
+		if (size && !aah_parse_i64(optarg, 1, INT64_MAX, size)) {
 			fprintf(stderr, "aah-mkmodel: %s must be a positive integer, not '%s'\nTry 'aah-mkmodel --help'.\n",
 			        what, optarg);
 			return MK_EXIT_USAGE;

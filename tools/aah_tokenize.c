@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
+#include "base/parse_num.h"
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -159,13 +162,6 @@ static char *bench_cjk(size_t min_bytes, size_t *n)
 	return b.s;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int bench_one(const tokenizer *t, const char *name, const char *text, size_t n)
 {
 	int64_t cap = (int64_t)n + 16;
@@ -175,9 +171,9 @@ static int bench_one(const tokenizer *t, const char *name, const char *text, siz
 	double best = 1e30;
 	int64_t got = 0;
 	for (int rep = 0; rep < 3; rep++) {   /* best of three: the figure is the tokenizer's, not the machine's mood */
-		double t0 = now_s();
+		double t0 = aah_now_s();
 		got = tokenizer_encode(t, text, n, false, ids, cap, err, sizeof err);
-		double dt = now_s() - t0;
+		double dt = aah_now_s() - t0;
 		if (got < 0) {
 			fprintf(stderr, "aah-tokenize: %s\n", err);
 			free(ids);
@@ -227,24 +223,15 @@ static int run_encode(const tokenizer *t, const char *text, size_t n, bool add_s
 
 static int run_decode(const tokenizer *t, const char *list, bool skip_special)
 {
-	size_t cap = strlen(list) / 2 + 2, n = 0;
-	int32_t *ids = malloc(cap * sizeof *ids);
-	if (!ids) return -1;
-	const char *p = list;
-	while (*p) {
-		while (*p == ',' || *p == ' ' || *p == '[' || *p == ']' || *p == '\n') p++;
-		if (!*p) break;
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 0 || v > INT32_MAX || n == cap) {
-			fprintf(stderr, "aah-tokenize: bad id list at \"%.20s\"\n", p);
-			free(ids);
-			return -1;
-		}
-		ids[n++] = (int32_t)v;
-		p = end;
+	/* ids separated by commas, blanks or brackets: "1,2,3" and "[1, 2, 3]" alike */
+	int64_t n = aah_parse_int_list(list, false, 0, INT32_MAX, NULL, 0);
+	if (n < 0) {
+		fprintf(stderr, "aah-tokenize: bad id list \"%.40s\" (ids 0 to 2^31-1, separated by commas)\n", list);
+		return -1;
 	}
+	int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+	if (!ids) return -1;
+	aah_parse_int_list(list, false, 0, INT32_MAX, ids, n);
 	int64_t len = tokenizer_decode(t, ids, (int64_t)n, skip_special, NULL, 0);
 	char *out = len >= 0 ? malloc((size_t)len + 1) : NULL;
 	if (len < 0 || !out) {

@@ -1,4 +1,4 @@
-// tools/dashboard_screenshot.mjs — the README's picture of GET /dashboard: serves a random-weight AAH model (the demo
+// tools/dashboard_screenshot.mjs — the picture of GET /dashboard in docs/deploy.md: serves a random-weight AAH model (the demo
 // shape with 12 layers and 8 KV heads, one group per KV head, aah-mkmodel --aah) with build/aahd, sends it traffic
 // under every regime for a while, and has Debian's headless Chromium take a screenshot.
 //   node tools/dashboard_screenshot.mjs [--seconds 90] [--out docs/dashboard.png]

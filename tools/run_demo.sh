@@ -8,7 +8,7 @@ BUILD=${1:-build}
 MODEL=${MODEL:-${2:-.cache/demo-run}}   # make eval-demo evaluates the same model
 PORT=${PORT:-8080}
 cat <<MSG
-demo model: $MODEL, imported from runs/aah (README "Trained models"): a 566 k-parameter Qwen3-shaped model trained
+demo model: $MODEL, imported from runs/aah (docs/training.md): a 566 k-parameter Qwen3-shaped model trained
 for 10000 steps on the Python 3.11 documentation's reStructuredText sources, with static AAH windows (regime
 shallow_freeze, its default; full_attention is offered too). Small and briefly trained: it writes reST-flavoured
 Python-documentation prose, not sense.

@@ -1,7 +1,7 @@
 /* tools/convert/calib_assign.h — what aah-convert calibrate decides from what it measured: per-head features, the
  * feature-derived grouping of KV heads, windows by coverage (a group alone, or two siblings jointly), and the regimes
  * of the paper's table 3 as an aah_config. Pure functions over arrays — no engine, no files — so tests feed them any
- * measurement. The rules are written out at each function and in README.md ("aah-convert calibrate"). */
+ * measurement. The rules are written out at each function and in docs/calibrate.md. */
 #ifndef AAH_CALIB_ASSIGN_H
 #define AAH_CALIB_ASSIGN_H
 

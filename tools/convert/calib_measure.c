@@ -8,19 +8,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "models/aah_config.h"
 
 #define PIECE_MEASURE 512   /* tokens per engine_forward while measuring: a progress line can come after each */
 #define PIECE_EVAL 256      /* rows of logits per engine_forward while scoring (PIECE_EVAL × vocab floats of host memory) */
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* One progress line on stderr at most every 2 seconds, and always the last: what, tokens done, rate, time left. */
 typedef struct progress {
@@ -32,7 +26,7 @@ typedef struct progress {
 
 static void progress_show(progress *p, int64_t done)
 {
-	double t = now_s();
+	double t = aah_now_s();
 	if (p->quiet || (done < p->total && t - p->last < 2.0))
 		return;
 	p->last = t;
@@ -97,7 +91,7 @@ int calib_measure_run(const char *model_dir, const calib_engine_opts *o, const i
 	out->rows = 0;
 	out->seconds = out->plain_seconds = 0;
 	progress pr = { .what = "measuring", .total = n_chunks * T, .quiet = o->quiet };
-	pr.t0 = pr.last = now_s();
+	pr.t0 = pr.last = aah_now_s();
 	int64_t done = 0;
 	for (int64_t ch = 0; ch < n_chunks; ch++) {
 		const int32_t *x = ids + ch * T;
@@ -107,11 +101,11 @@ int calib_measure_run(const char *model_dir, const calib_engine_opts *o, const i
 		memset(chunk, 0, cells * sizeof *chunk);
 		engine_measure m = { .n_bands = nb, .band_edges = out->band_edges, .band_mass = chunk,
 			                 .entropy = out->q_entropy };
-		double t0 = now_s();
+		double t0 = aah_now_s();
 		int frc = engine_seq_measure(e, seq, &m, err, err_len);
 		if (frc == 0)
 			frc = prefill(e, seq, x, T, PIECE_MEASURE, logits, NULL, NULL, &pr, &done, err, err_len);
-		out->seconds += now_s() - t0;
+		out->seconds += aah_now_s() - t0;
 		engine_seq_close(e, seq);
 		if (frc != 0)
 			goto done;
@@ -129,10 +123,10 @@ int calib_measure_run(const char *model_dir, const calib_engine_opts *o, const i
 			seq = engine_seq_open(e, AAH_FULL_ATTENTION, err, err_len);
 			if (seq < 0)
 				goto done;
-			t0 = now_s();
+			t0 = aah_now_s();
 			frc = prefill(e, seq, x, T, PIECE_MEASURE, logits, NULL, NULL, NULL, NULL, err, err_len);
-			out->plain_seconds += now_s() - t0;
-			pr.t0 += now_s() - t0;   /* the progress rate is the measurement's */
+			out->plain_seconds += aah_now_s() - t0;
+			pr.t0 += aah_now_s() - t0;   /* the progress rate is the measurement's */
 			engine_seq_close(e, seq);
 			if (frc != 0)
 				goto done;
@@ -187,7 +181,7 @@ int calib_eval_run(const char *model_dir, const char *aah_path, const calib_engi
 		goto done;
 	}
 	progress pr = { .what = "scoring held-out text:", .total = n_pred * n_rows, .quiet = o->quiet };
-	pr.t0 = pr.last = now_s();
+	pr.t0 = pr.last = aah_now_s();
 	int64_t done = 0;
 	for (int32_t r = 0; r < n_rows; r++) {
 		calib_eval_row *row = &rows[r];

@@ -15,11 +15,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/parse_num.h"
 #include "engine/engine.h"
 #include "models/aah_config.h"
-#include "models/aah_write.h"
+#include "models/convert/aah_write.h"
+#include "models/gguf_model.h"
+#include "models/model.h"
 #include "models/model_config.h"
-#include "models/sha256.h"
+#include "models/convert/sha256.h"
 #include "models/tokenizer.h"
 #include "tools/convert/calib_assign.h"
 #include "tools/convert/calib_measure.h"
@@ -69,7 +72,7 @@ void calibrate_help(FILE *f)
 	      "                  steps, feature EMA 0.9, resolution EMA 0.15) within capacities calibration saw\n"
 	      "  deep_reuse      one [2,2,2,2] grouping computed from layer 0 and reused in every layer; static\n"
 	      "A group's window is the smallest candidate keeping --coverage of its heads' attention mass; sibling groups\n"
-	      "are scored together (the wide joint scorer: README.md). Then it scores held-out text under every regime\n"
+	      "are scored together (the wide joint scorer: docs/calibrate.md). Then it scores held-out text under every regime\n"
 	      "and prints per regime the ACR the assignment implies at the context length, the KV bytes ratio and the\n"
 	      "held-out loss against full attention. Nothing is written unless all of it succeeds; aah.json appears\n"
 	      "whole (temporary file and rename). Progress goes to stderr, the report to stdout.\n"
@@ -118,35 +121,17 @@ static void tmp_forget_all(void)
 
 /* ---- options ---- */
 
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
+/* 1 to AAH_MAX_WINDOWS ascending windows in [1, 2^24], comma-separated. Returns 0, or -1. */
 static int parse_windows(const char *s, int32_t *w, int32_t *n)
 {
-	*n = 0;
-	const char *p = s;
-	while (*p) {
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 1 || v > (1 << 24) || *n == AAH_MAX_WINDOWS || (*n > 0 && v <= w[*n - 1]))
+	int64_t k = aah_parse_int_list(s, true, 1, 1 << 24, w, AAH_MAX_WINDOWS);
+	if (k < 1 || k > AAH_MAX_WINDOWS)
+		return -1;
+	for (int64_t i = 1; i < k; i++)
+		if (w[i] <= w[i - 1])
 			return -1;
-		w[(*n)++] = (int32_t)v;
-		if (*end == ',')
-			end++;
-		else if (*end)
-			return -1;
-		p = end;
-	}
-	return *n > 0 ? 0 : -1;
+	*n = (int32_t)k;
+	return 0;
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -190,21 +175,18 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 			o->texts[o->n_texts++] = optarg;
 			break;
 		case O_TOKENS:
-			if (parse_i64(optarg, 1, INT64_MAX / 2, &o->tokens))
+			if (!aah_parse_i64(optarg, 1, INT64_MAX / 2, &o->tokens))
 				return usage_error("--tokens must be a positive token count, not '%s'", optarg);
 			break;
 		case O_CONTEXT:
-			if (parse_i64(optarg, 1, 1 << 24, &v))
+			if (!aah_parse_i64(optarg, 1, 1 << 24, &v))
 				return usage_error("--context must be a positive length, not '%s'", optarg);
 			o->context = (int32_t)v;
 			break;
-		case O_COVERAGE: {
-			char *end;
-			o->coverage = strtod(optarg, &end);
-			if (!*optarg || *end || !(o->coverage >= 0.5 && o->coverage <= 1))
+		case O_COVERAGE:
+			if (!aah_parse_f64(optarg, &o->coverage) || !(o->coverage >= 0.5 && o->coverage <= 1))
 				return usage_error("--coverage must be a number in [0.5, 1], not '%s'", optarg);
 			break;
-		}
 		case O_WINDOWS:
 			if (parse_windows(optarg, o->windows, &o->n_windows))
 				return usage_error("--windows takes 1 to 8 ascending positive windows, comma-separated, not '%s'",
@@ -214,7 +196,7 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 		case O_CALIB: o->calib_out = optarg; break;
 		case O_EVAL: o->eval_text = optarg, o->default_eval = false; break;
 		case O_EVAL_TOKENS:
-			if (parse_i64(optarg, 1, INT64_MAX / 2, &o->eval_tokens))
+			if (!aah_parse_i64(optarg, 1, INT64_MAX / 2, &o->eval_tokens))
 				return usage_error("--eval-tokens must be a positive token count, not '%s'", optarg);
 			break;
 		case O_NO_EVAL: o->no_eval = true; break;
@@ -225,7 +207,7 @@ static int parse_opts(calib_opts *o, int argc, char **argv)
 			o->eng.backend = optarg;
 			break;
 		case O_THREADS:
-			if (parse_i64(optarg, 1, 1024, &v))
+			if (!aah_parse_i64(optarg, 1, 1024, &v))
 				return usage_error("--threads must be 1 to 1024, not '%s'", optarg);
 			o->eng.threads = (int32_t)v;
 			break;
@@ -511,12 +493,7 @@ static json_t *side_json(const calib_run *r)
 			for (int32_t gi = 0; gi < g->layers[l].n_groups; gi++) {
 				const aah_group *G = &g->layers[l].groups[gi];
 				const calib_group_info *in = &r->info->group[k][(int64_t)l * nkv + gi];
-				json_t *jg = json_object(), *heads = json_array();
-				for (int32_t h = 0; h < G->n_kv_heads; h++)
-					json_array_append_new(heads, json_integer(G->kv_heads[h]));
-				json_object_set_new(jg, "kv_heads", heads);
-				json_object_set_new(jg, "window", json_integer(G->window));
-				json_object_set_new(jg, "capacity", json_integer(G->capacity));
+				json_t *jg = aah_group_to_json(G);
 				json_object_set_new(jg, "window_alone", json_integer(in->window_alone));
 				json_object_set_new(jg, "kept", json_real(in->kept));
 				json_object_set_new(jg, "path", json_string(in->path));
@@ -655,9 +632,23 @@ int calibrate_main(int argc, char **argv)
 	model_config mc;
 	char out_path[4200], calib_path[4200];
 
-	if (aah_resolve_model_dir(o.model_arg, -1, model_dir, sizeof model_dir, err, sizeof err) != 0 ||
-	    model_config_load(&mc, model_dir, err, sizeof err) != 0)
+	/* a GGUF model's configuration is its metadata, and its aah.json goes beside the file */
+	char gguf_file[4096], aah_dir[4096];
+	int is_gguf = gguf_model_path(o.model_arg, gguf_file, sizeof gguf_file, err, sizeof err);
+	if (is_gguf < 0 || aah_resolve_model_dir(o.model_arg, -1, model_dir, sizeof model_dir, err, sizeof err) != 0)
 		goto fail;
+	if (is_gguf) {
+		model_files gm;
+		if (model_files_load(&gm, model_dir, err, sizeof err) != 0)
+			goto fail;
+		mc = gm.config;
+		snprintf(aah_dir, sizeof aah_dir, "%s", gm.dir);
+		model_files_free(&gm);
+	} else if (model_config_load(&mc, model_dir, err, sizeof err) != 0) {
+		goto fail;
+	} else {
+		snprintf(aah_dir, sizeof aah_dir, "%s", model_dir);
+	}
 	/* the context and the candidate windows */
 	int32_t T = o.context ? o.context : mc.max_position_embeddings < 4096 ? mc.max_position_embeddings : 4096;
 	if (T > mc.max_position_embeddings) {
@@ -732,7 +723,7 @@ int calibrate_main(int argc, char **argv)
 	if (o.out)
 		snprintf(out_path, sizeof out_path, "%s", o.out);
 	else
-		snprintf(out_path, sizeof out_path, "%s/aah.json", model_dir);
+		snprintf(out_path, sizeof out_path, "%s/aah.json", aah_dir);
 	if (o.calib_out) {
 		snprintf(calib_path, sizeof calib_path, "%s", o.calib_out);
 	} else {

@@ -11,16 +11,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/fs.h"
 #include "tools/eval/pyrandom.h"
 #include "tools/eval/util.h"
 
 static const char FEWSHOT_DELIMITER[] = "\n\n";
-
-static bool file_exists(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
 
 /* The few-shot examples' target text: the task's own, or the gold choice of a multiple-choice doc. */
 static char *fewshot_target(const eval_task *t, const json_t *doc)
@@ -164,10 +159,10 @@ static int read_items(eval_task_run *run, const char *dir, char *err, size_t err
 {
 	const eval_task *t = run->task;
 	char *jsonl = xasprintf("%s/%s.jsonl", dir, t->name);
-	if (t->output == EVAL_LOGLIKELIHOOD_ROLLING && !file_exists(jsonl)) {
+	if (t->output == EVAL_LOGLIKELIHOOD_ROLLING && !aah_is_file(jsonl)) {
 		/* perplexity also reads a plain text file as one document */
 		char *txt = xasprintf("%s/%s.txt", dir, t->name);
-		if (file_exists(txt)) {
+		if (aah_is_file(txt)) {
 			size_t len;
 			char *data = eval_read_file(txt, &len, err, errlen);
 			if (!data) {
@@ -201,7 +196,7 @@ static int read_items(eval_task_run *run, const char *dir, char *err, size_t err
 		return -1;
 	}
 	run->path = jsonl;
-	if (!file_exists(jsonl)) {
+	if (!aah_is_file(jsonl)) {
 		snprintf(err, errlen, "%s: no such file (task %s reads its items from DIR/%s.jsonl)", jsonl, t->name, t->name);
 		return -1;
 	}
@@ -226,7 +221,7 @@ int eval_task_prepare(eval_task_run *run, const eval_task *task, const char *dir
 	}
 	if (run->k > 0) {
 		char *fs = xasprintf("%s/%s.fewshot.jsonl", dir, task->name);
-		if (!file_exists(fs)) {
+		if (!aah_is_file(fs)) {
 			snprintf(err, errlen, "%s: no such file (%s %d-shot takes its examples from it; --num-fewshot %s=0 "
 			         "runs it zero-shot)", fs, task->name, run->k, task->name);
 			free(fs);

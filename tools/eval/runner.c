@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "tools/eval/pytext.h"
 #include "tools/eval/score.h"
 #include "tools/eval/util.h"
@@ -231,9 +232,9 @@ static item_rc loglikelihoods(worker *w, const eval_unit *u, int64_t n, const in
 	json_object_set_new(req, "logprobs", json_integer(1));
 	json_t *resp;
 	eval_client_error e;
-	double t0 = eval_now();
+	double t0 = aah_now_s();
 	eval_client_status st = eval_client_post(w->client, "/v1/completions", req, &resp, &e);
-	acc->seconds += eval_now() - t0;
+	acc->seconds += aah_now_s() - t0;
 	json_decref(req);
 	item_rc rc = ITEM_OK;
 	if (st != EVAL_CLIENT_OK) {
@@ -316,9 +317,9 @@ static item_rc run_generate(worker *w, const eval_unit *u, json_t **result, char
 	aah_acc acc = {0};
 	json_t *resp;
 	eval_client_error e;
-	double t0 = eval_now();
+	double t0 = aah_now_s();
 	eval_client_status st = eval_client_post(w->client, "/v1/completions", req, &resp, &e);
-	acc.seconds = eval_now() - t0;
+	acc.seconds = aah_now_s() - t0;
 	json_decref(req);
 	if (st != EVAL_CLIENT_OK)
 		return client_fail(&e, u, err, errlen);
@@ -512,7 +513,7 @@ static void format_duration(double s, char *buf, size_t n)
 static void progress(const pool *p, int32_t ri, int32_t nr, double t0, bool tty, bool last)
 {
 	int64_t done = atomic_load(&p->done);
-	double el = eval_now() - t0;
+	double el = aah_now_s() - t0;
 	double rate = el > 0 ? (double)done / el : 0;
 	char left[32];
 	format_duration(rate > 0 ? (double)(p->n - done) / rate : NAN, left, sizeof left);
@@ -542,7 +543,7 @@ int eval_runner_regime(const eval_runner_opts *o, const eval_server *srv, eval_c
 	if (nw < 1)
 		nw = 1;
 	worker *ws = xcalloc((size_t)nw, sizeof *ws);
-	double t0 = eval_now();
+	double t0 = aah_now_s();
 	int32_t started = 0;
 	for (int32_t i = 0; i < nw; i++) {
 		ws[i].p = &p;
@@ -565,11 +566,11 @@ int eval_runner_regime(const eval_runner_opts *o, const eval_server *srv, eval_c
 		pthread_mutex_destroy(&p.mu);
 		return -1;
 	}
-	double last = eval_now();
+	double last = aah_now_s();
 	while (atomic_load(&p.finished) < started) {
 		struct timespec ts = {0, 200 * 1000 * 1000};
 		nanosleep(&ts, NULL);
-		double now = eval_now();
+		double now = aah_now_s();
 		if (o->tty || now - last >= 15) {
 			progress(&p, regime_index, n_regimes, t0, o->tty, false);
 			last = now;
@@ -582,7 +583,7 @@ int eval_runner_regime(const eval_runner_opts *o, const eval_server *srv, eval_c
 		free(ws[i].clients);
 	}
 	free(ws);
-	*seconds = eval_now() - t0;
+	*seconds = aah_now_s() - t0;
 	*tokens = p.tokens;
 	int rc = 0;
 	if (p.failed) {

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "tools/eval/util.h"
 
 #if defined(__x86_64__)
@@ -186,13 +187,6 @@ static int64_t count_user_tasks(uid_t uid)
 	return n;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *program, eval_sandbox_result *out,
                      char *err, size_t errlen)
 {
@@ -328,13 +322,13 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
 
 	/* Read the output and bwrap's info (the init's PID, opened as a pidfd at once, so that no later PID reuse can
 	 * confuse it) until bwrap exits; at the wall limit kill bwrap and the init, which takes the namespace with it. */
-	double deadline = now() + l->wall_seconds;
+	double deadline = aah_now_s() + l->wall_seconds;
 	bool timed_out = false, eof = false, info_eof = false, reaped = false;
 	int status = 0, init_fd = -1;
 	char info[1024];
 	size_t info_len = 0;
 	while (!eof || !reaped) {
-		double left = deadline - now();
+		double left = deadline - aah_now_s();
 		if (left <= 0 && !timed_out) {
 			timed_out = true;
 			if (init_fd >= 0)

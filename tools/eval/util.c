@@ -178,9 +178,3 @@ char *eval_read_file(const char *path, size_t *len, char *err, size_t errlen)
 	return sb_take(&b);
 }
 
-double eval_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}

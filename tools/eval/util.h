@@ -43,7 +43,6 @@ void eval_hash_hex(const void *data, size_t n, char out[33]);
 /* Reads a whole file; NULL with err set when it cannot. The caller frees the buffer (NUL-terminated). */
 char *eval_read_file(const char *path, size_t *len, char *err, size_t errlen);
 
-double eval_now(void);   /* seconds, monotonic */
 
 #ifdef __cplusplus
 }
