@@ -159,9 +159,9 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard base/*.c models/*.c models/convert/*.c) engine/aah_policy.c server/completion_request.c server/http_credentials.c server/http_framing.c \
+	    $$f $(wildcard base/*.c models/*.c models/convert/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/http_credentials.c server/http_framing.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
-	    -o $(BUILD)/fuzz/$$n $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
+	    -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.

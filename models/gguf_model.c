@@ -323,7 +323,7 @@ int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 	char msg[512];
 	m->gguf_path = strdup(file);
 	const char *slash = strrchr(file, '/');
-	m->dir = slash ? strndup(file, (size_t)(slash - file ? slash - file : 1)) : strdup(".");
+	m->dir = slash ? strndup(file, (size_t)(slash > file ? slash - file : 1)) : strdup(".");
 	m->st.files = calloc(1, sizeof *m->st.files);
 	if (!m->gguf_path || !m->dir || !m->st.files) {
 		aah_errf(err, err_len, "%s: out of memory", file);
