@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/aah_policy.h"
 #include "engine/kv_cache.h"
@@ -108,8 +109,8 @@ static int import_bytes(engine *e, void *dst, const st_tensor *s, aah_dtype t, c
 		memcpy(dst, s->data, s->nbytes);
 		return 0;
 	}
-	if (weight_quantize_rows(dst, t, s->data, (aah_dtype)s->dtype, s->shape[0], s->shape[1], e->p.n_threads > 0
-	                             ? e->p.n_threads : 1) != 0) {
+	const int32_t threads = e->p.n_threads > 0 ? e->p.n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+	if (weight_quantize_rows(dst, t, s->data, (aah_dtype)s->dtype, s->shape[0], s->shape[1], threads) != 0) {
 		snprintf(err, err_len, "out of memory quantizing tensor '%s' to %s", s->name, aah_dtype_name(t));
 		return -1;
 	}

@@ -212,7 +212,9 @@ const char *aah_backend_cpu_isa(const aah_backend *b);
  * exactly), for the reference tests; by default products of more than a few rows run on the tensor cores with the
  * activations rounded to the weights' 16-bit type and f32 accumulation. It implements step_begin/step_end with CUDA
  * graphs (one per key, replayed); AAH_CUDA_GRAPHS=0 launches every step op by op instead. In a build without nvcc
- * these are stubs: available() is 0 and init() fails with "built without CUDA". */
+ * these are stubs: available() is 0 and init() fails with "built without CUDA". Block-quantized weights stay as their
+ * blocks on the device; a product dequantizes them a tile at a time (kernels/cuda/cuda_quant.cu) into f32 (decode rows,
+ * f32 mode) or bf16 tiles (prefill) for cuBLAS. */
 /* 1 when the CUDA runtime sees at least one device. */
 int aah_backend_cuda_available(void);
 /* Creates the CUDA backend on device p->device; NULL with a message in err. Free with b->iface.free(b). */

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/quant.h"
 #include "tests/test_rng.h"
 
 /* Backends made once: CUDA contexts do not survive fork, so this suite runs without Check's fork. */
@@ -383,6 +384,65 @@ START_TEST(test_matmul)
 		g->iface.buf_free(g, dout);
 		free(w); free(x); free(want); free(got);
 	}
+}
+END_TEST
+
+/* Block-quantized weights: the CPU backend's exact products (AAH_CPU_QUANT_MATMUL=f32: dequantized weights times the
+ * activations as given) against the device's f32 path (decode rows, f32 mode) to float rounding and its bf16 tiles
+ * (prefill) to bf16's rounding; embedding rows dequantized bit for bit. */
+static const aah_dtype qtypes[5] = { AAH_DTYPE_Q8_0, AAH_DTYPE_Q4_0, AAH_DTYPE_Q4_K, AAH_DTYPE_Q5_K, AAH_DTYPE_Q6_K };
+
+START_TEST(test_matmul_quant)
+{
+	const aah_dtype t = qtypes[_i % 5];
+	aah_backend *g = _i < 5 ? gpu : gpu32;
+	setenv("AAH_CPU_QUANT_MATMUL", "f32", 1);
+	aah_backend_params bp = { .n_threads = 2 };
+	aah_backend *ref = aah_backend_cpu_init(&bp);
+	unsetenv("AAH_CPU_QUANT_MATMUL");
+	rng_state = 80 + (uint64_t)_i;
+	static const mm_shape shapes[] = { { 1, 300, 512 }, { 4, 37, 256 }, { 17, 300, 512 }, { 64, 1000, 1024 } };
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		const mm_shape *sh = &shapes[si];
+		const size_t rb = aah_dtype_row_bytes(t, sh->K);
+		uint8_t *w = malloc((size_t)sh->M * rb);
+		float *row = rand_f32(sh->K, 0.1f);
+		for (int64_t m = 0; m < sh->M; m++) {
+			for (int64_t k = 0; k < sh->K; k++)
+				row[k] = rng_f() * 0.1f;
+			aah_quantize_row_ref(t, w + m * rb, row, sh->K);
+		}
+		float *x = rand_f32((int64_t)sh->n * sh->K, 1.0f), *want = malloc((size_t)(sh->n * sh->M) * sizeof(float));
+		aah_tensor wc, wg;
+		ck_assert_int_eq(ref->iface.weight_import(ref, &wc, w, t, sh->M, sh->K), 0);
+		ck_assert_int_eq(g->iface.weight_import(g, &wg, w, t, sh->M, sh->K), 0);
+		ref->iface.matmul(ref, want, x, sh->n, &wc);
+		float *dx = gdup(g, x, (size_t)sh->n * sh->K * 4), *dout = gpoison(g, (size_t)(sh->n * sh->M) * 4);
+		g->iface.matmul(g, dout, dx, sh->n, &wg);
+		float *got = gread(g, dout, sh->n * sh->M);
+		const double tol = sh->n <= 4 || g == gpu32 ? 1e-5 : 1e-2, e = rel_err(got, want, sh->n * sh->M);
+		ck_assert_msg(e <= tol, "matmul %s%s n %d M %lld K %lld: relative error %.3g (tolerance %.0e)",
+		              aah_dtype_name(t), g == gpu32 ? " (f32 mode)" : "", sh->n, (long long)sh->M, (long long)sh->K, e,
+		              tol);
+		/* embedding rows: the reference dequantizer's bits */
+		const int32_t ids[3] = { (int32_t)sh->M - 1, 0, (int32_t)(sh->M / 2) };
+		float *drows = gpoison(g, (size_t)3 * sh->K * 4);
+		g->iface.get_rows(g, drows, &wg, ids, 3);
+		float *rows = gread(g, drows, 3 * sh->K), *deq = malloc((size_t)sh->K * sizeof *deq);
+		for (int i = 0; i < 3; i++) {
+			aah_dequantize_row(t, deq, w + (size_t)ids[i] * rb, sh->K);
+			ck_assert_msg(!memcmp(rows + (int64_t)i * sh->K, deq, (size_t)sh->K * sizeof *deq),
+			              "get_rows %s row %d: not the reference dequantizer's values", aah_dtype_name(t), ids[i]);
+		}
+		no_error(g);
+		g->iface.weight_release(g, &wg);
+		ref->iface.weight_release(ref, &wc);
+		g->iface.buf_free(g, dx);
+		g->iface.buf_free(g, dout);
+		g->iface.buf_free(g, drows);
+		free(w); free(row); free(x); free(want); free(got); free(rows); free(deq);
+	}
+	ref->iface.free(ref);
 }
 END_TEST
 
@@ -926,6 +986,7 @@ int main(void)
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_swiglu_add);
 	tcase_add_loop_test(tc, test_matmul, 0, 6);
+	tcase_add_loop_test(tc, test_matmul_quant, 0, 10);
 	tcase_add_loop_test(tc, test_split_cols, 0, 3);
 	tcase_add_loop_test(tc, test_logits_top, 0, (int)(sizeof top_shapes / sizeof top_shapes[0]));
 	tcase_add_test(tc, test_init_errors);

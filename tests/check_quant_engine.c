@@ -14,7 +14,8 @@
  *    token the reference's wherever the reference's margin exceeds twice that. On aah-mkmodel's badly conditioned
  *    scaling (sublayers as large as the residual: the rounding compounds, as the issue warns llama.cpp's does) it
  *    measured 7.5–11%; the test allows 40/254 (15.7%) there.
- * Batch invariance: the prompt in one pass, token by token and in chunks of 5, on 1 and 2 threads, give the same bits. */
+ * Batch invariance: the prompt in one pass, token by token, in chunks of 5 on 1 thread and in chunks of 3 with the
+ * projections fused give the same bits. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -166,11 +167,11 @@ static int64_t make_reference(char *dst, size_t len, const char *src, const char
 /* logits (N_PROMPT × V) of ids, the prompt fed in chunks of `chunk` tokens (N_PROMPT: one pass). */
 static int64_t last_step_bytes;
 
-static float *run_engine(const char *dir, const char *quantize, int32_t threads, int32_t chunk, const int32_t *ids,
-                         int32_t *V)
+static float *run_engine_fused(const char *dir, const char *quantize, int32_t threads, int32_t chunk,
+                               const int32_t *ids, int32_t *V, int32_t fuse)
 {
 	engine_params p = { .backend = "cpu", .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 64,
-		                .kv_dtype = AAH_DTYPE_F32, .aah_path = "", .quantize = quantize };
+		                .kv_dtype = AAH_DTYPE_F32, .aah_path = "", .quantize = quantize, .fuse_projections = fuse };
 	engine *e;
 	char err[512];
 	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
@@ -187,6 +188,13 @@ static float *run_engine(const char *dir, const char *quantize, int32_t threads,
 	engine_seq_close(e, seq);
 	engine_free(e);
 	return logits;
+}
+
+/* The same with the projections unfused (whatever AAH_FUSE says: the runs compared bit for bit choose it alike). */
+static float *run_engine(const char *dir, const char *quantize, int32_t threads, int32_t chunk, const int32_t *ids,
+                         int32_t *V)
+{
+	return run_engine_fused(dir, quantize, threads, chunk, ids, V, -1);
 }
 
 static const double scales[2] = { 1.0, 0.25 };
@@ -251,13 +259,14 @@ START_TEST(test_engine_quantized)
 		ck_assert_msg(fabs((double)exact[k] - want[k]) <= 1e-4 * (1 + fabs(want[k])),
 		              "%s exact products: logit %lld %.6f, reference %.6f", mix, (long long)k, exact[k], want[k]);
 	free(exact);
-	/* batch invariance: token by token, in chunks of 5, on one thread: the same bits */
-	const int32_t chunks[2] = { 1, 5 };
-	for (int c = 0; c < 2; c++) {
-		float *other = run_engine(model, mix, c ? 1 : 2, chunks[c], ids, &V2);
+	/* batch invariance: token by token, in chunks of 5 on one thread, and with the projections fused (q, k, v and
+	 * gate, up concatenated where their types agree): the same bits */
+	const int32_t chunks[3] = { 1, 5, 3 };
+	for (int c = 0; c < 3; c++) {
+		float *other = run_engine_fused(model, mix, c == 1 ? 1 : 2, chunks[c], ids, &V2, c == 2 ? 1 : -1);
 		ck_assert_msg(!memcmp(other, got, (size_t)N_PROMPT * V * sizeof *got),
-		              "%s: the prompt in chunks of %d on %d threads gives other logits than in one pass", mix,
-		              chunks[c], c ? 1 : 2);
+		              "%s: the prompt in chunks of %d on %d threads%s gives other logits than in one pass", mix,
+		              chunks[c], c == 1 ? 1 : 2, c == 2 ? ", projections fused" : "");
 		free(other);
 	}
 	free(want);

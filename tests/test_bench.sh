@@ -94,6 +94,35 @@ grep -q "^CPU attention op (.*window 512" "$out" || say_fail "--attention: no he
 timeout 30 "$BENCH" --attention --window 0 >"$out" 2>&1
 [ $? -eq 2 ] || say_fail "--attention --window 0 should exit 2"
 
+# the weight-type axis: the files' bf16 weights and q8_0 quantized at load, side by side, each row labelled, the ratio
+# line; and in --context, each type's regime speed-up and the line across types
+if ! timeout 120 "$BENCH" --no-bandwidth --threads 1 --prompt 20 --gen 2 --weights bf16,q8_0 "$MODEL" >"$out" 2>&1; then
+	say_fail "aah-bench --weights bf16,q8_0 failed"; cat "$out"
+fi
+for w in bf16 q8_0; do
+	for what in "prefill    20 tokens:" "decode      2 tokens:" "resident with the sequence open"; do
+		grep -q "w $(printf '%-6s' $w) kv f32  $what" "$out" || say_fail "--weights: no '$what' row for w $w"
+	done
+done
+grep -q "^  kv f32  w q8_0 / w bf16: prefill .*x, decode .*x, weights read per token 0\.5[0-9]x" "$out" ||
+	say_fail "--weights: no q8_0 / bf16 line (q8_0 reads 34/64 of bf16's bytes)"
+if ! timeout 300 "$BENCH" --context --threads 1 --gen 16 --weights bf16,q8_0 "$aah" >"$out" 2>&1; then
+	say_fail "aah-bench --context --weights failed"; cat "$out"
+fi
+for w in bf16 q8_0; do
+	grep -Eq "^$w +$reg +f32 " "$out" || say_fail "--context --weights: no $reg row for w $w"
+	grep -q "^w $(printf '%-6s' $w) kv f32  $reg / full_attention: " "$out" || say_fail "--context: no ratio line for w $w"
+done
+grep -q "^kv f32  $reg / full_attention decode speed at 4096 by weight type: bf16 .*x q8_0 .*x" "$out" ||
+	say_fail "--context --weights: no line across weight types"
+for bad in "--weights q3_k" "--weights ," "--weights bf16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k,q4_k"; do
+	# shellcheck disable=SC2086
+	timeout 30 "$BENCH" $bad "$MODEL" >"$out" 2>&1
+	rc=$?
+	[ "$rc" -eq 2 ] || say_fail "aah-bench $bad: exit $rc, want 2"
+	grep -q -- "--weights" "$out" || say_fail "aah-bench $bad: no message about --weights"
+done
+
 # bad input: exit 2 and a message
 for bad in "--kv-dtype f8" "--kv-dtype f32,f32" "--kv-dtype ," "--kv-dtype f32,f16,bf16,f32"; do
 	# shellcheck disable=SC2086

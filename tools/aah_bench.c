@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/weight_quant.h"
 #include "kernels/cpu/threadpool.h"
 #include "models/aah_config.h"
 #include "models/model_config.h"
@@ -50,6 +51,42 @@ static int parse_kv_types(const char *list)
 		kv_types[n_kv_types++] = d;
 	}
 	return n_kv_types > 0 ? 0 : -1;
+}
+
+/* --weights: the weight types every model mode runs, side by side, in this order: "bf16" (also f16, f32) is the float
+ * weights as the model files hold them (the bench models are BF16); a GGUF type (q8_0, q4_k_m, …) quantizes them as
+ * they load (engine_params.quantize). Default: the files' weights alone, rows unlabelled. */
+#define MAX_WEIGHT_TYPES 6
+static const char *weight_types[MAX_WEIGHT_TYPES] = { NULL };
+static int32_t n_weight_types = 0;
+
+static int parse_weight_types(char *list)
+{
+	n_weight_types = 0;
+	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+		weight_mix mix;
+		aah_dtype ft;
+		if (n_weight_types == MAX_WEIGHT_TYPES || (aah_dtype_from_name(tok, &ft) != 0 && weight_mix_parse(tok, &mix) != 0))
+			return -1;
+		weight_types[n_weight_types++] = tok;
+	}
+	return n_weight_types ? 0 : -1;
+}
+
+/* engine_params.quantize for weight type i: NULL for a float type (the files' weights). */
+static const char *weight_quantize(int32_t i)
+{
+	aah_dtype ft;
+	return i < n_weight_types && aah_dtype_from_name(weight_types[i], &ft) != 0 ? weight_types[i] : NULL;
+}
+
+/* "w q4_k_m " before a row when --weights is given, else nothing. */
+static const char *weight_label(int32_t i, char *buf, size_t len)
+{
+	if (!n_weight_types)
+		return "";
+	snprintf(buf, len, "w %-6s ", weight_types[i]);
+	return buf;
 }
 
 /* ---- streaming-read bandwidth: every thread sums its share of a buffer far larger than the caches ---- */
@@ -202,11 +239,18 @@ static int bench_measure(engine *e, const int32_t *ids, int32_t n_prompt, float 
 	return rc;
 }
 
+/* What bench_model measured, for the ratios between weight types. */
+typedef struct model_result {
+	double prefill, decode, rss_mib, weight_bytes;
+} model_result;
+
 static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw, int measure,
-                       aah_dtype kv)
+                       aah_dtype kv, int32_t wi, model_result *res)
 {
+	char wl[32];
+	const char *w = weight_label(wi, wl, sizeof wl);
 	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
-	                    .kv_dtype = kv, .ctx_len = n_prompt + n_gen + 16 };
+	                    .kv_dtype = kv, .ctx_len = n_prompt + n_gen + 16, .quantize = weight_quantize(wi) };
 	engine *e;
 	char err[512];
 	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
@@ -245,28 +289,29 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	/* each decode step also reads the sequence's whole KV cache: on average its size halfway through */
 	double kvbytes = 0.5 * (double)(kv0 + engine_seq_kv_bytes(e, seq));
 	double implied = ((double)wbytes + kvbytes) * decode / 1e9;
-	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads, kv %s\n", dir,
+	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads, %skv %s\n", dir,
 	       c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads,
-	       aah_dtype_name(kv));
-	printf("  kv %-4s prefill  %4d tokens: %8.1f tokens/s (projections alone: %.3f TFLOP/s, 2 FLOP per weight per "
-	       "token)\n", aah_dtype_name(kv), n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
-	printf("  kv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", aah_dtype_name(kv), n_gen,
-	       decode);
-	printf("  kv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = "
+	       n_weight_types ? wl : "", aah_dtype_name(kv));
+	printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s (projections alone: %.3f TFLOP/s, 2 FLOP per weight per "
+	       "token)\n", w, aah_dtype_name(kv), n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
+	printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w, aah_dtype_name(kv),
+	       n_gen, decode);
+	printf("  %skv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = "
 	       "%.0f%% of measured %.2f GB/s\n",
-	       aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	       w, aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
 	double rss, rss_peak;
 	resident_mib(&rss, &rss_peak);
-	printf("  kv %-4s resident with the sequence open: %.0f MiB (weights %.0f MiB as stored, KV %.0f MiB; process "
-	       "peak so far %.0f MiB)\n", aah_dtype_name(kv), rss, (double)wbytes / (1 << 20),
+	printf("  %skv %-4s resident with the sequence open: %.0f MiB (weights %.0f MiB as stored, KV %.0f MiB; process "
+	       "peak so far %.0f MiB)\n", w, aah_dtype_name(kv), rss, (double)wbytes / (1 << 20),
 	       (double)engine_seq_kv_bytes(e, seq) / (1 << 20), rss_peak);
+	*res = (model_result){ prefill, decode, rss, (double)wbytes };
 	engine_seq_close(e, seq);
 	if (measure) {
 		double plain, measured;
 		if (bench_measure(e, ids, n_prompt, logits, &plain, &measured) != 0)
 			return 1;
-		printf("  kv %-4s prefill  %4d tokens measured (band mass, entropy; full attention): %.1f tokens/s against %.1f "
-		       "unmeasured (%.3fx), best of 3 each, interleaved\n", aah_dtype_name(kv), n_prompt, measured, plain,
+		printf("  %skv %-4s prefill  %4d tokens measured (band mass, entropy; full attention): %.1f tokens/s against %.1f "
+		       "unmeasured (%.3fx), best of 3 each, interleaved\n", w, aah_dtype_name(kv), n_prompt, measured, plain,
 		       measured / plain);
 	}
 	graph_use_add(e);
@@ -275,6 +320,89 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	free(logits);
 	engine_free(e);
 	return 0;
+}
+
+/* The weight types of --weights side by side on one model: every type's engine loaded at once (each one's resident
+ * memory the process's growth while it loads), then `reps` rounds that each run the prompt and the decode on every
+ * type in turn, the best of each kept — so a load that comes and goes on a shared machine falls on all types alike. */
+static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw, aah_dtype kv,
+                         int32_t reps)
+{
+	engine *e[MAX_WEIGHT_TYPES] = { NULL };
+	model_result r[MAX_WEIGHT_TYPES];
+	char err[512], wl[32];
+	int rc = 0;
+	for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
+		engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
+		                    .kv_dtype = kv, .ctx_len = n_prompt + n_gen + 16, .quantize = weight_quantize(wi) };
+		double rss0, rss1, peak;
+		resident_mib(&rss0, &peak);
+		if (engine_init(&e[wi], dir, &p, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-bench: %s\n", err);
+			rc = 1;
+			break;
+		}
+		resident_mib(&rss1, &peak);
+		r[wi] = (model_result){ 0, 0, rss1 - rss0, (double)engine_weight_bytes_per_token(e[wi]) };
+	}
+	const model_config *c = rc == 0 ? engine_config(e[0]) : NULL;
+	int32_t *ids = c ? malloc((size_t)n_prompt * sizeof *ids) : NULL;
+	float *logits = c ? malloc((size_t)c->vocab_size * sizeof *logits) : NULL;
+	for (int32_t i = 0; ids && i < n_prompt; i++)
+		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % c->vocab_size);
+	for (int32_t rep = 0; rc == 0 && rep <= reps; rep++)   /* round 0 warms the caches and the workers up */
+		for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
+			int32_t seq = engine_seq_open(e[wi], NULL, err, sizeof err);
+			engine_item it = { seq, ids, rep ? n_prompt : (n_prompt < 16 ? n_prompt : 16), false };
+			double t0 = now_s();
+			if (seq < 0 || engine_forward(e[wi], &it, 1, logits, err, sizeof err) != 0) {
+				fprintf(stderr, "aah-bench: %s\n", err);
+				rc = 1;
+				break;
+			}
+			double t1 = now_s();
+			int32_t tok = sampler_argmax(logits, c->vocab_size);
+			for (int32_t i = 0; rep && i < n_gen; i++) {
+				engine_item step = { seq, &tok, 1, false };
+				engine_forward(e[wi], &step, 1, logits, err, sizeof err);
+				tok = sampler_argmax(logits, c->vocab_size);
+			}
+			double t2 = now_s();
+			engine_seq_close(e[wi], seq);
+			if (rep) {
+				r[wi].prefill = fmax(r[wi].prefill, n_prompt / (t1 - t0));
+				r[wi].decode = fmax(r[wi].decode, n_gen / (t2 - t1));
+			}
+		}
+	if (rc == 0) {
+		printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads, kv %s; weight types "
+		       "side by side, best of %d rounds each; load average %.2f\n", dir, c->hidden_size, c->n_layers,
+		       c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e[0]), threads, aah_dtype_name(kv), reps,
+		       load_average());
+		for (int32_t wi = 0; wi < n_weight_types; wi++) {
+			const char *w = weight_label(wi, wl, sizeof wl);
+			const double implied = r[wi].weight_bytes * r[wi].decode / 1e9;
+			printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s\n", w, aah_dtype_name(kv), n_prompt, r[wi].prefill);
+			printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w,
+			       aah_dtype_name(kv), n_gen, r[wi].decode);
+			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s = %.0f%% of "
+			       "measured %.2f GB/s\n", w, aah_dtype_name(kv), r[wi].weight_bytes / 1e6, implied,
+			       bw > 0 ? 100 * implied / bw : 0, bw);
+			printf("  %skv %-4s resident with the sequence open: %.0f MiB (the process's growth while this engine "
+			       "loaded; weights %.0f MiB as stored)\n", w, aah_dtype_name(kv), r[wi].rss_mib,
+			       r[wi].weight_bytes / (1 << 20));
+		}
+		for (int32_t wi = 1; wi < n_weight_types; wi++)
+			printf("  kv %-4s w %s / w %s: prefill %.2fx, decode %.2fx, weights read per token %.2fx, resident "
+			       "%.2fx\n", aah_dtype_name(kv), weight_types[wi], weight_types[0], r[wi].prefill / r[0].prefill,
+			       r[wi].decode / r[0].decode, r[wi].weight_bytes / r[0].weight_bytes, r[wi].rss_mib / r[0].rss_mib);
+	}
+	for (int32_t wi = 0; wi < n_weight_types; wi++)
+		if (e[wi])
+			engine_free(e[wi]);
+	free(ids);
+	free(logits);
+	return rc;
 }
 
 /* ---- AAH against full attention at long context ---- */
@@ -366,69 +494,90 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 
 static int bench_context(const char *dir, int32_t threads, const char *regime, int32_t gen)
 {
-	ctx_result res[3][2];   /* (kv type, full attention | regime) */
+	static ctx_result all[MAX_WEIGHT_TYPES][3][2];   /* (weight type, kv type, full attention | regime) */
 	char reg[128];          /* the regime's name, kept beyond the engine that names its default */
 	const char *names[2] = { AAH_FULL_ATTENTION, reg };
 	snprintf(reg, sizeof reg, "%s", regime ? regime : "");
-	for (int32_t k = 0; k < n_kv_types; k++) {
-		engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
-		                    .kv_dtype = kv_types[k], .ctx_len = 4096 };
-		engine *e;
-		char err[512];
-		if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
-			fprintf(stderr, "aah-bench: %s\n", err);
-			return 1;
-		}
-		if (k == 0) {
-			const model_config *c = engine_config(e);
-			if (!regime)
-				snprintf(reg, sizeof reg, "%s", engine_default_regime(e));
-			printf("AAH at long context: %s (hidden %d, %d layers, %d/%d heads, head_dim %d, vocab %d); %s, %d "
-			       "threads\n", dir, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-			       c->vocab_size, engine_backend_desc(e), threads);
-			printf("prompt %d + %d generated = 4096; decode speed also measured ending at 512, 1024 and 2048 positions;"
-			       " load average %.2f\n", 4096 - gen, gen, load_average());
-			printf("%-16s %-4s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s %8s\n", "regime", "kv", "ACR", "work",
-			       "KV bytes/seq", "KV ratio", "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096",
-			       "RSS MiB");
-		}
-		for (int i = 0; i < 2; i++) {
-			ctx_result *r = &res[k][i];
-			if (bench_context_regime(e, names[i], gen, 32, r) != 0) {
-				engine_free(e);
+	const int32_t n_w = n_weight_types ? n_weight_types : 1;
+	for (int32_t wi = 0; wi < n_w; wi++) {
+		char wl[32];
+		const char *w = weight_label(wi, wl, sizeof wl);
+		ctx_result (*res)[2] = all[wi];
+		for (int32_t k = 0; k < n_kv_types; k++) {
+			engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .max_batch_tokens = 512,
+			                    .kv_dtype = kv_types[k], .ctx_len = 4096, .quantize = weight_quantize(wi) };
+			engine *e;
+			char err[512];
+			if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+				fprintf(stderr, "aah-bench: %s\n", err);
 				return 1;
 			}
-			r->cap_ratio = capacity_ratio(dir, names[i]);
-			const engine_seq_stats *st = &r->st;
-			printf("%-16s %-4s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f %8.0f\n", names[i],
-			       aah_dtype_name(kv_types[k]), st->acr, (double)st->attn_products / (double)st->attn_products_full,
-			       (long long)st->kv_bytes_peak, (double)st->kv_bytes_peak / (double)res[k][0].st.kv_bytes_peak,
-			       r->cap_ratio, r->prefill_tps, r->decode_tps[0], r->decode_tps[1], r->decode_tps[2],
-			       r->decode_tps[3], r->rss_mib);
-			fflush(stdout);
+			if (k == 0 && wi == 0) {
+				const model_config *c = engine_config(e);
+				if (!regime)
+					snprintf(reg, sizeof reg, "%s", engine_default_regime(e));
+				printf("AAH at long context: %s (hidden %d, %d layers, %d/%d heads, head_dim %d, vocab %d); %s, %d "
+				       "threads\n", dir, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+				       c->vocab_size, engine_backend_desc(e), threads);
+				printf("prompt %d + %d generated = 4096; decode speed also measured ending at 512, 1024 and 2048 positions;"
+				       " load average %.2f\n", 4096 - gen, gen, load_average());
+				printf("%s%-16s %-4s %7s %7s %12s %8s %8s %9s %9s %9s %9s %9s %8s\n", n_weight_types ? "weight " : "",
+				       "regime", "kv", "ACR", "work", "KV bytes/seq", "KV ratio", "cap-wtd", "prefill/s", "dec@512", "dec@1024", "dec@2048", "dec@4096",
+				       "RSS MiB");
+			}
+			for (int i = 0; i < 2; i++) {
+				ctx_result *r = &res[k][i];
+				if (bench_context_regime(e, names[i], gen, 32, r) != 0) {
+					engine_free(e);
+					return 1;
+				}
+				r->cap_ratio = capacity_ratio(dir, names[i]);
+				const engine_seq_stats *st = &r->st;
+				printf("%s%-16s %-4s %7.4f %7.4f %12lld %8.4f %8.4f %9.1f %9.2f %9.2f %9.2f %9.2f %8.0f\n",
+				       n_weight_types ? wl + 2 : "", names[i],
+				       aah_dtype_name(kv_types[k]), st->acr, (double)st->attn_products / (double)st->attn_products_full,
+				       (long long)st->kv_bytes_peak, (double)st->kv_bytes_peak / (double)res[k][0].st.kv_bytes_peak,
+				       r->cap_ratio, r->prefill_tps, r->decode_tps[0], r->decode_tps[1], r->decode_tps[2],
+				       r->decode_tps[3], r->rss_mib);
+				fflush(stdout);
+			}
+			graph_use_add(e);
+			engine_free(e);
 		}
-		graph_use_add(e);
-		engine_free(e);
-	}
-	for (int32_t k = 0; k < n_kv_types; k++) {
-		const ctx_result *f = &res[k][0], *a = &res[k][1];
-		double kv_ratio = (double)a->st.kv_bytes_peak / (double)f->st.kv_bytes_peak;
-		printf("kv %-4s %s / full_attention: KV bytes %.4f (capacity-weighted window ratio %.4f, off by %.1f%%); "
-		       "decode speed", aah_dtype_name(kv_types[k]), names[1], kv_ratio, a->cap_ratio,
-		       100 * fabs(kv_ratio / a->cap_ratio - 1));
-		for (int s = 0; s < N_STAGES; s++)
-			printf(" %.2fx@%d", a->decode_tps[s] / f->decode_tps[s], stage_ctx[s]);
-		printf("; prefill %.2fx\n", a->prefill_tps / f->prefill_tps);
-	}
-	for (int32_t k = 1; k < n_kv_types; k++)
-		for (int i = 0; i < 2; i++) {
-			const ctx_result *r = &res[k][i], *b = &res[0][i];
-			printf("%s kv %s / kv %s: prefill %.2fx, decode", names[i], aah_dtype_name(kv_types[k]),
-			       aah_dtype_name(kv_types[0]), r->prefill_tps / b->prefill_tps);
+		for (int32_t k = 0; k < n_kv_types; k++) {
+			const ctx_result *f = &res[k][0], *a = &res[k][1];
+			double kv_ratio = (double)a->st.kv_bytes_peak / (double)f->st.kv_bytes_peak;
+			printf("%skv %-4s %s / full_attention: KV bytes %.4f (capacity-weighted window ratio %.4f, off by %.1f%%); "
+			       "decode speed", w, aah_dtype_name(kv_types[k]), names[1], kv_ratio, a->cap_ratio,
+			       100 * fabs(kv_ratio / a->cap_ratio - 1));
 			for (int s = 0; s < N_STAGES; s++)
-				printf(" %.2fx@%d", r->decode_tps[s] / b->decode_tps[s], stage_ctx[s]);
-			printf("\n");
+				printf(" %.2fx@%d", a->decode_tps[s] / f->decode_tps[s], stage_ctx[s]);
+			printf("; prefill %.2fx\n", a->prefill_tps / f->prefill_tps);
 		}
+		for (int32_t k = 1; k < n_kv_types; k++)
+			for (int i = 0; i < 2; i++) {
+				const ctx_result *r = &res[k][i], *b = &res[0][i];
+				printf("%s%s kv %s / kv %s: prefill %.2fx, decode", w, names[i], aah_dtype_name(kv_types[k]),
+				       aah_dtype_name(kv_types[0]), r->prefill_tps / b->prefill_tps);
+				for (int s = 0; s < N_STAGES; s++)
+					printf(" %.2fx@%d", r->decode_tps[s] / b->decode_tps[s], stage_ctx[s]);
+				printf("\n");
+			}
+	}
+	/* across weight types: the regime's decode speed-up at 4096 for each, and each type's speeds against the first */
+	for (int32_t k = 0; n_weight_types > 1 && k < n_kv_types; k++) {
+		printf("kv %-4s %s / full_attention decode speed at 4096 by weight type:", aah_dtype_name(kv_types[k]), names[1]);
+		for (int32_t wi = 0; wi < n_weight_types; wi++)
+			printf(" %s %.2fx", weight_types[wi], all[wi][k][1].decode_tps[3] / all[wi][k][0].decode_tps[3]);
+		printf("\n");
+		for (int32_t wi = 1; wi < n_weight_types; wi++)
+			for (int i = 0; i < 2; i++)
+				printf("kv %-4s %s w %s / w %s: prefill %.2fx, decode %.2fx@4096, resident %.2fx\n",
+				       aah_dtype_name(kv_types[k]), names[i], weight_types[wi], weight_types[0],
+				       all[wi][k][i].prefill_tps / all[0][k][i].prefill_tps,
+				       all[wi][k][i].decode_tps[3] / all[0][k][i].decode_tps[3],
+				       all[wi][k][i].rss_mib / all[0][k][i].rss_mib);
+	}
 	printf("load average %.2f\n", load_average());
 	graph_use_print("");
 	return 0;
@@ -904,6 +1053,10 @@ static void usage(FILE *f)
 	           "done, whatever else the machine runs.\n"
 	           "--kv-dtype LIST (every mode): the KV element types to run side by side, e.g. f32,bf16 (default f32);\n"
 	           "every row says its type.\n"
+	           "--weights LIST (the first mode and --context): the weight types to run side by side, e.g.\n"
+	           "bf16,q8_0,q4_k_m: bf16 (f16, f32) is the files' weights, a GGUF type quantizes them at load (llama.cpp's\n"
+	           "mixes); all of them loaded at once and measured in turn, best of --reps rounds (default 3); each type's\n"
+	           "speeds and resident memory against the first's (--measure is not run then).\n"
 	           "--backend auto|cpu|cuda (every mode): the engine's backend (default auto: CUDA when a device is present);\n"
 	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n");
 }
@@ -927,7 +1080,7 @@ int main(int argc, char **argv)
 		{ "attention", no_argument, 0, 'a' }, { "window", required_argument, 0, 'w' },
 		{ "cpu-time", no_argument, 0, 'C' }, { "shared-prefix", no_argument, 0, 'S' },
 		{ "prefix", required_argument, 0, 'P' }, { "tail", required_argument, 0, 'T' },
-		{ "requests", required_argument, 0, 'N' },
+		{ "requests", required_argument, 0, 'N' }, { "weights", required_argument, 0, 'W' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -954,6 +1107,13 @@ int main(int argc, char **argv)
 		case 'K':
 			if (parse_kv_types(optarg) != 0) {
 				fprintf(stderr, "aah-bench: --kv-dtype takes a list of f32, f16 and bf16, e.g. f32,bf16\n");
+				return 2;
+			}
+			break;
+		case 'W':
+			if (parse_weight_types(optarg) != 0) {
+				fprintf(stderr, "aah-bench: --weights takes a list of at most %d of bf16, f16, f32 (the files' weights) "
+				        "and q8_0, q4_0, q4_k_m, q5_k_m, q4_k, q5_k, q6_k, e.g. bf16,q8_0,q4_k_m\n", MAX_WEIGHT_TYPES);
 				return 2;
 			}
 			break;
@@ -1029,7 +1189,10 @@ int main(int argc, char **argv)
 	}
 	int rc = 0;
 	for (int i = optind; i < argc; i++)
-		for (int32_t k = 0; k < n_kv_types; k++)
-			rc |= bench_model(argv[i], threads, n_prompt, n_gen, bw, measure, kv_types[k]);
+		for (int32_t k = 0; k < n_kv_types; k++) {
+			model_result r;
+			rc |= n_weight_types ? bench_weights(argv[i], threads, n_prompt, n_gen, bw, kv_types[k], reps)
+			                     : bench_model(argv[i], threads, n_prompt, n_gen, bw, measure, kv_types[k], 0, &r);
+		}
 	return rc;
 }

@@ -117,9 +117,17 @@ INLINE void dot_k4_n(const int NC, const int Q5, int64_t nb, float *s, const voi
 			const aah_block_q4_K *w = (const aah_block_q4_K *)vw + b;
 			scales = w->scales, qs = w->qs, dw = h2f(w->d), dmw = h2f(w->dmin);
 		}
-		uint8_t sc[8], mn[8];
-		cpu_unpack_scales_k4(scales, sc, mn);
-		const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+		/* the 8 six-bit scales and mins as int16 (ggml's get_scale_min_k4 for all j at once, on 32-bit words) */
+		uint32_t u[4];
+		memcpy(u, scales, 12);
+		u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+		const uint32_t u1 = u[1] & 0x3f3f3f3f;
+		u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+		u[2] = u1;
+		u[0] &= 0x3f3f3f3f;
+		const __m128i sm = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)),
+		              mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(u + 2)));
+		const __m256i scb = _mm256_broadcastsi128_si256(sm);
 		__m256i isum[CPU_QDOT_COLS];
 		UNROLL for (int c = 0; c < NC; c++)
 			isum[c] = _mm256_setzero_si256();
@@ -132,7 +140,8 @@ INLINE void dot_k4_n(const int NC, const int Q5, int64_t nb, float *s, const voi
 				hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
 				hb = _mm256_srli_epi16(hb, 2);
 			}
-			const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+			const __m256i s_lo = _mm256_shuffle_epi8(scb, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * j)))),
+			              s_hi = _mm256_shuffle_epi8(scb, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * j + 1))));
 			UNROLL for (int c = 0; c < NC; c++) {
 				const int8_t *y = ((const aah_block_q8_K *)(a + c * as) + b)->qs + 64 * j;
 				const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y));

@@ -12,6 +12,8 @@
 #include "kernels/cuda/cuda_attention.cuh"
 #include "kernels/cuda/cuda_ctx.cuh"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/cuda_quant.cuh"
+#include "kernels/quant.h"
 #include "kernels/cuda/cuda_sample.cuh"
 
 #define BLAS_WORKSPACE ((size_t)32 << 20)   /* what cuBLAS asks for on Hopper */
@@ -211,7 +213,12 @@ static int cuda_weight_import(aah_backend *b, aah_tensor *out, const void *host,
                               int64_t cols)
 {
 	cuda_ctx *c = ctx_of(b);
-	const size_t bytes = (size_t)rows * (size_t)cols * aah_dtype_size(type);
+	/* block types: matrices of whole blocks per row, kept as the file's blocks (dequantized by the ops); never Q8_K */
+	const bool blocks = aah_dtype_is_quantized(type);
+	if (blocks && (rows <= 1 || type == AAH_DTYPE_Q8_K || !aah_dtype_row_bytes(type, cols)))
+		return -1;
+	const size_t bytes = blocks ? (size_t)rows * aah_dtype_row_bytes(type, cols)
+	                            : (size_t)rows * (size_t)cols * aah_dtype_size(type);
 	void *d = NULL;
 	if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
 		cudaGetLastError();
@@ -263,7 +270,11 @@ static void cuda_get_rows(aah_backend *b, float *out, const aah_tensor *table, c
 			return;
 		memcpy(h, ids, (size_t)n * sizeof *ids);
 		if (step_launches(c))
-			CUDA_CHECK(c, launch_get_rows(c->stream, out, table->data, table->type, table->cols, (const int32_t *)d, n));
+			CUDA_CHECK(c, aah_dtype_is_quantized(table->type)
+			                  ? launch_get_rows_quant(c->stream, out, table->data, table->type, table->cols,
+			                                          (const int32_t *)d, n)
+			                  : launch_get_rows(c->stream, out, table->data, table->type, table->cols, (const int32_t *)d,
+			                                    n));
 		return;
 	}
 	int32_t *h = (int32_t *)stage_host(c, (size_t)n * sizeof *ids);
@@ -272,7 +283,9 @@ static void cuda_get_rows(aah_backend *b, float *out, const aah_tensor *table, c
 		return;
 	memcpy(h, ids, (size_t)n * sizeof *ids);
 	if (CUDA_CHECK(c, cudaMemcpyAsync(d, h, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, c->stream)))
-		CUDA_CHECK(c, launch_get_rows(c->stream, out, table->data, table->type, table->cols, d, n));
+		CUDA_CHECK(c, aah_dtype_is_quantized(table->type)
+		                  ? launch_get_rows_quant(c->stream, out, table->data, table->type, table->cols, d, n)
+		                  : launch_get_rows(c->stream, out, table->data, table->type, table->cols, d, n));
 }
 
 static void cuda_rmsnorm(aah_backend *b, float *out, const float *x, const aah_tensor *w, int32_t n_rows, float eps)
@@ -379,6 +392,39 @@ static void cuda_split_cols(aah_backend *b, float *const *dst, const int32_t *wi
  * streaming gemv reads each weight once with f32 activations. Beyond, the default rounds the activations to the
  * weights' 16-bit type and runs cublasGemmEx on the tensor cores with f32 accumulation; AAH_CUDA_MATMUL=f32
  * widens the weights to f32 instead (exactly) and multiplies in plain f32, for the reference tests. */
+/* A block-quantized weight: its rows dequantized a tile at a time (at most WIDEN_BYTES) and multiplied by cuBLAS.
+ * In f32 mode and for decode rows (n ≤ GEMV_MAX_N) the tiles are f32 and the product exact f32; beyond, the tiles
+ * are bf16 and the activations rounded to bf16, on the tensor cores with f32 accumulation (as for bf16 weights).
+ * Not yet the decode GEMV that dequantizes in registers: a decode step writes and reads each tile once more. */
+static void matmul_quant(cuda_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
+{
+	const int64_t M = w->rows, K = w->cols;
+	const bool f32 = c->matmul_f32 || n <= GEMV_MAX_N;
+	const size_t es = f32 ? sizeof(float) : 2, xh_bytes = f32 ? 0 : ((size_t)n * (size_t)K * 2 + 255) / 256 * 256;
+	const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(M, (int64_t)(WIDEN_BYTES / es) / K));
+	uint8_t *s = (uint8_t *)scratch_reserve(c, xh_bytes + (size_t)rows * (size_t)K * es);
+	if (!s || !step_launches(c))   /* a replayed step asks for the same scratch and launches nothing */
+		return;
+	void *xh = s, *wt = s + xh_bytes;
+	if (!f32 && !CUDA_CHECK(c, launch_f32_to_half(c->stream, xh, AAH_DTYPE_BF16, x, (int64_t)n * K)))
+		return;
+	const float one = 1.0f, zero = 0.0f;
+	const size_t row_bytes = aah_dtype_row_bytes(w->type, K);
+	for (int64_t m0 = 0; m0 < M; m0 += rows) {
+		const int64_t mc = std::min(rows, M - m0);
+		const void *src = (const uint8_t *)w->data + (size_t)m0 * row_bytes;
+		if (!CUDA_CHECK(c, launch_dequant(c->stream, wt, f32 ? AAH_DTYPE_F32 : AAH_DTYPE_BF16, src, w->type, mc, K)))
+			return;
+		if (f32 ? !BLAS_CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)mc, n, (int)K, &one, wt,
+		                                      CUDA_R_32F, (int)K, x, CUDA_R_32F, (int)K, &zero, out + m0, CUDA_R_32F,
+		                                      (int)M, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT))
+		        : !BLAS_CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)mc, n, (int)K, &one, wt,
+		                                      CUDA_R_16BF, (int)K, xh, CUDA_R_16BF, (int)K, &zero, out + m0, CUDA_R_32F,
+		                                      (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+			return;
+	}
+}
+
 static void cuda_matmul(aah_backend *b, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
 	cuda_ctx *c = ctx_of(b);
@@ -387,6 +433,10 @@ static void cuda_matmul(aah_backend *b, float *out, const float *x, int32_t n, c
 		return;
 	if (M > INT_MAX || K > INT_MAX) {
 		cuda_fail(c, "matmul: a %lld x %lld weight is beyond cuBLAS's int dimensions", (long long)M, (long long)K);
+		return;
+	}
+	if (aah_dtype_is_quantized(w->type)) {
+		matmul_quant(c, out, x, n, w);
 		return;
 	}
 	if (n <= GEMV_MAX_N) {
