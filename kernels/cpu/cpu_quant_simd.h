@@ -15,7 +15,7 @@
 #include "kernels/cpu/cpu_quant.h"
 
 #define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 4")
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* acc += Σ of 4 adjacent u·s products (u unsigned, s signed bytes) in each int32 lane */
 INLINE __m256i mad_u8s8(__m256i acc, __m256i u, __m256i s)
@@ -223,29 +223,45 @@ INLINE void dot_q6_K_n(const int NC, int64_t nb, float *s, const void *vw, const
 		s[c] = hsum8(acc[c]);
 }
 
-/* One entry point per type: nc as a compile-time constant, so the per-row accumulators stay in registers. */
-#define QSIMD_DISPATCH(name, call)                                                                               \
+/* One entry point per type: nc as a compile-time constant, so the per-row accumulators stay in registers. Where a
+ * table's registers cannot hold `wide` rows' accumulators, the rows run in groups of `wide` (a row's operations are
+ * the same in any group, so this changes no result). */
+#define QSIMD_DISPATCH(name, call, wide)                                                                         \
 	static void name(int64_t nb, int32_t nc, float *s, const void *w, const void *a, size_t as)                  \
 	{                                                                                                            \
 		const char *ac = a;                                                                                      \
+		for (; nc > (wide); nc -= (wide), s += (wide), ac += (size_t)(wide) * as)                                \
+			call(wide);                                                                                          \
 		switch (nc) {                                                                                            \
 		case 1: call(1); break;                                                                                  \
 		case 2: call(2); break;                                                                                  \
 		case 3: call(3); break;                                                                                  \
-		default: call(4); break;                                                                                 \
+		case 4: call(4); break;                                                                                  \
+		case 5: if ((wide) >= 5) call(5); break;                                                                 \
+		case 6: if ((wide) >= 6) call(6); break;                                                                 \
+		case 7: if ((wide) >= 7) call(7); break;                                                                 \
+		default: if ((wide) >= 8) call(8); break;                                                                \
 		}                                                                                                        \
 	}
+
+/* rows per unpack for the K types: 8 with AVX-512's 32 registers, 4 with AVX2's 16 (8 rows' int32 and float
+ * accumulators alone would fill them) */
+#ifdef QSIMD_VNNI
+#define QSIMD_WIDE_K 8
+#else
+#define QSIMD_WIDE_K 4
+#endif
 
 #define CALL_Q8_0(n) dot_8bit_n(n, 0, nb, s, w, ac, as)
 #define CALL_Q4_0(n) dot_8bit_n(n, 1, nb, s, w, ac, as)
 #define CALL_Q4_K(n) dot_k4_n(n, 0, nb, s, w, ac, as)
 #define CALL_Q5_K(n) dot_k4_n(n, 1, nb, s, w, ac, as)
 #define CALL_Q6_K(n) dot_q6_K_n(n, nb, s, w, ac, as)
-QSIMD_DISPATCH(qdot_q8_0, CALL_Q8_0)
-QSIMD_DISPATCH(qdot_q4_0, CALL_Q4_0)
-QSIMD_DISPATCH(qdot_q4_K, CALL_Q4_K)
-QSIMD_DISPATCH(qdot_q5_K, CALL_Q5_K)
-QSIMD_DISPATCH(qdot_q6_K, CALL_Q6_K)
+QSIMD_DISPATCH(qdot_q8_0, CALL_Q8_0, 8)
+QSIMD_DISPATCH(qdot_q4_0, CALL_Q4_0, 8)
+QSIMD_DISPATCH(qdot_q4_K, CALL_Q4_K, QSIMD_WIDE_K)
+QSIMD_DISPATCH(qdot_q5_K, CALL_Q5_K, QSIMD_WIDE_K)
+QSIMD_DISPATCH(qdot_q6_K, CALL_Q6_K, QSIMD_WIDE_K)
 
 const cpu_qkernels QSIMD_TABLE = {
 	.isa = QSIMD_ISA,
