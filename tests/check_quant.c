@@ -361,7 +361,7 @@ START_TEST(test_backend_matmul_quant)
 	backends_open(&bs, 7);
 	rng_seed(404);
 	const int64_t M = 37, K = 512;   /* 37 rows: the workers' splits end mid-group */
-	const int32_t N = 9;
+	const int32_t N = 21;   /* 8 + 8 + 5 rows: two whole groups of CPU_QDOT_COLS and a tail of 5 (the gathered scales) */
 	float *x = rand_floats(N * K, 2.0f);
 	for (int ti = 0; ti < 5; ti++) {
 		const aah_dtype t = wtypes[ti], at = cpu_quant_act_type(t);

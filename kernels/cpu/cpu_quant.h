@@ -15,7 +15,10 @@
 #include "kernels/backend.h"
 #include "kernels/quant.h"
 
-#define CPU_QDOT_COLS 4   /* the most activation rows one dot call takes */
+/* The most activation rows one dot call takes: the weight's blocks are unpacked once for all of them. 8 fits the
+ * AVX-512 table's per-row accumulators in its 32 vector registers (the AVX2 table, with 16, runs the K types' rows
+ * in groups of 4 within a call); 4 left the prefill at half BF16's speed (docs/bench/2026-12-01-quantized.md). */
+#define CPU_QDOT_COLS 8
 
 /* s[c] = Σ_b dot(block b of the weight row w, block b of activation row c) for c < nc (1 ≤ nc ≤ CPU_QDOT_COLS),
  * nb blocks each; activation row c at (const char *)a + c·a_stride, of the weight type's activation type. */

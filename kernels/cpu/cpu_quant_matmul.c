@@ -3,7 +3,8 @@
  *
  * Work: the weight rows are split among the workers; each walks its rows a block at a time (about 32 KiB of blocks,
  * kept in L1/L2) and runs every group of CPU_QDOT_COLS activation rows (about 512 KiB of them at a time, in L2) over a
- * block before the next, so a weight streams from memory once per token block and its unpacking is shared by 4 rows.
+ * block before the next, so a weight streams from memory once per token block and its unpacking is shared by up to
+ * CPU_QDOT_COLS rows.
  * None of this decides a result: out(i, m) is dot(row m, row i) whatever the grouping (cpu_quant.h).
  *
  * AAH_CPU_QUANT_MATMUL=f32 (read at backend init) makes these products exact references instead: each weight row

@@ -15,7 +15,7 @@
 #include "kernels/cpu/cpu_quant.h"
 
 #define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 4")
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* acc += Σ of 4 adjacent u·s products (u unsigned, s signed bytes) in each int32 lane */
 INLINE __m256i mad_u8s8(__m256i acc, __m256i u, __m256i s)
@@ -67,11 +67,30 @@ INLINE __m256i q4_0_quants(const aah_block_q4_0 *w)
 	return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
+/* The NC rows' activation scales of block b as floats, lane c row c (lanes from NC on repeat row 0): one gather of
+ * the blocks' first 4 bytes (d, then 2 quants) and one conversion for all rows, instead of one conversion per row. */
+INLINE __m256 act_scales_q8_0(const int NC, const char *a, size_t as, int64_t b, __m256i idx)
+{
+	const __m256i g = _mm256_i32gather_epi32((const int *)(const void *)(a + (size_t)b * sizeof(aah_block_q8_0)), idx, 1);
+#ifdef QSIMD_VNNI
+	const __m128i h = _mm256_cvtepi32_epi16(g);   /* the low half of each lane: d */
+#else
+	const __m256i p = _mm256_packus_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_setzero_si256());
+	const __m128i h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));   /* 64-bit lanes 0, 2 */
+#endif
+	return _mm256_cvtph_ps(h);
+}
+
 INLINE void dot_8bit_n(const int NC, const int Q4, int64_t nb, float *s, const void *vw, const char *a, size_t as)
 {
 	__m256 acc[CPU_QDOT_COLS];
 	UNROLL for (int c = 0; c < NC; c++)
 		acc[c] = _mm256_setzero_ps();
+	/* byte offsets of the rows' blocks for the scale gather: (NC − 1)·as < 2^31 for any row under 2^30 values */
+	int32_t off[8] = { 0 };
+	for (int c = 0; c < NC; c++)
+		off[c] = (int32_t)((size_t)c * as);
+	const __m256i idx = _mm256_loadu_si256((const __m256i *)off);
 	for (int64_t b = 0; b < nb; b++) {
 		__m256i qw;
 		float dw;
@@ -85,11 +104,19 @@ INLINE void dot_8bit_n(const int NC, const int Q4, int64_t nb, float *s, const v
 			dw = h2f(w->d);
 		}
 		const __m256i ax = _mm256_sign_epi8(qw, qw);   /* |w|; −128 stays 0x80, which is 128 unsigned */
+		/* row c's block scale dw · d_c, the same product whatever NC: for more than 4 rows from one gather (for
+		 * fewer the gather costs more than it saves) */
+		float sc[8];
+		if (NC > 4)
+			_mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_set1_ps(dw), act_scales_q8_0(NC, a, as, b, idx)));
+		else
+			UNROLL for (int c = 0; c < NC; c++)
+				sc[c] = dw * h2f(((const aah_block_q8_0 *)(a + c * as) + b)->d);
 		UNROLL for (int c = 0; c < NC; c++) {
 			const aah_block_q8_0 *y = (const aah_block_q8_0 *)(a + c * as) + b;
 			const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qw);
 			const __m256i p = mad_u8s8(_mm256_setzero_si256(), ax, sy);
-			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), _mm256_cvtepi32_ps(p), acc[c]);
+			acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[c]), _mm256_cvtepi32_ps(p), acc[c]);
 		}
 	}
 	UNROLL for (int c = 0; c < NC; c++)
@@ -223,29 +250,45 @@ INLINE void dot_q6_K_n(const int NC, int64_t nb, float *s, const void *vw, const
 		s[c] = hsum8(acc[c]);
 }
 
-/* One entry point per type: nc as a compile-time constant, so the per-row accumulators stay in registers. */
-#define QSIMD_DISPATCH(name, call)                                                                               \
+/* One entry point per type: nc as a compile-time constant, so the per-row accumulators stay in registers. Where a
+ * table's registers cannot hold `wide` rows' accumulators, the rows run in groups of `wide` (a row's operations are
+ * the same in any group, so this changes no result). */
+#define QSIMD_DISPATCH(name, call, wide)                                                                         \
 	static void name(int64_t nb, int32_t nc, float *s, const void *w, const void *a, size_t as)                  \
 	{                                                                                                            \
 		const char *ac = a;                                                                                      \
+		for (; nc > (wide); nc -= (wide), s += (wide), ac += (size_t)(wide) * as)                                \
+			call(wide);                                                                                          \
 		switch (nc) {                                                                                            \
 		case 1: call(1); break;                                                                                  \
 		case 2: call(2); break;                                                                                  \
 		case 3: call(3); break;                                                                                  \
-		default: call(4); break;                                                                                 \
+		case 4: call(4); break;                                                                                  \
+		case 5: if ((wide) >= 5) call(5); break;                                                                 \
+		case 6: if ((wide) >= 6) call(6); break;                                                                 \
+		case 7: if ((wide) >= 7) call(7); break;                                                                 \
+		default: if ((wide) >= 8) call(8); break;                                                                \
 		}                                                                                                        \
 	}
+
+/* rows per unpack for the K types: 8 with AVX-512's 32 registers, 4 with AVX2's 16 (8 rows' int32 and float
+ * accumulators alone would fill them) */
+#ifdef QSIMD_VNNI
+#define QSIMD_WIDE_K 8
+#else
+#define QSIMD_WIDE_K 4
+#endif
 
 #define CALL_Q8_0(n) dot_8bit_n(n, 0, nb, s, w, ac, as)
 #define CALL_Q4_0(n) dot_8bit_n(n, 1, nb, s, w, ac, as)
 #define CALL_Q4_K(n) dot_k4_n(n, 0, nb, s, w, ac, as)
 #define CALL_Q5_K(n) dot_k4_n(n, 1, nb, s, w, ac, as)
 #define CALL_Q6_K(n) dot_q6_K_n(n, nb, s, w, ac, as)
-QSIMD_DISPATCH(qdot_q8_0, CALL_Q8_0)
-QSIMD_DISPATCH(qdot_q4_0, CALL_Q4_0)
-QSIMD_DISPATCH(qdot_q4_K, CALL_Q4_K)
-QSIMD_DISPATCH(qdot_q5_K, CALL_Q5_K)
-QSIMD_DISPATCH(qdot_q6_K, CALL_Q6_K)
+QSIMD_DISPATCH(qdot_q8_0, CALL_Q8_0, 8)
+QSIMD_DISPATCH(qdot_q4_0, CALL_Q4_0, 8)
+QSIMD_DISPATCH(qdot_q4_K, CALL_Q4_K, QSIMD_WIDE_K)
+QSIMD_DISPATCH(qdot_q5_K, CALL_Q5_K, QSIMD_WIDE_K)
+QSIMD_DISPATCH(qdot_q6_K, CALL_Q6_K, QSIMD_WIDE_K)
 
 const cpu_qkernels QSIMD_TABLE = {
 	.isa = QSIMD_ISA,
