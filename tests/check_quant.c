@@ -11,7 +11,9 @@
  *   (b) the weights times the activations as given: adds the activation rounding, at most 0.5·d_a per value for Q8_K
  *       (d_a = max|x|/127 in f32) and 0.5·d_a + 127·2^-11·d_a for Q8_0 (whose scale is stored as a half): the bound
  *       Σ_blocks e_b·Σ_{k∈b}|w_k| with e_b that per-value error, plus (a)'s.
- * Batch invariance: a row's result is the same bits alone or among others, whatever the thread count. */
+ * Batch invariance: a row's result is the same bits alone or among others, whatever the thread count.
+ * The 16-row packed layout of the AVX-512 VNNI products (cpu_qpack.h): packing then unpacking gives back every byte,
+ * and its kernels meet reference (a) for every row count of a call and of a group, on random and extreme blocks. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_qpack.h"
 #include "kernels/cpu/cpu_quant.h"
 #include "kernels/quant.h"
 #include "tests/kernels_test.h"
@@ -353,6 +356,155 @@ START_TEST(test_dot_extremes)
 }
 END_TEST
 
+/* ---- the 16-row packed layout ---- */
+
+static bool have_vnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512vnni");
+}
+
+START_TEST(test_qpack_round_trip)
+{
+	rng_seed(505);
+	const int64_t K = 512;
+	for (int ti = 0; ti < 5; ti++) {
+		const aah_dtype t = wtypes[ti];
+		ck_assert(cpu_qpack_has(t));
+		const size_t rb = aah_dtype_row_bytes(t, K), gs = cpu_qpack_group_bytes(t, K);
+		ck_assert_uint_eq(gs, cpu_qpack_block_bytes(t) * (size_t)(K / aah_dtype_block_len(t)));
+		ck_assert_uint_eq(cpu_qpack_block_bytes(t) * 16 % 64, 0);   /* 16 rows: whole 64-byte columns */
+		for (int n = 1; n <= CPU_QPACK_ROWS; n += 5) {
+			uint8_t *w = rand_blocks(t, K * n), *g = malloc(gs), *back = malloc(rb);
+			cpu_qpack_group(t, g, w, rb, n, K);
+			for (int r = 0; r < n; r++) {
+				cpu_qpack_unpack_row(t, back, g, r, K);
+				CHECK(!memcmp(back, w + (size_t)r * rb, rb), "%s: row %d of %d back from the group differs",
+				      aah_dtype_name(t), r, n);
+			}
+			free(w);
+			free(g);
+			free(back);
+		}
+	}
+	ck_assert(!cpu_qpack_has(AAH_DTYPE_Q8_K) && !cpu_qpack_has(AAH_DTYPE_BF16));
+}
+END_TEST
+
+/* nr rows of blocks w (row-major) packed and multiplied with the nc activation rows x through the packed kernel in
+ * calls of every size; each result against reference (a), and the same bits in every call. */
+static void qpack_check(aah_dtype t, const uint8_t *w, int nr, const float *x, int nc, int64_t K, const char *what)
+{
+	const cpu_qpack_fn kern = cpu_qpack_kernel_avx512(t);
+	ck_assert_ptr_nonnull(kern);
+	const aah_dtype at = cpu_quant_act_type(t);
+	const size_t rb = aah_dtype_row_bytes(t, K), as = cpu_qpack_act_row_bytes(t, K), qs = aah_dtype_row_bytes(at, K);
+	const int64_t nb = K / aah_dtype_block_len(t);
+	uint8_t *g = aligned_alloc(64, (cpu_qpack_group_bytes(t, K) + 63) & ~(size_t)63), *xa = malloc(nc * as),
+	        *xq = malloc(qs);
+	cpu_qpack_group(t, g, w, rb, nr, K);
+	for (int c = 0; c < nc; c++)
+		cpu_qpack_quantize_act(t, xa + c * as, x + c * K, K);
+	float alone[CPU_QPACK_COLS][CPU_QPACK_ROWS];
+	for (int c = 0; c < nc; c++) {
+		float sentinel[CPU_QPACK_ROWS + 1];
+		for (int r = 0; r <= CPU_QPACK_ROWS; r++)
+			sentinel[r] = -1234.5f;
+		kern(nb, 1, nr, sentinel, 0, g, xa + c * as, as, c % 2 ? 512 : 0);
+		for (int r = nr; r <= CPU_QPACK_ROWS; r++)
+			CHECK(sentinel[r] == -1234.5f, "%s %s: wrote row %d of %d", what, aah_dtype_name(t), r, nr);
+		cpu_quantize_act(at, xq, x + c * K, K);
+		for (int r = 0; r < nr; r++) {
+			alone[c][r] = sentinel[r];
+			const qref ref = reference(t, w + (size_t)r * rb, x + c * K, xq, K);
+			const double tol = (double)(nb + 4) * ldexp(1.0, -24) * ref.exact_mag;
+			CHECK(fabs(sentinel[r] - ref.exact) <= tol + 1e-30, "%s %s K=%lld (%d, %d): %.9g, exact %.9g (tolerance %.3g)",
+			      what, aah_dtype_name(t), (long long)K, c, r, sentinel[r], ref.exact, tol);
+		}
+	}
+	for (int n = 2; n <= nc; n++)
+		for (int c0 = 0; c0 + n <= nc; c0++) {
+			float out[CPU_QPACK_COLS * CPU_QPACK_ROWS];
+			kern(nb, n, nr, out, CPU_QPACK_ROWS, g, xa + c0 * as, as, 0);
+			for (int c = 0; c < n; c++)
+				for (int r = 0; r < nr; r++)
+					CHECK(same_float(out[c * CPU_QPACK_ROWS + r], alone[c0 + c][r]),
+					      "%s %s: (%d, %d) among %d: %.9g, alone %.9g", what, aah_dtype_name(t), c0 + c, r, n,
+					      out[c * CPU_QPACK_ROWS + r], alone[c0 + c][r]);
+		}
+	free(g);
+	free(xa);
+	free(xq);
+}
+
+START_TEST(test_qpack_kernels)
+{
+	if (!have_vnni()) {
+		printf("note: this CPU lacks AVX-512 VNNI; the packed kernels are skipped\n");
+		return;
+	}
+	rng_seed(606);
+	const int64_t Ks[2] = { 256, 1536 };
+	for (int ti = 0; ti < 5; ti++)
+		for (int ki = 0; ki < 2; ki++) {
+			const aah_dtype t = wtypes[ti];
+			const int64_t K = Ks[ki];
+			const int nr = ki ? 16 : 11;   /* a whole group, and one that ends early */
+			uint8_t *w = rand_blocks(t, K * nr);
+			float *x = rand_floats(CPU_QPACK_COLS * K, 1.0f);
+			for (int64_t i = 0; i < CPU_QPACK_COLS * K; i += 7)
+				x[i] *= 20.0f;
+			qpack_check(t, w, nr, x, CPU_QPACK_COLS, K, "random");
+			free(w);
+			free(x);
+		}
+}
+END_TEST
+
+/* test_dot_extremes' blocks through the packed kernels: the Q8_0 quant −128 (128 + 128 overflows nothing: it is 0
+ * unsigned), Q6_K scales of −128, every quant bit set or clear, against activations of ±127. */
+START_TEST(test_qpack_extremes)
+{
+	if (!have_vnni())
+		return;
+	const int64_t K = 512;
+	float *x = malloc(2 * K * sizeof *x);
+	for (int64_t k = 0; k < K; k++) {
+		x[k] = k % 2 ? 127.0f : -127.0f;
+		x[K + k] = 127.0f;
+	}
+	for (int ti = 0; ti < 5; ti++) {
+		const aah_dtype t = wtypes[ti];
+		const size_t rb = aah_dtype_row_bytes(t, K);
+		for (int pattern = 0; pattern < 2; pattern++) {
+			uint8_t *w = malloc(CPU_QPACK_ROWS * rb);
+			memset(w, pattern ? 0x00 : 0xff, CPU_QPACK_ROWS * rb);
+			const int64_t nb = CPU_QPACK_ROWS * K / aah_dtype_block_len(t);
+			for (int64_t b = 0; b < nb; b++) {
+				uint8_t *blk = w + b * aah_dtype_block_bytes(t);
+				switch (t) {
+				case AAH_DTYPE_Q8_0:
+					((aah_block_q8_0 *)blk)->d = 0x3c00;
+					memset(((aah_block_q8_0 *)blk)->qs, 0x80, 32);
+					break;
+				case AAH_DTYPE_Q4_0: ((aah_block_q4_0 *)blk)->d = 0x3c00; break;
+				case AAH_DTYPE_Q4_K: ((aah_block_q4_K *)blk)->d = ((aah_block_q4_K *)blk)->dmin = 0x3c00; break;
+				case AAH_DTYPE_Q5_K: ((aah_block_q5_K *)blk)->d = ((aah_block_q5_K *)blk)->dmin = 0x3c00; break;
+				case AAH_DTYPE_Q6_K:
+					((aah_block_q6_K *)blk)->d = 0x3c00;
+					memset(((aah_block_q6_K *)blk)->scales, 0x80, 16);
+					break;
+				default: break;
+				}
+			}
+			qpack_check(t, w, CPU_QPACK_ROWS, x, 2, K, pattern ? "bits clear" : "bits set");
+			free(w);
+		}
+	}
+	free(x);
+}
+END_TEST
+
 /* ---- through the backend: import, matmul, get_rows ---- */
 
 START_TEST(test_backend_matmul_quant)
@@ -452,6 +604,13 @@ static Suite *quant_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_dot_vs_reference, 0, 3);
 	tcase_add_loop_test(tc, test_dot_extremes, 0, 3);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("packed");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_qpack_round_trip);
+	tcase_add_test(tc, test_qpack_kernels);
+	tcase_add_test(tc, test_qpack_extremes);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("backend");

@@ -12,6 +12,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ctx.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_qpack.h"
 #include "kernels/cpu/threadpool.h"
 #include "kernels/quant.h"
 
@@ -89,6 +90,21 @@ static void pack_worker(void *p, int32_t ti, int32_t nt)
 	cpu_pack_panels(j->dst, j->src, j->type, j->rows, j->cols, lo, hi);
 }
 
+/* Groups [lo, hi) of a block-quantized matrix packed (cpu_qpack.h). */
+static void qpack_worker(void *p, int32_t ti, int32_t nt)
+{
+	pack_job *j = p;
+	const int64_t groups = (j->rows + CPU_QPACK_ROWS - 1) / CPU_QPACK_ROWS;
+	const size_t gs = cpu_qpack_group_bytes(j->type, j->cols), rs = aah_dtype_row_bytes(j->type, j->cols);
+	int64_t lo, hi;
+	cpu_split_range(groups, 1, ti, nt, &lo, &hi);
+	for (int64_t g = lo; g < hi; g++) {
+		const int64_t r0 = g * CPU_QPACK_ROWS;
+		cpu_qpack_group(j->type, (char *)j->dst + (size_t)g * gs, (const char *)j->src + (size_t)r0 * rs, rs,
+		                j->rows - r0 < CPU_QPACK_ROWS ? (int)(j->rows - r0) : CPU_QPACK_ROWS, j->cols);
+	}
+}
+
 /* Matrices (more than one row) are packed into panels, a copy; vectors are used in place. */
 static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, aah_dtype type, int64_t rows,
                              int64_t cols)
@@ -100,10 +116,14 @@ static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, 
 		return -1;
 	if (rows <= 1)
 		return 0;
+	cpu_ctx *c = ctx_of(b);
+	const bool qpack = blocks && c->qpack && cpu_qpack_has(type);
+	const int64_t groups = (rows + CPU_QPACK_ROWS - 1) / CPU_QPACK_ROWS;
 	/* 2 MiB aligned and advised into huge pages: a 4B model's 8 GB fault in 4096 pieces instead of 2 million */
 	const size_t huge = 2u << 20,
-	             bytes = blocks ? (size_t)rows * aah_dtype_row_bytes(type, cols)
-	                            : (size_t)cpu_packed_elems(type, rows, cols) * aah_dtype_size(type);
+	             bytes = qpack ? (size_t)groups * cpu_qpack_group_bytes(type, cols)
+	                     : blocks ? (size_t)rows * aah_dtype_row_bytes(type, cols)
+	                              : (size_t)cpu_packed_elems(type, rows, cols) * aah_dtype_size(type);
 	void *data = bytes >= huge ? aligned_alloc(huge, (bytes + huge - 1) & ~(huge - 1))
 	                           : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (!data)
@@ -111,20 +131,26 @@ static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, 
 	if (bytes >= huge)
 		(void)madvise(data, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);   /* a hint: no harm if refused */
 	out->data = data;
+	if (qpack) {
+		pack_job j = { data, host, type, rows, cols };
+		threadpool_run(c->tp, qpack_worker, &j);
+		out->layout = CPU_LAYOUT_QPACK;
+		return 0;
+	}
 	if (blocks) {   /* the blocks as they are: the dots read them in file order (cpu_quant.h) */
 		memcpy(data, host, bytes);
 		out->layout = CPU_LAYOUT_BLOCKS;
 		return 0;
 	}
 	pack_job j = { data, host, type, rows, cols };
-	threadpool_run(ctx_of(b)->tp, pack_worker, &j);
+	threadpool_run(c->tp, pack_worker, &j);
 	out->layout = CPU_LAYOUT_PANELS;
 	return 0;
 }
 
 static void cpu_weight_release(aah_backend *b, aah_tensor *t)
 {
-	if (t->layout == CPU_LAYOUT_PANELS || t->layout == CPU_LAYOUT_BLOCKS)
+	if (t->layout == CPU_LAYOUT_PANELS || t->layout == CPU_LAYOUT_BLOCKS || t->layout == CPU_LAYOUT_QPACK)
 		free(t->data);
 	t->data = NULL;
 	t->layout = 0;
@@ -140,6 +166,18 @@ static void cpu_get_rows(aah_backend *b, float *out, const aah_tensor *table, co
 {
 	const cpu_kernels *k = ctx_of(b)->k;
 	const int64_t K = table->cols;
+	if (table->layout == CPU_LAYOUT_QPACK) {   /* a packed embedding: its rows' blocks unpacked, then dequantized */
+		cpu_ctx *c = ctx_of(b);
+		const size_t row_bytes = aah_dtype_row_bytes(table->type, K), gs = cpu_qpack_group_bytes(table->type, K);
+		if (!cpu_buf_reserve(&c->qrow, row_bytes))
+			abort();   /* one row's blocks: out of memory here is not recoverable */
+		for (int32_t i = 0; i < n; i++) {
+			cpu_qpack_unpack_row(table->type, c->qrow.p, (const char *)table->data + (size_t)(ids[i] / CPU_QPACK_ROWS) * gs,
+			                     ids[i] % CPU_QPACK_ROWS, K);
+			aah_dequantize_row(table->type, out + (int64_t)i * K, c->qrow.p, K);
+		}
+		return;
+	}
 	if (table->layout == CPU_LAYOUT_BLOCKS) {   /* a quantized embedding: its rows dequantized exactly */
 		const size_t row_bytes = aah_dtype_row_bytes(table->type, K);
 		for (int32_t i = 0; i < n; i++)
@@ -385,7 +423,7 @@ static void matmul_worker(void *p, int32_t ti, int32_t nt)
 static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
 	cpu_ctx *c = ctx_of(b);
-	if (w->layout == CPU_LAYOUT_BLOCKS) {
+	if (w->layout == CPU_LAYOUT_BLOCKS || w->layout == CPU_LAYOUT_QPACK) {
 		cpu_matmul_quant(c, out, x, n, w);
 		return;
 	}
@@ -436,6 +474,7 @@ static void cpu_free(aah_backend *b)
 		free(c->att_units.p);
 		free(c->att_meas.p);
 		free(c->qact.p);
+		free(c->qrow.p);
 		free(c);
 	}
 	free(b);
@@ -489,6 +528,8 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 	c->qk = cpu_qkernels_for(c->k->isa);
 	const char *qm = getenv("AAH_CPU_QUANT_MATMUL");
 	c->quant_f32 = qm && !strcmp(qm, "f32");
+	const char *qp = getenv("AAH_CPU_QPACK");
+	c->qpack = c->qk == &cpu_qkernels_avx512 && !c->quant_f32 && !(qp && !strcmp(qp, "0"));
 	c->tp = threadpool_init(n);
 	if (!c->tp) {
 		free(b);

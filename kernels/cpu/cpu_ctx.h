@@ -17,6 +17,7 @@
 
 #define CPU_LAYOUT_PANELS 1   /* aah_tensor.layout of a packed float matrix (cpu_kernels.h) */
 #define CPU_LAYOUT_BLOCKS 2   /* a block-quantized matrix: the backend's aligned copy of its rows of blocks */
+#define CPU_LAYOUT_QPACK 3    /* a block-quantized matrix in groups of 16 interleaved rows (cpu_qpack.h) */
 
 /* Per-worker scratch, grown (never shrunk) when a call needs more; steady-state steps allocate nothing. */
 typedef struct cpu_scratch {
@@ -43,6 +44,10 @@ typedef struct cpu_ctx {
 	cpu_buf att_k, att_v, att_units, att_meas;
 	cpu_buf qact;       /* matmul's activations quantized for a block-quantized weight (cpu_quant_matmul.c) */
 	bool quant_f32;     /* AAH_CPU_QUANT_MATMUL=f32: those products as exact f32 references instead */
+	/* Block-quantized matrices packed 16 rows at a time for the AVX-512 VNNI kernels (cpu_qpack.h): with that table,
+	 * unless quant_f32 or AAH_CPU_QPACK=0 (the row-major dots instead, for comparison) */
+	bool qpack;
+	cpu_buf qrow;       /* get_rows: a packed row's blocks */
 } cpu_ctx;
 
 /* Makes every worker's scratch at least n floats. Returns false when out of memory. */
@@ -52,7 +57,8 @@ bool cpu_buf_reserve(cpu_buf *b, size_t bytes);
 /* [lo, hi) of n items for worker i of nt, in multiples of `align`. */
 void cpu_split_range(int64_t n, int64_t align, int32_t i, int32_t nt, int64_t *lo, int64_t *hi);
 
-/* backend.h's matmul with a block-quantized weight w (layout CPU_LAYOUT_BLOCKS: its rows of blocks as in the file). */
+/* backend.h's matmul with a block-quantized weight w (layout CPU_LAYOUT_BLOCKS: its rows of blocks as in the file;
+ * CPU_LAYOUT_QPACK: packed). */
 void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w);
 
 /* backend.h's attention and kv_store (cpu_attention.c). */

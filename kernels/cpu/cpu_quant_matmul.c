@@ -11,9 +11,11 @@
  * dequantized (aah_dequantize_row) and multiplied with the f32 activations in double, rounded once — no activation
  * rounding, so a quantized model's run equals, to float rounding, the f32 run of its dequantized weights (the tests).
  * Slow: for tests only. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_ctx.h"
+#include "kernels/cpu/cpu_qpack.h"
 #include "kernels/cpu/cpu_quant.h"
 
 /* How far ahead of the row being multiplied its weight stream is prefetched, in bytes (the hardware prefetcher alone
@@ -93,8 +95,83 @@ static void qmm_worker(void *p, int32_t ti, int32_t nt)
 	}
 }
 
+/* The packed layout (cpu_qpack.h): the same walk over groups of 16 rows, the activation rows up to CPU_QPACK_COLS
+ * at a time over a run of groups that stays in L1/L2. */
+typedef struct qpack_job {
+	float *out;
+	const float *x;
+	char *xq;
+	size_t xq_stride;
+	int32_t n;
+	const aah_tensor *w;
+	size_t g_stride;     /* bytes of a group */
+	cpu_qpack_fn kern;
+	int64_t group_block, token_block;
+} qpack_job;
+
+static void qpack_quantize_worker(void *p, int32_t ti, int32_t nt)
+{
+	qpack_job *j = p;
+	int64_t lo, hi;
+	cpu_split_range(j->n, 1, ti, nt, &lo, &hi);
+	for (int64_t i = lo; i < hi; i++)
+		cpu_qpack_quantize_act(j->w->type, j->xq + (size_t)i * j->xq_stride, j->x + i * j->w->cols, j->w->cols);
+}
+
+static void qpack_worker(void *p, int32_t ti, int32_t nt)
+{
+	qpack_job *j = p;
+	const int64_t M = j->w->rows, G = (M + CPU_QPACK_ROWS - 1) / CPU_QPACK_ROWS,
+	              nb = j->w->cols / aah_dtype_block_len(j->w->type);
+	const char *w = j->w->data;
+	int64_t lo, hi;
+	cpu_split_range(G, 1, ti, nt, &lo, &hi);
+	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
+		const int64_t te = j->n - tb < j->token_block ? j->n : tb + j->token_block;
+		for (int64_t g0 = lo; g0 < hi; g0 += j->group_block) {
+			const int64_t g1 = hi - g0 < j->group_block ? hi : g0 + j->group_block;
+			for (int64_t i = tb; i < te; i += CPU_QPACK_COLS) {
+				const int nc = te - i < CPU_QPACK_COLS ? (int)(te - i) : CPU_QPACK_COLS;
+				for (int64_t g = g0; g < g1; g++) {
+					const int64_t r0 = g * CPU_QPACK_ROWS;
+					const int nr = M - r0 < CPU_QPACK_ROWS ? (int)(M - r0) : CPU_QPACK_ROWS;
+					/* the first pass over a run of groups streams it from memory */
+					j->kern(nb, nc, nr, j->out + i * M + r0, M, w + (size_t)g * j->g_stride,
+					        j->xq + (size_t)i * j->xq_stride, j->xq_stride, i == tb ? QMM_PREFETCH_BYTES : 0);
+				}
+			}
+		}
+	}
+}
+
+static void cpu_matmul_qpack(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
+{
+	const size_t xs = cpu_qpack_act_row_bytes(w->type, w->cols), gs = cpu_qpack_group_bytes(w->type, w->cols);
+	if (!cpu_buf_reserve(&c->qact, (size_t)n * xs))
+		abort();   /* the size of the activations: out of memory here is not recoverable */
+	/* a decode step's few rows: each worker's groups in one run (the one pass streams them); more: runs of about
+	 * 32 KiB of groups, each reused by every activation row while in cache */
+	int64_t gb = n <= CPU_QPACK_COLS ? INT64_MAX / 2 : (32 << 10) / (int64_t)gs,
+	        tb = (512 << 10) / (int64_t)xs / CPU_QPACK_COLS * CPU_QPACK_COLS;
+	qpack_job j = { out, x, c->qact.p, xs, n, w, gs, cpu_qpack_kernel_avx512(w->type), gb < 1 ? 1 : gb,
+	                tb < CPU_QPACK_COLS ? CPU_QPACK_COLS : tb };
+	const bool small = (int64_t)n * w->rows * w->cols < (1 << 16);   /* cheaper than waking the workers */
+	if (small || n < 2 * c->n_threads)
+		qpack_quantize_worker(&j, 0, 1);
+	else
+		threadpool_run(c->tp, qpack_quantize_worker, &j);
+	if (small)
+		qpack_worker(&j, 0, 1);
+	else
+		threadpool_run(c->tp, qpack_worker, &j);
+}
+
 void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
+	if (w->layout == CPU_LAYOUT_QPACK) {   /* never with quant_f32: then the backend keeps the blocks as they are */
+		cpu_matmul_qpack(c, out, x, n, w);
+		return;
+	}
 	if (c->quant_f32) {
 		qmm_job j = { out, x, NULL, 0, n, AAH_DTYPE_F32, w, aah_dtype_row_bytes(w->type, w->cols), NULL, 0, 0, c };
 		if (!cpu_scratch_reserve(c, (size_t)w->cols))

@@ -1,0 +1,230 @@
+/* kernels/cpu/cpu_qpack_avx512.c — the AVX-512 VNNI products with 16-row packed weights (cpu_qpack.h). Each 512-bit
+ * vpdpbusd takes a dword column of the group (4 unsigned quants of each of the 16 rows) and one dword of activation
+ * quants broadcast, and adds the 16 rows' 4-product sums into its 16 lanes; a block's integer sums are exact, then
+ * each lane (one weight row) gets one float multiply-add per block — for every activation row the same operations,
+ * whatever the others. Used only when the CPU has AVX-512 VNNI (cpu_backend.c). */
+#pragma GCC target("avx512vnni")
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_qpack.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+INLINE __m512i bcast32(const void *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+INLINE __m512 h16(const void *p)   /* 16 f16 scales as floats */
+{
+	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+INLINE void prefetch_block(const char *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+INLINE void store_rows(const int NC, float *out, int64_t ldo, int nr, const __m512 *acc)
+{
+	const __mmask16 keep = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+	UNROLL for (int c = 0; c < NC; c++)
+		_mm512_mask_storeu_ps(out + c * ldo, keep, acc[c]);
+}
+
+/* Q8_0 (quants + 128) and Q4_0 (nibbles) against cpu_qa8 rows: the bias −128·Σa or −8·Σa starts each block's sum. */
+INLINE void k_8bit(const int NC, const int Q4, int64_t nb, int nr, float *out, int64_t ldo, const char *g,
+                   const char *a, size_t as, size_t pf)
+{
+	const size_t GB = Q4 ? 288 : 544;
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	__m512 acc[CPU_QPACK_COLS];
+	UNROLL for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const char *wb = g + (size_t)b * GB;
+		if (pf)
+			prefetch_block(wb + pf, GB);
+		__m512i w[8];
+		if (Q4) {
+			UNROLL for (int i = 0; i < 4; i++) {
+				const __m512i v = _mm512_loadu_si512((const void *)(wb + 32 + 64 * i));
+				w[i] = _mm512_and_si512(v, m4);
+				w[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+			}
+		} else {
+			UNROLL for (int i = 0; i < 8; i++)
+				w[i] = _mm512_loadu_si512((const void *)(wb + 32 + 64 * i));
+		}
+		const __m512 dw = h16(wb);
+		UNROLL for (int c = 0; c < NC; c++) {
+			const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
+			__m512i s0 = _mm512_set1_epi32(y->bias), s1 = _mm512_setzero_si512();
+			UNROLL for (int i = 0; i < 8; i += 2) {
+				s0 = _mm512_dpbusd_epi32(s0, w[i], bcast32(y->qs + 4 * i));
+				s1 = _mm512_dpbusd_epi32(s1, w[i + 1], bcast32(y->qs + 4 * i + 4));
+			}
+			const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(y->d));
+			acc[c] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[c]);
+		}
+	}
+	store_rows(NC, out, ldo, nr, acc);
+}
+
+/* Q4_K / Q5_K against cpu_qak rows: per pair of sub-blocks the low nibbles (sub-block 2p) and high (2p + 1), each
+ * summed exactly, times its six-bit scale (int32); the mins against the activations' sums of 32 (int16 pairs). */
+INLINE void k_k4(const int NC, const int Q5, int64_t nb, int nr, float *out, int64_t ldo, const char *g,
+                 const char *a, size_t as, size_t pf)
+{
+	const size_t GB = Q5 ? 2880 : 2368;
+	const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+	__m512 acc[CPU_QPACK_COLS];
+	UNROLL for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const char *wb = g + (size_t)b * GB;
+		__m512i isum[CPU_QPACK_COLS], msum[CPU_QPACK_COLS];
+		UNROLL for (int c = 0; c < NC; c++)
+			isum[c] = msum[c] = _mm512_setzero_si512();
+		for (int p = 0; p < 4; p++) {
+			if (pf)   /* a quarter of the block at a time: a burst of prefetches stalls on the fill buffers */
+				prefetch_block(wb + pf + p * (GB / 4), GB / 4);
+			__m512i slo[CPU_QPACK_COLS], shi[CPU_QPACK_COLS];
+			UNROLL for (int c = 0; c < NC; c++)
+				slo[c] = shi[c] = _mm512_setzero_si512();
+			UNROLL for (int i = 0; i < 8; i++) {
+				const __m512i v = _mm512_loadu_si512((const void *)(wb + 320 + 64 * (8 * p + i)));
+				__m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+				if (Q5) {   /* bit 2p of the qh byte is lo's fifth bit, 2p + 1 hi's: moved to bit 4 */
+					const __m512i h = _mm512_loadu_si512((const void *)(wb + 2368 + 64 * i));
+					const __m512i hl = p == 0 ? _mm512_slli_epi16(h, 4) : p == 1 ? _mm512_slli_epi16(h, 2)
+					                   : p == 2 ? h : _mm512_srli_epi16(h, 2);
+					const __m512i hh = p == 0 ? _mm512_slli_epi16(h, 3) : p == 1 ? _mm512_slli_epi16(h, 1)
+					                   : p == 2 ? _mm512_srli_epi16(h, 1) : _mm512_srli_epi16(h, 3);
+					lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
+					hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
+				}
+				UNROLL for (int c = 0; c < NC; c++) {
+					const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+					slo[c] = _mm512_dpbusd_epi32(slo[c], lo, bcast32(y->qs + 64 * p + 4 * i));
+					shi[c] = _mm512_dpbusd_epi32(shi[c], hi, bcast32(y->qs + 64 * p + 32 + 4 * i));
+				}
+			}
+			const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 64 + 16 * (2 * p)))),
+			              sc_hi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 64 + 16 * (2 * p + 1)))),
+			              mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wb + 192 + 32 * p)));
+			UNROLL for (int c = 0; c < NC; c++) {
+				const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+				isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(slo[c], sc_lo),
+				                                                     _mm512_mullo_epi32(shi[c], sc_hi)));
+				msum[c] = _mm512_dpwssd_epi32(msum[c], mn, bcast32(y->bs32 + 2 * p));
+			}
+		}
+		const __m512 dd = h16(wb), dm = h16(wb + 32);
+		UNROLL for (int c = 0; c < NC; c++) {
+			const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+			const __m512 ya = _mm512_set1_ps(y->d);
+			acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dd, ya), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+			acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, ya), _mm512_cvtepi32_ps(msum[c]), acc[c]);
+		}
+	}
+	store_rows(NC, out, ldo, nr, acc);
+}
+
+/* Q6_K against cpu_qak rows: sub-block j (16 values: 4 dword columns) summed from −32 × its activation sum (the
+ * quants' offset), times its int8 scale. Half n of the block: ql columns L0 … L15, qh columns H0 … H7; values
+ * 128n + 32·q + 4i + t (quarter q, i < 8) are L[i + 8·(q & 1)]'s low (q < 2) or high nibble with bits 2q, 2q + 1 of
+ * H[i] above them. */
+INLINE void k_q6_K(const int NC, int64_t nb, int nr, float *out, int64_t ldo, const char *g, const char *a, size_t as,
+                   size_t pf)
+{
+	const size_t GB = 3360;
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	__m512 acc[CPU_QPACK_COLS];
+	UNROLL for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const char *wb = g + (size_t)b * GB;
+		__m512i isum[CPU_QPACK_COLS];
+		UNROLL for (int c = 0; c < NC; c++)
+			isum[c] = _mm512_setzero_si512();
+		for (int n = 0; n < 2; n++)
+			UNROLL for (int s = 0; s < 8; s++) {   /* sub-block j = 8n + s: quarter s / 2, columns i = 4·(s & 1) … + 3 */
+				const int q = s / 2, j = 8 * n + s;
+				if (pf)   /* a sixteenth of the block at a time */
+					prefetch_block(wb + pf + (size_t)j * (GB / 16), GB / 16);
+				__m512i ss[CPU_QPACK_COLS];
+				UNROLL for (int c = 0; c < NC; c++)
+					ss[c] = _mm512_set1_epi32(((const cpu_qak *)(const void *)(a + c * as) + b)->b32[j]);
+				UNROLL for (int ii = 0; ii < 4; ii++) {
+					const int i = 4 * (s & 1) + ii;
+					const __m512i L = _mm512_loadu_si512((const void *)(wb + 288 + 64 * (16 * n + i + 8 * (q & 1)))),
+					              H = _mm512_loadu_si512((const void *)(wb + 2336 + 64 * (8 * n + i)));
+					/* bits 2q, 2q + 1 of each H byte masked, then moved to bits 4, 5 (nothing else left in the byte,
+					 * whatever the 16-bit shift brings over), and the nibble below them: (L' & 0x0F) | H' */
+					const __m512i hm = _mm512_and_si512(H, _mm512_set1_epi8((char)(3 << (2 * q))));
+					const __m512i hs = q == 0 ? _mm512_slli_epi16(hm, 4) : q == 1 ? _mm512_slli_epi16(hm, 2)
+					                   : q == 2 ? hm : _mm512_srli_epi16(hm, 2);
+					const __m512i v = _mm512_ternarylogic_epi32(q < 2 ? L : _mm512_srli_epi16(L, 4), hs, m4, 0xEC);
+					UNROLL for (int c = 0; c < NC; c++) {
+						const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+						ss[c] = _mm512_dpbusd_epi32(ss[c], v, bcast32(y->qs + 128 * n + 32 * q + 4 * i));
+					}
+				}
+				const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wb + 32 + 16 * j)));
+				UNROLL for (int c = 0; c < NC; c++)
+					isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(ss[c], scv));
+			}
+		const __m512 dd = h16(wb);
+		UNROLL for (int c = 0; c < NC; c++) {
+			const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+			acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(y->d)), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+		}
+	}
+	store_rows(NC, out, ldo, nr, acc);
+}
+
+#define QP_DISPATCH(name, call)                                                                                \
+	static void name(int64_t nb, int nc, int nr, float *out, int64_t ldo, const void *gv, const void *av,     \
+	                 size_t as, size_t pf)                                                                     \
+	{                                                                                                          \
+		const char *g = gv, *a = av;                                                                           \
+		switch (nc) {                                                                                          \
+		case 1: call(1); break;                                                                                \
+		case 2: call(2); break;                                                                                \
+		case 3: call(3); break;                                                                                \
+		case 4: call(4); break;                                                                                \
+		case 5: call(5); break;                                                                                \
+		case 6: call(6); break;                                                                                \
+		case 7: call(7); break;                                                                                \
+		default: call(8); break;                                                                               \
+		}                                                                                                      \
+	}
+
+#define CALL_Q8_0(n) k_8bit(n, 0, nb, nr, out, ldo, g, a, as, pf)
+#define CALL_Q4_0(n) k_8bit(n, 1, nb, nr, out, ldo, g, a, as, pf)
+#define CALL_Q4_K(n) k_k4(n, 0, nb, nr, out, ldo, g, a, as, pf)
+#define CALL_Q5_K(n) k_k4(n, 1, nb, nr, out, ldo, g, a, as, pf)
+#define CALL_Q6_K(n) k_q6_K(n, nb, nr, out, ldo, g, a, as, pf)
+QP_DISPATCH(qp_q8_0, CALL_Q8_0)
+QP_DISPATCH(qp_q4_0, CALL_Q4_0)
+QP_DISPATCH(qp_q4_K, CALL_Q4_K)
+QP_DISPATCH(qp_q5_K, CALL_Q5_K)
+QP_DISPATCH(qp_q6_K, CALL_Q6_K)
+
+cpu_qpack_fn cpu_qpack_kernel_avx512(aah_dtype t)
+{
+	switch (t) {
+	case AAH_DTYPE_Q8_0: return qp_q8_0;
+	case AAH_DTYPE_Q4_0: return qp_q4_0;
+	case AAH_DTYPE_Q4_K: return qp_q4_K;
+	case AAH_DTYPE_Q5_K: return qp_q5_K;
+	case AAH_DTYPE_Q6_K: return qp_q6_K;
+	default: return NULL;
+	}
+}
