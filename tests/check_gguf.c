@@ -410,7 +410,7 @@ static void compare_logits(const char *arch, const char *type, const char *gguf,
 	if (getenv("AAH_TEST_VERBOSE"))
 		fprintf(stderr, "%s %s%s: max|logit| %.3f; vs the rounded-activation float64 pass %.2e, vs the exact pass "
 		        "%.2e (the activation rounding's own effect %.4f; tolerance %.4f); greedy checked at %d of %d\n", arch,
-		        type, exact ? " (exact products)" : "", amax, d_act, d_ref, tol_act, exact ? tight : tight, compared,
+		        type, exact ? " (exact products)" : "", amax, d_act, d_ref, tol_act, tol, compared,
 		        N_PROMPT);
 	ck_assert_msg(exact || !conditioned || d_act <= tight, "%s %s: logits differ from the float64 forward with the same activation "
 	              "rounding by %.3g (tolerance %.3g)", arch, type, d_act, tight);

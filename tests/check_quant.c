@@ -13,7 +13,8 @@
  *       Σ_blocks e_b·Σ_{k∈b}|w_k| with e_b that per-value error, plus (a)'s.
  * Batch invariance: a row's result is the same bits alone or among others, whatever the thread count.
  * The 16-row packed layout of the AVX-512 VNNI products (cpu_qpack.h): packing then unpacking gives back every byte,
- * and its kernels meet reference (a) for every row count of a call and of a group, on random and extreme blocks. */
+ * and its kernels meet reference (a) for every row count of a call and of a group, on random and extreme blocks, giving
+ * the generic table's dots bit for bit (the same integer sums, rounded in the same order). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -420,6 +421,10 @@ static void qpack_check(aah_dtype t, const uint8_t *w, int nr, const float *x, i
 			const double tol = (double)(nb + 4) * ldexp(1.0, -24) * ref.exact_mag;
 			CHECK(fabs(sentinel[r] - ref.exact) <= tol + 1e-30, "%s %s K=%lld (%d, %d): %.9g, exact %.9g (tolerance %.3g)",
 			      what, aah_dtype_name(t), (long long)K, c, r, sentinel[r], ref.exact, tol);
+			float gen;   /* rounded as the portable dot rounds: its bits */
+			cpu_qkernels_generic.dot[t](nb, 1, &gen, w + (size_t)r * rb, xq, qs);
+			CHECK(same_float(sentinel[r], gen), "%s %s K=%lld (%d, %d): %.9g, the generic dot %.9g", what,
+			      aah_dtype_name(t), (long long)K, c, r, sentinel[r], gen);
 		}
 	}
 	for (int n = 2; n <= nc; n++)
@@ -444,12 +449,14 @@ START_TEST(test_qpack_kernels)
 		return;
 	}
 	rng_seed(606);
-	const int64_t Ks[2] = { 256, 1536 };
+	const int64_t Ks[3] = { 256, 1536, 96 };   /* 96: three blocks of 32 (Q8_0, Q4_0 only) */
 	for (int ti = 0; ti < 5; ti++)
-		for (int ki = 0; ki < 2; ki++) {
+		for (int ki = 0; ki < 3; ki++) {
 			const aah_dtype t = wtypes[ti];
 			const int64_t K = Ks[ki];
-			const int nr = ki ? 16 : 11;   /* a whole group, and one that ends early */
+			if (K % aah_dtype_block_len(t))
+				continue;
+			const int nr = ki == 1 ? 16 : 11;   /* a whole group, and one that ends early */
 			uint8_t *w = rand_blocks(t, K * nr);
 			float *x = rand_floats(CPU_QPACK_COLS * K, 1.0f);
 			for (int64_t i = 0; i < CPU_QPACK_COLS * K; i += 7)
@@ -512,11 +519,12 @@ START_TEST(test_backend_matmul_quant)
 	backend_set bs;
 	backends_open(&bs, 7);
 	rng_seed(404);
-	const int64_t M = 37, K = 512;   /* 37 rows: the workers' splits end mid-group */
+	const int64_t M = 37;   /* 37 rows: the workers' splits end mid-group */
 	const int32_t N = 21;   /* 8 + 8 + 5 rows: two whole groups of CPU_QDOT_COLS and a tail of 5 (the gathered scales) */
-	float *x = rand_floats(N * K, 2.0f);
-	for (int ti = 0; ti < 5; ti++) {
-		const aah_dtype t = wtypes[ti], at = cpu_quant_act_type(t);
+	for (int ti = 0; ti < 7; ti++) {
+		const int64_t K = ti < 5 ? 512 : 96;   /* and 3 blocks of 32 (a model of hidden 96) */
+		const aah_dtype t = wtypes[ti < 5 ? ti : ti - 5], at = cpu_quant_act_type(t);
+		float *x = rand_floats(N * K, 2.0f);
 		const size_t wrow = aah_dtype_row_bytes(t, K), as = aah_dtype_row_bytes(at, K);
 		uint8_t *w = malloc(M * wrow), *xq = malloc(as);
 		for (int64_t m = 0; m < M; m++) {
@@ -568,8 +576,8 @@ START_TEST(test_backend_matmul_quant)
 		free(first);
 		free(w);
 		free(xq);
+		free(x);
 	}
-	free(x);
 	backends_close(&bs);
 }
 END_TEST

@@ -1,8 +1,10 @@
 /* kernels/cpu/cpu_qpack_avx512.c — the AVX-512 VNNI products with 16-row packed weights (cpu_qpack.h). Each 512-bit
  * vpdpbusd takes a dword column of the group (4 unsigned quants of each of the 16 rows) and one dword of activation
  * quants broadcast, and adds the 16 rows' 4-product sums into its 16 lanes; a block's integer sums are exact, then
- * each lane (one weight row) gets one float multiply-add per block — for every activation row the same operations,
- * whatever the others. Used only when the CPU has AVX-512 VNNI (cpu_backend.c). */
+ * each lane (one weight row) adds its block's sum times the two scales' product — rounded as the portable dots of
+ * cpu_quant.c round them (a product, then a sum, never fused), so each result is those dots' bits: the same for every
+ * activation row whatever the others, and the same as the generic table's. Used only when the CPU has AVX-512 VNNI
+ * (cpu_backend.c). */
 #pragma GCC target("avx512vnni")
 #include <immintrin.h>
 #include <string.h>
@@ -70,7 +72,7 @@ INLINE void k_8bit(const int NC, const int Q4, int64_t nb, int nr, float *out, i
 				s1 = _mm512_dpbusd_epi32(s1, w[i + 1], bcast32(y->qs + 4 * i + 4));
 			}
 			const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(y->d));
-			acc[c] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[c]);
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc));
 		}
 	}
 	store_rows(NC, out, ldo, nr, acc);
@@ -129,8 +131,8 @@ INLINE void k_k4(const int NC, const int Q5, int64_t nb, int nr, float *out, int
 		UNROLL for (int c = 0; c < NC; c++) {
 			const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
 			const __m512 ya = _mm512_set1_ps(y->d);
-			acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dd, ya), _mm512_cvtepi32_ps(isum[c]), acc[c]);
-			acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, ya), _mm512_cvtepi32_ps(msum[c]), acc[c]);
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, ya), _mm512_cvtepi32_ps(isum[c])));
+			acc[c] = _mm512_sub_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dm, ya), _mm512_cvtepi32_ps(msum[c])));
 		}
 	}
 	store_rows(NC, out, ldo, nr, acc);
@@ -183,7 +185,7 @@ INLINE void k_q6_K(const int NC, int64_t nb, int nr, float *out, int64_t ldo, co
 		const __m512 dd = h16(wb);
 		UNROLL for (int c = 0; c < NC; c++) {
 			const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
-			acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(y->d)), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, _mm512_set1_ps(y->d)), _mm512_cvtepi32_ps(isum[c])));
 		}
 	}
 	store_rows(NC, out, ldo, nr, acc);
