@@ -132,5 +132,13 @@ for bad in "--kv-dtype f8" "--kv-dtype f32,f32" "--kv-dtype ," "--kv-dtype f32,f
 	grep -q "kv-dtype" "$out" || say_fail "aah-bench $bad: no message about --kv-dtype"
 done
 
+for bad in "--threads 2x" "--threads 0" "--prompt x" "--gen -1" "--reps 1e3" "--kv-budget 12Q"; do
+	# shellcheck disable=SC2086
+	timeout 30 "$BENCH" $bad "$MODEL" >"$out" 2>&1
+	rc=$?
+	[ "$rc" -eq 2 ] || say_fail "aah-bench $bad: exit $rc, want 2"
+	grep -q -- "${bad%% *} takes" "$out" || say_fail "aah-bench $bad: no message naming ${bad%% *}"
+done
+
 [ "$fail" -eq 0 ] && echo "test_bench: all passed"
 exit "$fail"

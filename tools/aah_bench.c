@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/parse_num.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -1061,6 +1062,18 @@ static void usage(FILE *f)
 	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n");
 }
 
+/* --name N: a whole integer in [lo, hi], else a message and exit 2 (atoi read "12x" as 12 and "x" as 0). */
+static int32_t int_arg(const char *name, const char *s, int64_t lo, int64_t hi)
+{
+	int64_t v;
+	if (!aah_parse_i64(s, lo, hi, &v)) {
+		fprintf(stderr, "aah-bench: --%s takes an integer from %lld to %lld, not '%s'\n", name, (long long)lo,
+		        (long long)hi, s);
+		exit(2);
+	}
+	return (int32_t)v;
+}
+
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
@@ -1086,24 +1099,32 @@ int main(int argc, char **argv)
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 't': threads = atoi(optarg); break;
-		case 'p': n_prompt = atoi(optarg); break;
-		case 'g': n_gen = atoi(optarg); gen_set = 1; break;
+		case 't': threads = int_arg("threads", optarg, 1, 256); break;
+		case 'p': n_prompt = int_arg("prompt", optarg, 1, 1 << 20); break;
+		case 'g': n_gen = int_arg("gen", optarg, 1, 1 << 20); gen_set = 1; break;
 		case 'c': context = 1; break;
 		case 'b': batch = 1; break;
-		case 'k': budget = atoll(optarg); break;
-		case 'R': reps = atoi(optarg); break;
+		case 'k': {
+			uint64_t v;
+			if (!aah_parse_size(optarg, &v) || v < 1 || v > ((uint64_t)1 << 50)) {
+				fprintf(stderr, "aah-bench: --kv-budget takes a byte count (K, M, G allowed), not '%s'\n", optarg);
+				return 2;
+			}
+			budget = (int64_t)v;
+			break;
+		}
+		case 'R': reps = int_arg("reps", optarg, 1, 1000); break;
 		case 'x': backend_name = optarg; break;
 		case 'r': regime = optarg; break;
 		case 'B': no_bw = 1; break;
 		case 'm': measure = 1; break;
 		case 'a': attention = 1; break;
 		case 'C': bench_clock = CLOCK_PROCESS_CPUTIME_ID; break;
-		case 'w': window = atoi(optarg); break;
+		case 'w': window = int_arg("window", optarg, 1, 4096); break;
 		case 'S': shared_prefix = 1; break;
-		case 'P': sp_prefix = atoi(optarg); break;
-		case 'T': sp_tail = atoi(optarg); break;
-		case 'N': sp_requests = atoi(optarg); break;
+		case 'P': sp_prefix = int_arg("prefix", optarg, 0, 1 << 20); break;
+		case 'T': sp_tail = int_arg("tail", optarg, 0, 1 << 20); break;
+		case 'N': sp_requests = int_arg("requests", optarg, 1, 4096); break;
 		case 'K':
 			if (parse_kv_types(optarg) != 0) {
 				fprintf(stderr, "aah-bench: --kv-dtype takes a list of f32, f16 and bf16, e.g. f32,bf16\n");
