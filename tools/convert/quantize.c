@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/weight_quant.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/quant.h"
 #include "models/aah_config.h"
@@ -507,29 +508,25 @@ typedef struct qz_job {
 	float *row;                  /* (widest row) */
 } qz_job;
 
-/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between. */
-static bool qz_more_bits(int32_t i, int32_t n)
-{
-	return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-}
-
-/* The type of a tensor under --type base (ftype), by llama_tensor_get_type's rules for these types. */
+/* The type of a tensor under --type base: the rules the engine quantizes by as it loads (engine/weight_quant.h,
+ * llama_tensor_get_type's for these types), so a file written here holds what `--quantize` would serve. */
 static aah_dtype qz_pick(aah_dtype base, const qz_tensor *t, int32_t n_layers, bool tied, int64_t ne0)
 {
 	if (t->kind == QZ_NORM)
 		return AAH_DTYPE_F32;
-	if (base == AAH_DTYPE_BF16 || base == AAH_DTYPE_F16)
-		return base;
-	aah_dtype ty = base;
-	bool head = t->kind == QZ_OUTPUT || (t->kind == QZ_EMBD && tied);
-	bool mix = base == AAH_DTYPE_Q4_K || base == AAH_DTYPE_Q5_K;
-	if (head && base != AAH_DTYPE_Q8_0)
-		ty = ne0 % AAH_QK_K ? AAH_DTYPE_Q8_0 : AAH_DTYPE_Q6_K;
-	else if (mix && (t->kind == QZ_ATTN_V || t->kind == QZ_FFN_DOWN) && qz_more_bits(t->layer, n_layers))
-		ty = AAH_DTYPE_Q6_K;
-	if (ne0 % aah_dtype_block_len(ty))
-		ty = ne0 % AAH_QK8_0 ? AAH_DTYPE_F16 : AAH_DTYPE_Q8_0;
-	return ty;
+	const char *name = NULL;
+	for (size_t i = 0; i < sizeof qz_types / sizeof qz_types[0]; i++)
+		if (qz_types[i].base == base)
+			name = qz_types[i].name;
+	weight_mix mix;
+	if (!name || weight_mix_parse(name, &mix) != 0)
+		return base;   /* bf16, f16: every matrix in that type */
+	static const weight_role roles[] = {
+		[QZ_EMBD] = WEIGHT_EMBED,       [QZ_OUTPUT] = WEIGHT_OUTPUT, [QZ_ATTN_V] = WEIGHT_ATTN_V,
+		[QZ_FFN_DOWN] = WEIGHT_FFN_DOWN, [QZ_ATTN_QK] = WEIGHT_ATTN_Q, [QZ_MATRIX] = WEIGHT_ATTN_O,
+	};
+	const weight_role role = t->kind == QZ_EMBD && tied ? WEIGHT_OUTPUT : roles[t->kind];
+	return weight_mix_type(&mix, role, t->layer, n_layers, ne0, AAH_DTYPE_F16);
 }
 
 /* One source row as floats. */
