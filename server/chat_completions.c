@@ -161,8 +161,6 @@ static enum MHD_Result render_error(http_request *req, jinja_status st, const ch
 #define CHAT_RENDER_MAX_STEPS 2000000
 
 /* The request's state while it waits: the job, released when the request completes (as api_completions keeps its). */
-static void job_state_abort(void *state) { cmpl_job_cancel(state); }
-static void job_state_free(void *state) { cmpl_job_release(state); }
 
 /* The first call: parses, renders and submits. On success *out is the submitted job and the return value MHD_YES;
  * otherwise *out is NULL and the error was answered. */
@@ -222,30 +220,18 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
  * in req->state, later ones find it there; no call blocks. */
 enum MHD_Result api_chat_completions(http_request *req)
 {
-	cmpl_job *j = req->state_free == job_state_free ? req->state : NULL;
+	cmpl_job *j = cmpl_job_of(req);
 	if (!j) {
 		enum MHD_Result rc = chat_start(req, &j);
 		if (!j)
 			return rc;
 		if (j->req.stream)
 			return completion_stream_start_shaped(req, j, &chat_shape);
-		req->state = j;
-		req->state_abort = job_state_abort;
-		req->state_free = job_state_free;
-		cmpl_job_watch(j, req);
+		cmpl_job_attach(j, req);
 	}
-	while (!cmpl_job_poll(j)) {
-		int w = cmpl_job_wait(j, req);
-		if (w > 0)
-			return MHD_YES;   /* parked: libmicrohttpd calls again once the engine has news */
-		if (w < 0) {
-			/* nobody to answer: free the pages now rather than after the whole generation */
-			log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
-			snprintf(req->note, sizeof req->note, "cancelled: client went away");
-			cmpl_job_cancel(j);
-			return MHD_NO;
-		}
-	}
+	const int done = cmpl_job_await(j, req);
+	if (done <= 0)
+		return done == 0 ? MHD_YES : MHD_NO;
 	job_note(req, j, j->req.prompts[0].text_len);
 	if (j->failed)
 		return http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);

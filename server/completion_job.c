@@ -77,6 +77,39 @@ void cmpl_job_watch(cmpl_job *j, http_request *req)
 	pthread_mutex_unlock(&j->mu);
 }
 
+static void job_state_abort(void *state) { cmpl_job_cancel(state); }
+static void job_state_free(void *state) { cmpl_job_release(state); }
+
+cmpl_job *cmpl_job_of(http_request *req)
+{
+	return req->state_free == job_state_free ? req->state : NULL;
+}
+
+void cmpl_job_attach(cmpl_job *j, http_request *req)
+{
+	req->state = j;
+	req->state_abort = job_state_abort;
+	req->state_free = job_state_free;
+	cmpl_job_watch(j, req);
+}
+
+int cmpl_job_await(cmpl_job *j, http_request *req)
+{
+	while (!cmpl_job_poll(j)) {
+		int w = cmpl_job_wait(j, req);
+		if (w > 0)
+			return 0;   /* parked: libmicrohttpd calls again once the engine has news */
+		if (w < 0) {
+			/* nobody to answer: free the pages now rather than after the whole generation */
+			log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
+			snprintf(req->note, sizeof req->note, "cancelled: client went away");
+			cmpl_job_cancel(j);
+			return -1;
+		}
+	}
+	return 1;
+}
+
 int cmpl_job_wait(cmpl_job *j, http_request *req)
 {
 	(void)j;   /* the job's notifications wake req (cmpl_job_watch); a wake since the last poll makes park say 0 */

@@ -89,6 +89,14 @@ bool cmpl_job_poll(cmpl_job *j);
  * called again once there is news. 0: there is news already; poll again. -1: the client is gone or the server stops;
  * the caller ends the request. */
 int cmpl_job_wait(cmpl_job *j, http_request *req);
+/* A non-streaming request's job across libmicrohttpd's calls: cmpl_job_of gives the job cmpl_job_attach made the
+ * request's state (NULL on the first call: start one); attach also watches it, and the request's end releases it (an
+ * aborted request cancels it first). cmpl_job_await polls and waits until every choice has ended: 1 done, 0 parked
+ * (the handler returns MHD_YES and is called again), -1 the client went away (the job cancelled, the request's note
+ * says so; the handler returns MHD_NO). */
+cmpl_job *cmpl_job_of(http_request *req);
+void cmpl_job_attach(cmpl_job *j, http_request *req);
+int cmpl_job_await(cmpl_job *j, http_request *req);
 /* Cancels every choice that has not ended. */
 void cmpl_job_cancel(cmpl_job *j);
 /* Drops the HTTP side's reference (cancelling what still runs); the job is freed once the engine is done with it. */

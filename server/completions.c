@@ -54,35 +54,21 @@ static json_t *response_json(const cmpl_job *j)
 }
 
 /* The request's state while it waits: the job, released when the request completes. */
-static void job_state_abort(void *state) { cmpl_job_cancel(state); }
-static void job_state_free(void *state) { cmpl_job_release(state); }
 
 enum MHD_Result api_completions(http_request *req)
 {
-	cmpl_job *j = req->state_free == job_state_free ? req->state : NULL;
+	cmpl_job *j = cmpl_job_of(req);
 	if (!j) {   /* the first call: validate, tokenize, submit */
 		enum MHD_Result rc = cmpl_job_start(req, &j);
 		if (!j)
 			return rc;
 		if (j->req.stream)
 			return completion_stream_start(req, j);
-		req->state = j;
-		req->state_abort = job_state_abort;
-		req->state_free = job_state_free;
-		cmpl_job_watch(j, req);
+		cmpl_job_attach(j, req);
 	}
-	while (!cmpl_job_poll(j)) {
-		int w = cmpl_job_wait(j, req);
-		if (w > 0)
-			return MHD_YES;   /* parked: libmicrohttpd calls again once the engine has news */
-		if (w < 0) {
-			/* nobody to answer: free the pages now rather than after the whole generation */
-			log_msg(LOG_INFO, req->id, "client went away: cancelling %d choices", j->n_choices);
-			snprintf(req->note, sizeof req->note, "cancelled: client went away");
-			cmpl_job_cancel(j);
-			return MHD_NO;
-		}
-	}
+	const int done = cmpl_job_await(j, req);
+	if (done <= 0)
+		return done == 0 ? MHD_YES : MHD_NO;
 	job_note(req, j);
 	if (j->failed)
 		return http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
