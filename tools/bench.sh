@@ -34,6 +34,11 @@ WEIGHTS=${WEIGHTS:-bf16,q8_0,q4_k_m}
 echo
 echo "== weight types $WEIGHTS: prefill 512 and decode 128 on the Qwen3-0.6B shape ($THREADS threads, KV f16)"
 "$BUILD/aah-bench" --threads "$THREADS" --kv-dtype f16 --weights "$WEIGHTS" --prompt 512 --gen 128 "$Q06"
+# llama-bench's tg128 decodes 128 tokens from an empty context (its pp512 is a separate test): the same here, so the
+# ratios compare with llama.cpp's own (its quantize README's, and this machine's 1.7x / 2.3x)
+echo
+echo "== weight types $WEIGHTS: decode 128 from an empty context, as llama-bench's tg128 ($THREADS threads, KV f16)"
+"$BUILD/aah-bench" --threads "$THREADS" --kv-dtype f16 --weights "$WEIGHTS" --prompt 1 --gen 128 --no-bandwidth "$Q06"
 echo
 echo "== weight types $WEIGHTS: AAH against full attention at 4096 positions (KV f16)"
 "$BUILD/aah-bench" --context --threads "$THREADS" --kv-dtype f16 --weights "$WEIGHTS" "$AAH"
