@@ -306,6 +306,25 @@ START_TEST(test_dot_vs_reference)
 }
 END_TEST
 
+/* The scales of an extreme block: 1.0 (and dmin 1.0), Q8_0 quants of −128, Q6_K scales of −128. */
+static void extreme_scales(aah_dtype t, uint8_t *blk)
+{
+	switch (t) {
+	case AAH_DTYPE_Q8_0:
+		((aah_block_q8_0 *)blk)->d = 0x3c00;
+		memset(((aah_block_q8_0 *)blk)->qs, 0x80, 32);
+		break;
+	case AAH_DTYPE_Q4_0: ((aah_block_q4_0 *)blk)->d = 0x3c00; break;
+	case AAH_DTYPE_Q4_K: ((aah_block_q4_K *)blk)->d = ((aah_block_q4_K *)blk)->dmin = 0x3c00; break;
+	case AAH_DTYPE_Q5_K: ((aah_block_q5_K *)blk)->d = ((aah_block_q5_K *)blk)->dmin = 0x3c00; break;
+	case AAH_DTYPE_Q6_K:
+		((aah_block_q6_K *)blk)->d = 0x3c00;
+		memset(((aah_block_q6_K *)blk)->scales, 0x80, 16);
+		break;
+	default: break;
+	}
+}
+
 /* The extremes every dot must sum exactly: Q8_0 quants of −128 (whose magnitude only fits a byte unsigned), Q6_K
  * scales of −128 with quants of 0 (q − 32 = −32), the largest 4/5-bit quants and 6-bit scales, against activations of
  * ±127: integer sums far beyond int16, each term still exact. */
@@ -328,20 +347,7 @@ START_TEST(test_dot_extremes)
 			const int64_t nb = K / aah_dtype_block_len(t);
 			for (int64_t b = 0; b < nb; b++) {
 				uint8_t *blk = w + b * aah_dtype_block_bytes(t);
-				switch (t) {
-				case AAH_DTYPE_Q8_0:
-					((aah_block_q8_0 *)blk)->d = 0x3c00;
-					memset(((aah_block_q8_0 *)blk)->qs, 0x80, 32);   /* −128 */
-					break;
-				case AAH_DTYPE_Q4_0: ((aah_block_q4_0 *)blk)->d = 0x3c00; break;
-				case AAH_DTYPE_Q4_K: ((aah_block_q4_K *)blk)->d = ((aah_block_q4_K *)blk)->dmin = 0x3c00; break;
-				case AAH_DTYPE_Q5_K: ((aah_block_q5_K *)blk)->d = ((aah_block_q5_K *)blk)->dmin = 0x3c00; break;
-				case AAH_DTYPE_Q6_K:
-					((aah_block_q6_K *)blk)->d = 0x3c00;
-					memset(((aah_block_q6_K *)blk)->scales, 0x80, 16);   /* −128 */
-					break;
-				default: break;
-				}
+				extreme_scales(t, blk);
 			}
 			cpu_quantize_act(at, xq, x, K);
 			float s;
@@ -489,20 +495,7 @@ START_TEST(test_qpack_extremes)
 			const int64_t nb = CPU_QPACK_ROWS * K / aah_dtype_block_len(t);
 			for (int64_t b = 0; b < nb; b++) {
 				uint8_t *blk = w + b * aah_dtype_block_bytes(t);
-				switch (t) {
-				case AAH_DTYPE_Q8_0:
-					((aah_block_q8_0 *)blk)->d = 0x3c00;
-					memset(((aah_block_q8_0 *)blk)->qs, 0x80, 32);
-					break;
-				case AAH_DTYPE_Q4_0: ((aah_block_q4_0 *)blk)->d = 0x3c00; break;
-				case AAH_DTYPE_Q4_K: ((aah_block_q4_K *)blk)->d = ((aah_block_q4_K *)blk)->dmin = 0x3c00; break;
-				case AAH_DTYPE_Q5_K: ((aah_block_q5_K *)blk)->d = ((aah_block_q5_K *)blk)->dmin = 0x3c00; break;
-				case AAH_DTYPE_Q6_K:
-					((aah_block_q6_K *)blk)->d = 0x3c00;
-					memset(((aah_block_q6_K *)blk)->scales, 0x80, 16);
-					break;
-				default: break;
-				}
+				extreme_scales(t, blk);
 			}
 			qpack_check(t, w, CPU_QPACK_ROWS, x, 2, K, pattern ? "bits clear" : "bits set");
 			free(w);

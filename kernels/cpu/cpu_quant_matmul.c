@@ -30,9 +30,10 @@ typedef struct qmm_job {
 	int32_t n;
 	aah_dtype act;
 	const aah_tensor *w;
-	size_t w_stride;     /* bytes of a weight row */
+	size_t w_stride;     /* bytes of a weight row; of a group of 16 with the packed layout */
 	cpu_qdot_fn dot;
-	int64_t row_block, token_block;
+	cpu_qpack_fn kern;   /* the packed layout's kernel (cpu_qpack.h); NULL for rows of blocks */
+	int64_t row_block, token_block;   /* packed: row_block counts groups */
 	cpu_ctx *c;          /* for the f32 reference: the workers' scratch */
 } qmm_job;
 
@@ -41,8 +42,13 @@ static void qmm_quantize_worker(void *p, int32_t ti, int32_t nt)
 	qmm_job *j = p;
 	int64_t lo, hi;
 	cpu_split_range(j->n, 1, ti, nt, &lo, &hi);
-	for (int64_t i = lo; i < hi; i++)
-		cpu_quantize_act(j->act, j->xq + (size_t)i * j->xq_stride, j->x + i * j->w->cols, j->w->cols);
+	for (int64_t i = lo; i < hi; i++) {
+		char *dst = j->xq + (size_t)i * j->xq_stride;
+		if (j->kern)
+			cpu_qpack_quantize_act(j->w->type, dst, j->x + i * j->w->cols, j->w->cols);
+		else
+			cpu_quantize_act(j->act, dst, j->x + i * j->w->cols, j->w->cols);
+	}
 }
 
 /* The reference (AAH_CPU_QUANT_MATMUL=f32): out(i, m) = Σ_k w(m, k)·x(i, k) in double over the dequantized row. */
@@ -97,30 +103,9 @@ static void qmm_worker(void *p, int32_t ti, int32_t nt)
 
 /* The packed layout (cpu_qpack.h): the same walk over groups of 16 rows, the activation rows up to CPU_QPACK_COLS
  * at a time over a run of groups that stays in L1/L2. */
-typedef struct qpack_job {
-	float *out;
-	const float *x;
-	char *xq;
-	size_t xq_stride;
-	int32_t n;
-	const aah_tensor *w;
-	size_t g_stride;     /* bytes of a group */
-	cpu_qpack_fn kern;
-	int64_t group_block, token_block;
-} qpack_job;
-
-static void qpack_quantize_worker(void *p, int32_t ti, int32_t nt)
-{
-	qpack_job *j = p;
-	int64_t lo, hi;
-	cpu_split_range(j->n, 1, ti, nt, &lo, &hi);
-	for (int64_t i = lo; i < hi; i++)
-		cpu_qpack_quantize_act(j->w->type, j->xq + (size_t)i * j->xq_stride, j->x + i * j->w->cols, j->w->cols);
-}
-
 static void qpack_worker(void *p, int32_t ti, int32_t nt)
 {
-	qpack_job *j = p;
+	qmm_job *j = p;
 	const int64_t M = j->w->rows, G = (M + CPU_QPACK_ROWS - 1) / CPU_QPACK_ROWS,
 	              nb = j->w->cols / aah_dtype_block_len(j->w->type);
 	const char *w = j->w->data;
@@ -128,15 +113,15 @@ static void qpack_worker(void *p, int32_t ti, int32_t nt)
 	cpu_split_range(G, 1, ti, nt, &lo, &hi);
 	for (int64_t tb = 0; tb < j->n; tb += j->token_block) {
 		const int64_t te = j->n - tb < j->token_block ? j->n : tb + j->token_block;
-		for (int64_t g0 = lo; g0 < hi; g0 += j->group_block) {
-			const int64_t g1 = hi - g0 < j->group_block ? hi : g0 + j->group_block;
+		for (int64_t g0 = lo; g0 < hi; g0 += j->row_block) {
+			const int64_t g1 = hi - g0 < j->row_block ? hi : g0 + j->row_block;
 			for (int64_t i = tb; i < te; i += CPU_QPACK_COLS) {
 				const int nc = te - i < CPU_QPACK_COLS ? (int)(te - i) : CPU_QPACK_COLS;
 				for (int64_t g = g0; g < g1; g++) {
 					const int64_t r0 = g * CPU_QPACK_ROWS;
 					const int nr = M - r0 < CPU_QPACK_ROWS ? (int)(M - r0) : CPU_QPACK_ROWS;
 					/* the first pass over a run of groups streams it from memory */
-					j->kern(nb, nc, nr, j->out + i * M + r0, M, w + (size_t)g * j->g_stride,
+					j->kern(nb, nc, nr, j->out + i * M + r0, M, w + (size_t)g * j->w_stride,
 					        j->xq + (size_t)i * j->xq_stride, j->xq_stride, i == tb ? QMM_PREFETCH_BYTES : 0);
 				}
 			}
@@ -144,36 +129,39 @@ static void qpack_worker(void *p, int32_t ti, int32_t nt)
 	}
 }
 
-static void cpu_matmul_qpack(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
+/* The activations quantized (here for a few rows, by the workers for more), then the products; small products on
+ * this thread alone (cheaper than waking the workers). */
+static void qmm_run(cpu_ctx *c, qmm_job *j, threadpool_fn worker)
 {
-	const size_t xs = cpu_qpack_act_row_bytes(w->type, w->cols), gs = cpu_qpack_group_bytes(w->type, w->cols);
-	if (!cpu_buf_reserve(&c->qact, (size_t)n * xs))
-		abort();   /* the size of the activations: out of memory here is not recoverable */
-	/* a decode step's few rows: each worker's groups in one run (the one pass streams them); more: runs of about
-	 * 32 KiB of groups, each reused by every activation row while in cache */
-	int64_t gb = n <= CPU_QPACK_COLS ? INT64_MAX / 2 : (32 << 10) / (int64_t)gs,
-	        tb = (512 << 10) / (int64_t)xs / CPU_QPACK_COLS * CPU_QPACK_COLS;
-	qpack_job j = { out, x, c->qact.p, xs, n, w, gs, cpu_qpack_kernel_avx512(w->type), gb < 1 ? 1 : gb,
-	                tb < CPU_QPACK_COLS ? CPU_QPACK_COLS : tb };
-	const bool small = (int64_t)n * w->rows * w->cols < (1 << 16);   /* cheaper than waking the workers */
-	if (small || n < 2 * c->n_threads)
-		qpack_quantize_worker(&j, 0, 1);
+	const bool small = (int64_t)j->n * j->w->rows * j->w->cols < (1 << 16);
+	if (small || j->n < 2 * c->n_threads)
+		qmm_quantize_worker(j, 0, 1);
 	else
-		threadpool_run(c->tp, qpack_quantize_worker, &j);
+		threadpool_run(c->tp, qmm_quantize_worker, j);
 	if (small)
-		qpack_worker(&j, 0, 1);
+		worker(j, 0, 1);
 	else
-		threadpool_run(c->tp, qpack_worker, &j);
+		threadpool_run(c->tp, worker, j);
 }
 
 void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
 	if (w->layout == CPU_LAYOUT_QPACK) {   /* never with quant_f32: then the backend keeps the blocks as they are */
-		cpu_matmul_qpack(c, out, x, n, w);
+		const size_t xs = cpu_qpack_act_row_bytes(w->type, w->cols), gs = cpu_qpack_group_bytes(w->type, w->cols);
+		if (!cpu_buf_reserve(&c->qact, (size_t)n * xs))
+			abort();   /* the size of the activations: out of memory here is not recoverable */
+		/* a decode step's few rows: each worker's groups in one run (the one pass streams them); more: runs of about
+		 * 32 KiB of groups, each reused by every activation row while in cache */
+		int64_t gb = n <= CPU_QPACK_COLS ? INT64_MAX / 2 : (32 << 10) / (int64_t)gs,
+		        tb = (512 << 10) / (int64_t)xs / CPU_QPACK_COLS * CPU_QPACK_COLS;
+		qmm_job j = { out, x, c->qact.p, xs, n, AAH_DTYPE_F32, w, gs, NULL, cpu_qpack_kernel_avx512(w->type),
+		              gb < 1 ? 1 : gb, tb < CPU_QPACK_COLS ? CPU_QPACK_COLS : tb, c };
+		qmm_run(c, &j, qpack_worker);
 		return;
 	}
 	if (c->quant_f32) {
-		qmm_job j = { out, x, NULL, 0, n, AAH_DTYPE_F32, w, aah_dtype_row_bytes(w->type, w->cols), NULL, 0, 0, c };
+		qmm_job j = { out, x, NULL, 0, n, AAH_DTYPE_F32, w, aah_dtype_row_bytes(w->type, w->cols), NULL, NULL, 0, 0,
+		              c };
 		if (!cpu_scratch_reserve(c, (size_t)w->cols))
 			abort();   /* a row of floats: out of memory here is not recoverable */
 		threadpool_run(c->tp, qmm_f32_worker, &j);
@@ -184,15 +172,7 @@ void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const a
 	if (!cpu_buf_reserve(&c->qact, (size_t)n * xs))
 		abort();   /* the size of the activations: out of memory here is not recoverable */
 	int64_t rb = (32 << 10) / (int64_t)ws, tb = (512 << 10) / (int64_t)xs / CPU_QDOT_COLS * CPU_QDOT_COLS;
-	qmm_job j = { out, x, c->qact.p, xs, n, act, w, ws, c->qk->dot[w->type], rb < 4 ? 4 : rb,
+	qmm_job j = { out, x, c->qact.p, xs, n, act, w, ws, c->qk->dot[w->type], NULL, rb < 4 ? 4 : rb,
 	              tb < CPU_QDOT_COLS ? CPU_QDOT_COLS : tb, c };
-	const bool small = (int64_t)n * w->rows * w->cols < (1 << 16);   /* cheaper than waking the workers */
-	if (small || n < 2 * c->n_threads)
-		qmm_quantize_worker(&j, 0, 1);
-	else
-		threadpool_run(c->tp, qmm_quantize_worker, &j);
-	if (small)
-		qmm_worker(&j, 0, 1);
-	else
-		threadpool_run(c->tp, qmm_worker, &j);
+	qmm_run(c, &j, qmm_worker);
 }
