@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,39 @@ static int gm_copy_float(json_t *o, const gguf_file *g, const char *gkey, const 
 		return -1;
 	}
 	if (r == 1) json_object_set_new(o, key, json_real(v));
+	return 0;
+}
+
+/* llama.cpp's rope_freqs tensor (its converter writes one for Llama 3.1's rope scaling): head_dim / 2 positive f32
+ * factors, each frequency divided by its own (as llama.cpp's RoPE divides θ), into c. */
+static int gm_rope_factors(model_config *c, const gguf_tensor_info *ti, const char *file, char *err, size_t err_len)
+{
+	const int64_t half = c->head_dim / 2;
+	if (ti->type != GGML_TYPE_F32 || ti->n_dims != 1 || ti->ne[0] != half) {
+		aah_errf(err, err_len, "%s: tensor 'rope_freqs.weight' must be %lld f32 values (head_dim / 2), not %u-D of "
+		         "ggml type %u with %lld values", file, (long long)half, ti->n_dims, ti->type, (long long)ti->ne[0]);
+		return -1;
+	}
+	if (half > MODEL_ROPE_MAX_FACTORS) {
+		aah_errf(err, err_len, "%s: tensor 'rope_freqs.weight': head_dim %d is beyond the %d supported with "
+		         "per-frequency factors", file, c->head_dim, 2 * MODEL_ROPE_MAX_FACTORS);
+		return -1;
+	}
+	if (c->rope_scaling != MODEL_ROPE_NONE) {
+		aah_errf(err, err_len, "%s: tensor 'rope_freqs.weight' beside a rope.scaling.type is not supported", file);
+		return -1;
+	}
+	for (int64_t j = 0; j < half; j++) {
+		float v;
+		memcpy(&v, (const char *)ti->data + 4 * j, 4);
+		if (!(v > 0) || !isfinite(v)) {
+			aah_errf(err, err_len, "%s: tensor 'rope_freqs.weight' value %lld is %g (factors must be positive and "
+			         "finite)", file, (long long)j, (double)v);
+			return -1;
+		}
+		c->rope_freq_factors[j] = v;
+	}
+	c->rope_scaling = MODEL_ROPE_FACTORS;
 	return 0;
 }
 
@@ -393,8 +427,6 @@ int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 	}
 	for (int64_t i = 0; i < g.n_tensors; i++) {
 		const gguf_tensor_info *ti = &g.tensors[i];
-		st_tensor *t = &m->st.tensors[i];
-		m->st.n_tensors = (int32_t)i + 1;
 		char gname[256], hf[300];
 		if (ti->name.len >= sizeof gname || memchr(ti->name.s, 0, (size_t)ti->name.len)) {
 			aah_errf(err, err_len, "%s: tensor '%.64s…' has an unusable name", file, ti->name.s);
@@ -402,11 +434,12 @@ int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 		}
 		memcpy(gname, ti->name.s, (size_t)ti->name.len);
 		gname[ti->name.len] = 0;
-		if (!strcmp(gname, "rope_freqs.weight")) {
-			aah_errf(err, err_len, "%s: tensor 'rope_freqs.weight' (llama.cpp's per-frequency RoPE factors, as "
-			         "for Llama 3.1 rope scaling) is not supported", file);
-			goto out;
+		if (!strcmp(gname, "rope_freqs.weight")) {   /* a part of the config, not a weight */
+			if (gm_rope_factors(&m->config, ti, file, err, err_len))
+				goto out;
+			continue;
 		}
+		st_tensor *t = &m->st.tensors[m->st.n_tensors++];
 		if (gm_hf_name(gname, hf, sizeof hf)) {
 			aah_errf(err, err_len, "%s: tensor '%s' is not one of the %s architecture's", file, gname,
 			         m->config.arch == MODEL_ARCH_QWEN3 ? "qwen3" : "llama");

@@ -370,29 +370,40 @@ out:
 	return rc;
 }
 
+/* Hugging Face's _compute_llama3_parameters as a divisor of inv_freq f: wavelengths shorter than old_len /
+ * high_freq_factor are kept, longer than old_len / low_freq_factor are divided by factor, and in between blended:
+ * (1 - s) f / factor + s f = f / (1 / ((1 - s) / factor + s)), s = (old_len / wavelen - low) / (high - low). */
+static double llama3_divisor(const model_config *c, double f)
+{
+	const double pi = 3.14159265358979323846, old_len = c->rope_original_max_pos, factor = c->rope_factor;
+	const double low = c->rope_low_freq_factor, high = c->rope_high_freq_factor, wavelen = 2 * pi / f;
+	if (wavelen > old_len / low)
+		return factor;
+	if (wavelen >= old_len / high) {
+		const double s = (old_len / wavelen - low) / (high - low);
+		return 1 / ((1 - s) / factor + s);
+	}
+	return 1;
+}
+
 void model_config_rope_freqs(const model_config *c, float *inv_freq)
 {
 	int half = c->head_dim / 2;
-	double pi = 3.14159265358979323846;
 	for (int j = 0; j < half; j++) {
 		/* inv_freq[j] = theta^(-2j / head_dim) */
 		double f = pow((double)c->rope_theta, -2.0 * j / c->head_dim);
-		if (c->rope_scaling == MODEL_ROPE_LINEAR) {
+		if (c->rope_scaling == MODEL_ROPE_LINEAR)
 			f /= c->rope_factor;
-		} else if (c->rope_scaling == MODEL_ROPE_LLAMA3) {
-			/* Hugging Face _compute_llama3_parameters: wavelengths shorter than old_len / high_freq_factor
-			 * are kept, longer than old_len / low_freq_factor are divided by factor, and in between
-			 * blended: (1 - s) f / factor + s f, s = (old_len / wavelen - low) / (high - low). */
-			double old_len = c->rope_original_max_pos, factor = c->rope_factor;
-			double low = c->rope_low_freq_factor, high = c->rope_high_freq_factor;
-			double wavelen = 2 * pi / f;
-			if (wavelen > old_len / low) {
-				f /= factor;
-			} else if (wavelen >= old_len / high) {
-				double s = (old_len / wavelen - low) / (high - low);
-				f = (1 - s) * f / factor + s * f;
-			}
-		}
+		else if (c->rope_scaling == MODEL_ROPE_LLAMA3)
+			f /= llama3_divisor(c, f);
+		else if (c->rope_scaling == MODEL_ROPE_FACTORS && j < MODEL_ROPE_MAX_FACTORS)
+			f /= c->rope_freq_factors[j];
 		inv_freq[j] = (float)f;
 	}
+}
+
+void model_config_llama3_factors(const model_config *c, float *factors)
+{
+	for (int j = 0; j < c->head_dim / 2; j++)
+		factors[j] = (float)llama3_divisor(c, pow((double)c->rope_theta, -2.0 * j / c->head_dim));
 }

@@ -17,7 +17,11 @@ typedef enum model_rope_scaling {
 	MODEL_ROPE_NONE = 0,
 	MODEL_ROPE_LINEAR = 1,     /* positions divided by factor */
 	MODEL_ROPE_LLAMA3 = 2,     /* Llama 3.1 frequency-dependent scaling */
+	MODEL_ROPE_FACTORS = 3,    /* each frequency divided by its own factor (a GGUF's rope_freqs tensor) */
 } model_rope_scaling;
+
+/* The most frequency factors a config holds (head_dim ≤ 512). */
+#define MODEL_ROPE_MAX_FACTORS 256
 
 typedef struct model_config {
 	model_arch arch;
@@ -36,6 +40,7 @@ typedef struct model_config {
 	float rope_low_freq_factor;          /* llama3 */
 	float rope_high_freq_factor;         /* llama3 */
 	int32_t rope_original_max_pos;       /* llama3 */
+	float rope_freq_factors[MODEL_ROPE_MAX_FACTORS];   /* factors: head_dim / 2 divisors, never from config.json */
 	bool tie_word_embeddings;
 	bool qk_norm;               /* true for Qwen3 */
 	int32_t bos_token_id;       /* -1 when absent */
@@ -50,6 +55,9 @@ int model_config_parse(model_config *c, const char *json, size_t len, char *err,
 int model_config_load(model_config *c, const char *dir, char *err, size_t err_len);
 
 /* Fills inv_freq[head_dim/2] with the rotary inverse frequencies, scaling included. */
+/* The per-frequency factors that llama.cpp stores for Llama 3.1 scaling (its rope_freqs tensor, head_dim / 2 of
+ * them): the unscaled inverse frequency over the scaled one, as its converter computes them. */
+void model_config_llama3_factors(const model_config *c, float *factors);
 void model_config_rope_freqs(const model_config *c, float *inv_freq);
 
 #ifdef __cplusplus

@@ -499,6 +499,86 @@ START_TEST(test_bf16_equals_safetensors)
 }
 END_TEST
 
+/* Llama 3.1's rope scaling: quantize writes llama.cpp's rope_freqs tensor (first, f32, head_dim / 2 factors as its
+ * converter computes them), the loader divides each frequency by its factor, and the GGUF's logits are the source
+ * model's (llama3 rope_scaling in config.json) to float rounding, far from those of the same weights unscaled. A
+ * factor that is not positive, or a tensor of the wrong length, is refused by name. */
+START_TEST(test_llama31_rope_freqs)
+{
+	make_model("llama", "0");
+	int32_t V0, V1, V2;
+	float *plain = engine_logits(path_in("src"), &V0);
+	char cmd[1600];
+	snprintf(cmd, sizeof cmd, "cd %s/src && /usr/bin/python3 -c \"import json; c = json.load(open('config.json')); "
+	         "c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, "
+	         "'high_freq_factor': 4.0, 'original_max_position_embeddings': 32}; "
+	         "json.dump(c, open('config.json', 'w'))\"", tmpdir);
+	ck_assert_int_eq(system(cmd), 0);
+	float *scaled = engine_logits(path_in("src"), &V1);
+	quantize("bf16", path_in("m.gguf"));
+	float *gg = engine_logits(path_in("m.gguf"), &V2);
+	ck_assert_int_eq(V0, V1);
+	ck_assert_int_eq(V1, V2);
+	double worst = 0, moved = 0;
+	for (int64_t i = 0; i < (int64_t)N_PROMPT * V1; i++) {
+		worst = fmax(worst, fabs((double)gg[i] - scaled[i]));
+		moved = fmax(moved, fabs((double)plain[i] - scaled[i]));
+	}
+	ck_assert_msg(worst < 1e-4, "GGUF with rope_freqs against its source: max |logit diff| %.3g", worst);
+	ck_assert_msg(moved > 1e-2, "llama3 scaling changed the logits by only %.3g: the test shows nothing", moved);
+	free(plain);
+	free(scaled);
+	free(gg);
+	/* the tensor: convert_hf_to_gguf.py's formula, here in double from the config's numbers (theta 1e6, d 64) */
+	size_t len;
+	unsigned char *buf = read_all(path_in("m.gguf"), &len);
+	gguf_file g;
+	char err[512];
+	ck_assert(gguf_parse(&g, buf, len, err, sizeof err) == 0);
+	const gguf_tensor_info *t = &g.tensors[0];
+	ck_assert_msg(t->name.len == 17 && !memcmp(t->name.s, "rope_freqs.weight", 17), "first tensor %.*s",
+	              (int)t->name.len, t->name.s);
+	ck_assert_uint_eq(t->type, 0);
+	ck_assert_uint_eq(t->n_dims, 1);
+	ck_assert_int_eq(t->ne[0], 32);
+	int kept = 0, blended = 0, divided = 0;
+	for (int j = 0; j < 32; j++) {
+		const double freq = pow(1e6, -2.0 * j / 64), wavelen = 2 * M_PI / freq;
+		double want;
+		if (wavelen < 32 / 4.0)
+			want = 1, kept++;
+		else if (wavelen > 32 / 1.0)
+			want = 8, divided++;
+		else {
+			const double smooth = (32 / wavelen - 1) / (4 - 1);
+			want = 1 / ((1 - smooth) / 8 + smooth), blended++;
+		}
+		float got;
+		memcpy(&got, (const char *)t->data + 4 * j, 4);
+		ck_assert_msg(fabs(got / want - 1) < 1e-6, "rope_freqs[%d] = %.9g, want %.9g", j, (double)got, want);
+	}
+	ck_assert(kept && blended && divided);   /* every branch of the formula taken */
+	/* refusals: a factor of zero, then one value short (the tensor's declared length) */
+	unsigned char *first = (unsigned char *)t->data;
+	const size_t at = info_at(buf, len, "rope_freqs.weight");
+	gguf_free(&g);
+	model_files m;
+	memset(first + 4 * 5, 0, 4);
+	FILE *f = fopen(path_in("bad.gguf"), "wb");
+	fwrite(buf, 1, len, f);
+	fclose(f);
+	ck_assert_int_eq(model_files_load(&m, path_in("bad.gguf"), err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "rope_freqs.weight") && strstr(err, "value 5"), "%s", err);
+	buf[at + 8 + 17 + 4] = 31;   /* ne[0]: 32 → 31 */
+	f = fopen(path_in("bad.gguf"), "wb");
+	fwrite(buf, 1, len, f);
+	fclose(f);
+	ck_assert_int_eq(model_files_load(&m, path_in("bad.gguf"), err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "rope_freqs.weight") && strstr(err, "head_dim / 2"), "%s", err);
+	free(buf);
+}
+END_TEST
+
 /* ---- the command line and the loader's refusals ---- */
 
 START_TEST(test_cli)
@@ -770,6 +850,7 @@ static Suite *gguf_suite(void)
 	tcase_add_loop_test(t, test_quantize, 0, 8);
 	tcase_add_loop_test(t, test_quantize_trained, 0, 2);
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
+	tcase_add_test(t, test_llama31_rope_freqs);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);
 	tcase_add_test(t, test_calibrate);

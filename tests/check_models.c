@@ -390,6 +390,17 @@ START_TEST(test_config_llama31_8b)
 		ck_assert_msg(fabs(f[ref[i].j] / ref[i].want - 1.0) < 2e-6, "inv_freq[%d] = %.9g, want %.9g", ref[i].j,
 		              f[ref[i].j], ref[i].want);
 	for (int j = 1; j < 64; j++) ck_assert(f[j] < f[j - 1]);   /* still monotone after blending */
+	/* the same scaling as llama.cpp stores it (per-frequency factors, a GGUF's rope_freqs): the same frequencies */
+	model_config fc = c;
+	model_config_llama3_factors(&c, fc.rope_freq_factors);
+	ck_assert_float_eq(fc.rope_freq_factors[0], 1.0f);
+	ck_assert_float_eq(fc.rope_freq_factors[63], 8.0f);
+	fc.rope_scaling = MODEL_ROPE_FACTORS;
+	float g[64];
+	model_config_rope_freqs(&fc, g);
+	for (int j = 0; j < 64; j++)
+		ck_assert_msg(fabs((double)g[j] / f[j] - 1.0) < 3e-7, "inv_freq[%d]: %.9g by factors, %.9g by llama3", j,
+		              (double)g[j], (double)f[j]);
 }
 END_TEST
 

@@ -491,11 +491,14 @@ out:
 
 /* ---- the tensors ---- */
 
-typedef enum qz_kind { QZ_NORM, QZ_EMBD, QZ_OUTPUT, QZ_ATTN_V, QZ_FFN_DOWN, QZ_ATTN_QK, QZ_MATRIX } qz_kind;
+/* QZ_ROPE_FREQS: llama.cpp's rope_freqs tensor for Llama 3.1's rope scaling, computed from the config (no src). */
+typedef enum qz_kind { QZ_NORM, QZ_EMBD, QZ_OUTPUT, QZ_ATTN_V, QZ_FFN_DOWN, QZ_ATTN_QK, QZ_MATRIX, QZ_ROPE_FREQS } qz_kind;
 
 typedef struct qz_tensor {
-	const st_tensor *src;
+	const st_tensor *src;        /* NULL for QZ_ROPE_FREQS */
 	char name[96];               /* llama.cpp's */
+	uint32_t n_dims;
+	int64_t ne[2];               /* ggml's order: ne[0] the row length */
 	qz_kind kind;
 	int32_t layer;
 	aah_dtype type;
@@ -512,7 +515,7 @@ typedef struct qz_job {
  * llama_tensor_get_type's for these types), so a file written here holds what `--quantize` would serve. */
 static aah_dtype qz_pick(aah_dtype base, const qz_tensor *t, int32_t n_layers, bool tied, int64_t ne0)
 {
-	if (t->kind == QZ_NORM)
+	if (t->kind == QZ_NORM || t->kind == QZ_ROPE_FREQS)
 		return AAH_DTYPE_F32;
 	const char *name = NULL;
 	for (size_t i = 0; i < sizeof qz_types / sizeof qz_types[0]; i++)
@@ -548,11 +551,16 @@ static int qz_fill(void *ctx, int32_t index, void *dst, size_t nbytes, char *err
 	const qz_tensor *t = &j->t[index];
 	const st_tensor *s = t->src;
 	const model_config *c = &j->mf->config;
-	int64_t n = s->shape[s->n_dims - 1], rows = s->n_dims == 2 ? s->shape[0] : 1;
+	int64_t n = t->ne[0], rows = t->ne[1];
 	size_t rb = aah_dtype_row_bytes(t->type, n);
 	if (rb * (size_t)rows != nbytes) {
 		aah_errf(err, err_len, "tensor '%s': %zu bytes declared, %zu computed", t->name, nbytes, rb * (size_t)rows);
 		return -1;
+	}
+	if (t->kind == QZ_ROPE_FREQS) {   /* as convert_hf_to_gguf.py's LlamaModel computes them */
+		model_config_llama3_factors(c, j->row);
+		memcpy(dst, j->row, nbytes);
+		return 0;
 	}
 	for (int64_t r = 0; r < rows; r++) {
 		int64_t from = r;
@@ -573,7 +581,7 @@ static int qz_plan(const model_files *mf, aah_dtype base, qz_tensor **out, int32
 {
 	const model_config *c = &mf->config;
 	bool tied = mf->w.lm_head == mf->w.embed;
-	int32_t cap = 3 + 11 * c->n_layers, n = 0;
+	int32_t cap = 4 + 11 * c->n_layers, n = 0;
 	qz_tensor *t = calloc((size_t)cap, sizeof *t);
 	if (!t)
 		return -1;
@@ -585,6 +593,8 @@ static int qz_plan(const model_files *mf, aah_dtype base, qz_tensor **out, int32
 		snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__);                  \
 		n++;                                                                 \
 	} while (0)
+	if (c->rope_scaling == MODEL_ROPE_LLAMA3)
+		QZ_ADD(NULL, QZ_ROPE_FREQS, -1, "rope_freqs.weight");
 	QZ_ADD(mf->w.embed, QZ_EMBD, -1, "token_embd.weight");
 	for (int32_t i = 0; i < c->n_layers; i++) {
 		const model_layer_weights *l = &mf->w.layers[i];
@@ -606,7 +616,10 @@ static int qz_plan(const model_files *mf, aah_dtype base, qz_tensor **out, int32
 #undef QZ_ADD
 	for (int32_t i = 0; i < n; i++) {
 		const st_tensor *s = t[i].src;
-		t[i].type = qz_pick(base, &t[i], c->n_layers, tied, s->shape[s->n_dims - 1]);
+		t[i].n_dims = s ? (uint32_t)s->n_dims : 1;
+		t[i].ne[0] = s ? s->shape[s->n_dims - 1] : c->head_dim / 2;
+		t[i].ne[1] = s && s->n_dims == 2 ? s->shape[0] : 1;
+		t[i].type = qz_pick(base, &t[i], c->n_layers, tied, t[i].ne[0]);
 	}
 	*out = t;
 	*n_out = n;
@@ -683,17 +696,13 @@ static int qz_run(const char *src, const char *out, aah_dtype base, uint32_t fty
 	memset(&tk, 0, sizeof tk);
 	qz_job job = { &mf, NULL, 0, NULL };
 	gguf_writer *w = NULL;
-	if (mf.config.rope_scaling == MODEL_ROPE_LLAMA3) {
-		aah_errf(err, err_len, "%s: Llama 3.1 rope scaling (llama.cpp's rope_freqs tensor) is not written yet", dir);
-		goto out;
-	}
 	if (qz_tokens_load(&tk, tok_dir ? tok_dir : dir, &mf.config, err, err_len) ||
 	    qz_plan(&mf, base, &job.t, &job.n))
 		goto out;
 	int64_t widest = 0;
 	for (int32_t i = 0; i < job.n; i++)
-		if (job.t[i].src->shape[job.t[i].src->n_dims - 1] > widest)
-			widest = job.t[i].src->shape[job.t[i].src->n_dims - 1];
+		if (job.t[i].ne[0] > widest)
+			widest = job.t[i].ne[0];
 	w = gguf_writer_init();
 	job.row = malloc((size_t)widest * sizeof(float));
 	if (!w || !job.row) {
@@ -707,10 +716,9 @@ static int qz_run(const char *src, const char *out, aah_dtype base, uint32_t fty
 	}
 	uint64_t bytes = 0;
 	for (int32_t i = 0; i < job.n; i++) {
-		const st_tensor *s = job.t[i].src;
-		int64_t ne[2] = { s->shape[s->n_dims - 1], s->n_dims == 2 ? s->shape[0] : 1 };
+		const int64_t *ne = job.t[i].ne;
 		int gt = gguf_aah_to_ggml(job.t[i].type);
-		if (gguf_writer_tensor(w, job.t[i].name, (uint32_t)s->n_dims, ne, (uint32_t)gt)) {
+		if (gguf_writer_tensor(w, job.t[i].name, job.t[i].n_dims, ne, (uint32_t)gt)) {
 			aah_errf(err, err_len, "tensor '%s': cannot be declared as %s", job.t[i].name, aah_dtype_name(job.t[i].type));
 			goto out;
 		}
