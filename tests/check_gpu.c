@@ -388,8 +388,9 @@ START_TEST(test_matmul)
 END_TEST
 
 /* Block-quantized weights: the CPU backend's exact products (AAH_CPU_QUANT_MATMUL=f32: dequantized weights times the
- * activations as given) against the device's f32 path (decode rows, f32 mode) to float rounding and its bf16 tiles
- * (prefill) to bf16's rounding; embedding rows dequantized bit for bit. */
+ * activations as given) against the device's decode gemv (n ≤ 4: blocks dequantized in registers, one chunk of 32
+ * values per lane, so K = 1536 gives some lanes two chunks and K = 256 leaves most idle) and f32 tiles (f32 mode) to
+ * float rounding, and its bf16 tiles (prefill) to bf16's rounding; embedding rows dequantized bit for bit. */
 static const aah_dtype qtypes[5] = { AAH_DTYPE_Q8_0, AAH_DTYPE_Q4_0, AAH_DTYPE_Q4_K, AAH_DTYPE_Q5_K, AAH_DTYPE_Q6_K };
 
 START_TEST(test_matmul_quant)
@@ -401,7 +402,8 @@ START_TEST(test_matmul_quant)
 	aah_backend *ref = aah_backend_cpu_init(&bp);
 	unsetenv("AAH_CPU_QUANT_MATMUL");
 	rng_state = 80 + (uint64_t)_i;
-	static const mm_shape shapes[] = { { 1, 300, 512 }, { 4, 37, 256 }, { 17, 300, 512 }, { 64, 1000, 1024 } };
+	static const mm_shape shapes[] = { { 1, 300, 512 }, { 4, 37, 256 }, { 3, 45, 1536 }, { 2, 9, 8192 },
+		                           { 17, 300, 512 }, { 64, 1000, 1024 } };
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		const mm_shape *sh = &shapes[si];
 		const size_t rb = aah_dtype_row_bytes(t, sh->K);

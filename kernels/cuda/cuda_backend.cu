@@ -392,14 +392,19 @@ static void cuda_split_cols(aah_backend *b, float *const *dst, const int32_t *wi
  * streaming gemv reads each weight once with f32 activations. Beyond, the default rounds the activations to the
  * weights' 16-bit type and runs cublasGemmEx on the tensor cores with f32 accumulation; AAH_CUDA_MATMUL=f32
  * widens the weights to f32 instead (exactly) and multiplies in plain f32, for the reference tests. */
-/* A block-quantized weight: its rows dequantized a tile at a time (at most WIDEN_BYTES) and multiplied by cuBLAS.
- * In f32 mode and for decode rows (n ≤ GEMV_MAX_N) the tiles are f32 and the product exact f32; beyond, the tiles
- * are bf16 and the activations rounded to bf16, on the tensor cores with f32 accumulation (as for bf16 weights).
- * Not yet the decode GEMV that dequantizes in registers: a decode step writes and reads each tile once more. */
+/* A block-quantized weight. Decode rows (n ≤ GEMV_MAX_N): the gemv that dequantizes each block in registers, f32
+ * products, each weight byte read once. Beyond: its rows dequantized a tile at a time (at most WIDEN_BYTES) and
+ * multiplied by cuBLAS; in f32 mode the tiles are f32 and the product exact f32, otherwise the tiles are bf16 and the
+ * activations rounded to bf16, on the tensor cores with f32 accumulation (as for bf16 weights). */
 static void matmul_quant(cuda_ctx *c, float *out, const float *x, int32_t n, const aah_tensor *w)
 {
 	const int64_t M = w->rows, K = w->cols;
-	const bool f32 = c->matmul_f32 || n <= GEMV_MAX_N;
+	if (n <= GEMV_MAX_N) {
+		if (step_launches(c))
+			CUDA_CHECK(c, launch_gemv_quant(c->stream, out, x, n, w->data, w->type, M, K));
+		return;
+	}
+	const bool f32 = c->matmul_f32;
 	const size_t es = f32 ? sizeof(float) : 2, xh_bytes = f32 ? 0 : ((size_t)n * (size_t)K * 2 + 255) / 256 * 256;
 	const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(M, (int64_t)(WIDEN_BYTES / es) / K));
 	uint8_t *s = (uint8_t *)scratch_reserve(c, xh_bytes + (size_t)rows * (size_t)K * es);

@@ -1,7 +1,9 @@
 /* kernels/cuda/cuda_quant.cu — the device twin of kernels/quant.c's dequantizers (cuda_quant.cuh): one thread per
  * block of 32 or 256 values, the products and differences through __fmul_rn / __fsub_rn so that nvcc never fuses
- * them (a fused d·q − m rounds once, the reference twice), so every value is the reference's bits. */
+ * them (a fused d·q − m rounds once, the reference twice), so every value is the reference's bits; and the decode
+ * product that dequantizes the same way in registers. */
 #include "kernels/cuda/cuda_convert.cuh"
+#include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/cuda_quant.cuh"
 #include "kernels/quant.h"
 
@@ -108,6 +110,172 @@ __global__ void get_rows_quant_kernel(float *__restrict__ out, const uint8_t *__
 	for (int32_t i = blockIdx.y; i < n; i += gridDim.y)
 		for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < per_row; b += (int64_t)gridDim.x * blockDim.x)
 			dq_block<float>(t, table + ((int64_t)ids[i] * per_row + b) * bb, out + (int64_t)i * cols + b * bl);
+}
+
+/* ---- decode gemv: a warp per weight row, the blocks dequantized in registers ----
+ * A decode step reads each weight byte once: the blocks go from memory straight into registers, never through a
+ * dequantized tile. The unit is a chunk of 32 values (a Q8_0 / Q4_0 block, or one of a K-quant block's 8 sub-blocks
+ * of 32 under one scale and min); lane l takes chunks l, l + 32, …, of the row, dequantizes its 32 values exactly as
+ * dq_block does (the same roundings) and adds their products with each of the N activation rows (f32), then the warp
+ * adds up. Every block type's fields are 2-byte aligned in a row (block sizes 34, 18, 144, 176, 210 bytes), so the
+ * quants come in 16-bit loads. */
+__device__ __forceinline__ void ld_bytes(const uint8_t *p, int n, uint8_t *o)   /* p even, n even */
+{
+	const uint16_t *h = (const uint16_t *)p;
+	for (int i = 0; i < n / 2; i++) {
+		const uint16_t v = h[i];
+		o[2 * i] = (uint8_t)v;
+		o[2 * i + 1] = (uint8_t)(v >> 8);
+	}
+}
+
+/* The 32 values of chunk c of block b (type T), as dq_block computes them. */
+template <int T> __device__ __forceinline__ void dq_chunk(const uint8_t *b, int c, float *w)
+{
+	uint8_t q[32];
+	if (T == AAH_DTYPE_Q8_0) {
+		const float d = dq_half(*(const uint16_t *)b);
+		ld_bytes(b + 2, 32, q);
+#pragma unroll
+		for (int l = 0; l < 32; l++)
+			w[l] = __fmul_rn((float)(int8_t)q[l], d);
+	} else if (T == AAH_DTYPE_Q4_0) {
+		const float d = dq_half(*(const uint16_t *)b);
+		ld_bytes(b + 2, 16, q);
+#pragma unroll
+		for (int l = 0; l < 16; l++) {
+			w[l] = __fmul_rn((float)((q[l] & 0x0F) - 8), d);
+			w[l + 16] = __fmul_rn((float)((q[l] >> 4) - 8), d);
+		}
+	} else if (T == AAH_DTYPE_Q4_K || T == AAH_DTYPE_Q5_K) {
+		const bool q5 = T == AAH_DTYPE_Q5_K;
+		const aah_block_q4_K *x4 = (const aah_block_q4_K *)b;
+		const aah_block_q5_K *x5 = (const aah_block_q5_K *)b;
+		uint8_t scales[12], qh[32];
+		ld_bytes(q5 ? x5->scales : x4->scales, 12, scales);
+		ld_bytes((q5 ? x5->qs : x4->qs) + 32 * (c / 2), 32, q);
+		if (q5)
+			ld_bytes(x5->qh, 32, qh);
+		const float d = dq_half(q5 ? x5->d : x4->d), min = dq_half(q5 ? x5->dmin : x4->dmin);
+		float sc, m;
+		dq_scale_min(c, scales, &sc, &m);
+		const float d1 = __fmul_rn(d, sc), m1 = __fmul_rn(min, m);
+		const int shift = 4 * (c & 1);
+#pragma unroll
+		for (int l = 0; l < 32; l++) {
+			const int h = q5 ? ((qh[l] >> c) & 1) * 16 : 0;
+			w[l] = __fsub_rn(__fmul_rn(d1, (float)(((q[l] >> shift) & 0xF) + h)), m1);
+		}
+	} else if (T == AAH_DTYPE_Q6_K) {
+		const aah_block_q6_K *x = (const aah_block_q6_K *)b;
+		const int n = c / 4, k = c % 4;   /* half n, quarter k: ql[l + 32·(k & 1)] nibble k >> 1, qh bits 2k */
+		uint8_t qh[32], sc[2];
+		ld_bytes(x->ql + 64 * n + 32 * (k & 1), 32, q);
+		ld_bytes(x->qh + 32 * n, 32, qh);
+		const uint16_t s2 = *(const uint16_t *)(x->scales + 8 * n + 2 * k);   /* sub-blocks l < 16 and l ≥ 16 */
+		sc[0] = (uint8_t)s2;
+		sc[1] = (uint8_t)(s2 >> 8);
+		const float d = dq_half(x->d);
+		const float d0 = __fmul_rn(d, (float)(int8_t)sc[0]), d1 = __fmul_rn(d, (float)(int8_t)sc[1]);
+		const int shift = 4 * (k >> 1);
+#pragma unroll
+		for (int l = 0; l < 32; l++) {
+			const int v = (int8_t)(((q[l] >> shift) & 0xF) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+			w[l] = __fmul_rn(l < 16 ? d0 : d1, (float)v);
+		}
+	}
+}
+
+template <int T, int N, bool VEC>
+__global__ void __launch_bounds__(NT) gemv_quant_kernel(float *__restrict__ out, const float *__restrict__ x,
+                                                        const uint8_t *__restrict__ w, int64_t M, int64_t K, int bl,
+                                                        int64_t bb)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t m = (int64_t)blockIdx.x * (NT / 32) + threadIdx.x / 32;
+	if (m >= M)
+		return;
+	const int per_block = bl / 32;
+	const int64_t chunks = K / 32;
+	const uint8_t *wr = w + m * (K / bl) * bb;
+	float acc[N];
+#pragma unroll
+	for (int i = 0; i < N; i++)
+		acc[i] = 0.0f;
+	for (int64_t ch = lane; ch < chunks; ch += 32) {
+		float wv[32];
+		dq_chunk<T>(wr + (ch / per_block) * bb, (int)(ch % per_block), wv);
+#pragma unroll
+		for (int i = 0; i < N; i++) {
+			const float *xr = x + (int64_t)i * K + ch * 32;
+			float s = acc[i];
+			if (VEC) {
+#pragma unroll
+				for (int e = 0; e < 32; e += 8) {
+					float xf[8];
+					load8(xr + e, xf);
+#pragma unroll
+					for (int j = 0; j < 8; j++)
+						s += wv[e + j] * xf[j];
+				}
+			} else {
+#pragma unroll
+				for (int e = 0; e < 32; e++)
+					s += wv[e] * xr[e];
+			}
+			acc[i] = s;
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < N; i++) {
+		const float s = warp_sum(acc[i]);
+		if (lane == 0)
+			out[(int64_t)i * M + m] = s;
+	}
+}
+
+template <int T, int N>
+static void gemv_quant_launch(cudaStream_t st, float *out, const float *x, const uint8_t *w, int64_t M, int64_t K)
+{
+	const unsigned grid = (unsigned)((M + NT / 32 - 1) / (NT / 32));
+	const int bl = (int)aah_dtype_block_len((aah_dtype)T);
+	const int64_t bb = (int64_t)aah_dtype_block_bytes((aah_dtype)T);
+	if ((uintptr_t)x % 16 == 0)
+		LAUNCH(grid, NT, 0, st, gemv_quant_kernel<T, N, true>)(out, x, w, M, K, bl, bb);
+	else
+		LAUNCH(grid, NT, 0, st, gemv_quant_kernel<T, N, false>)(out, x, w, M, K, bl, bb);
+}
+
+template <int T>
+static void gemv_quant_dispatch(cudaStream_t st, float *out, const float *x, int32_t n, const uint8_t *w, int64_t M,
+                                int64_t K)
+{
+	switch (n) {
+	case 1: gemv_quant_launch<T, 1>(st, out, x, w, M, K); break;
+	case 2: gemv_quant_launch<T, 2>(st, out, x, w, M, K); break;
+	case 3: gemv_quant_launch<T, 3>(st, out, x, w, M, K); break;
+	default: gemv_quant_launch<T, 4>(st, out, x, w, M, K); break;
+	}
+}
+
+cudaError_t launch_gemv_quant(cudaStream_t st, float *out, const float *x, int32_t n, const void *w, aah_dtype t,
+                              int64_t M, int64_t K)
+{
+	if (n <= 0 || M <= 0)
+		return cudaSuccess;
+	const int64_t bl = aah_dtype_is_quantized(t) ? aah_dtype_block_len(t) : 0;
+	if (n > GEMV_MAX_N || M > (int64_t)65535 * 65535 || !bl || K % bl || (uintptr_t)w % 2)
+		return cudaErrorInvalidValue;
+	const uint8_t *wb = (const uint8_t *)w;
+	switch (t) {
+	case AAH_DTYPE_Q8_0: gemv_quant_dispatch<AAH_DTYPE_Q8_0>(st, out, x, n, wb, M, K); break;
+	case AAH_DTYPE_Q4_0: gemv_quant_dispatch<AAH_DTYPE_Q4_0>(st, out, x, n, wb, M, K); break;
+	case AAH_DTYPE_Q4_K: gemv_quant_dispatch<AAH_DTYPE_Q4_K>(st, out, x, n, wb, M, K); break;
+	case AAH_DTYPE_Q5_K: gemv_quant_dispatch<AAH_DTYPE_Q5_K>(st, out, x, n, wb, M, K); break;
+	case AAH_DTYPE_Q6_K: gemv_quant_dispatch<AAH_DTYPE_Q6_K>(st, out, x, n, wb, M, K); break;
+	default: return cudaErrorInvalidValue;
+	}
+	return cudaGetLastError();
 }
 
 static unsigned blocks_for(int64_t n)
