@@ -297,9 +297,11 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	       "token)\n", w, aah_dtype_name(kv), n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
 	printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w, aah_dtype_name(kv),
 	       n_gen, decode);
-	printf("  %skv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s = "
-	       "%.0f%% of measured %.2f GB/s\n",
-	       w, aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied, bw > 0 ? 100 * implied / bw : 0, bw);
+	printf("  %skv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s",
+	       w, aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied);
+	if (bw > 0)   /* --no-bandwidth: nothing to compare with */
+		printf(" = %.0f%% of measured %.2f GB/s", 100 * implied / bw, bw);
+	printf("\n");
 	double rss, rss_peak;
 	resident_mib(&rss, &rss_peak);
 	printf("  %skv %-4s resident with the sequence open: %.0f MiB (weights %.0f MiB as stored, KV %.0f MiB; process "
@@ -386,9 +388,11 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s\n", w, aah_dtype_name(kv), n_prompt, r[wi].prefill);
 			printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w,
 			       aah_dtype_name(kv), n_gen, r[wi].decode);
-			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s = %.0f%% of "
-			       "measured %.2f GB/s\n", w, aah_dtype_name(kv), r[wi].weight_bytes / 1e6, implied,
-			       bw > 0 ? 100 * implied / bw : 0, bw);
+			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s", w,
+			       aah_dtype_name(kv), r[wi].weight_bytes / 1e6, implied);
+			if (bw > 0)   /* --no-bandwidth: nothing to compare with */
+				printf(" = %.0f%% of measured %.2f GB/s", 100 * implied / bw, bw);
+			printf("\n");
 			printf("  %skv %-4s resident with the sequence open: %.0f MiB (the process's growth while this engine "
 			       "loaded; weights %.0f MiB as stored)\n", w, aah_dtype_name(kv), r[wi].rss_mib,
 			       r[wi].weight_bytes / (1 << 20));

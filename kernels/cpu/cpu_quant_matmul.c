@@ -19,8 +19,10 @@
 #include "kernels/cpu/cpu_quant.h"
 
 /* How far ahead of the row being multiplied its weight stream is prefetched, in bytes (the hardware prefetcher alone
- * leaves a decode step latency-bound at a third of the bandwidth; measured best about 1-2 KiB ahead). */
+ * leaves a decode step latency-bound at a third of the bandwidth; measured best about 1-2 KiB ahead); for the packed
+ * kernels, into L1 (they add a further one into L2: cpu_qpack_avx512.c), 2 KiB measured best. */
 #define QMM_PREFETCH_BYTES 1024
+#define QPACK_PREFETCH_BYTES 2048
 
 typedef struct qmm_job {
 	float *out;          /* (n, M) */
@@ -122,7 +124,7 @@ static void qpack_worker(void *p, int32_t ti, int32_t nt)
 					const int nr = M - r0 < CPU_QPACK_ROWS ? (int)(M - r0) : CPU_QPACK_ROWS;
 					/* the first pass over a run of groups streams it from memory */
 					j->kern(nb, nc, nr, j->out + i * M + r0, M, w + (size_t)g * j->w_stride,
-					        j->xq + (size_t)i * j->xq_stride, j->xq_stride, i == tb ? QMM_PREFETCH_BYTES : 0);
+					        j->xq + (size_t)i * j->xq_stride, j->xq_stride, i == tb ? QPACK_PREFETCH_BYTES : 0);
 				}
 			}
 		}
