@@ -97,10 +97,14 @@ step bench-context 50 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREAD
 # aggregate decode at 1, 4, 16, 64 sequences, 512 and 4096 positions, full attention against the AAH regime
 step bench-batch 120 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREADS" --batch --kv-budget "$KV_BUDGET" \
 	--gen 16 --reps 2 "$MODEL" "$MODEL"
+# block-quantized weights (quantized as they load, llama.cpp's mixes): the decode gemv that dequantizes in registers
+# and the bf16 tiles of prefill, side by side with bf16; last, since quantizing 4B weights at load takes a while
+step bench-weights 90 "$BUILD/aah-bench" --backend "$BACKEND" --threads "$THREADS" --weights bf16,q8_0,q4_k_m \
+	--prompt 512 --gen 64 --reps 1 --no-bandwidth "$MODEL"
 
 {
 	echo "== aah-bench, backend $BACKEND, model $PRESET (random weights), total $(elapsed) s"
-	grep -E "bandwidth|prefill  |decode   |CUDA graphs|^== bench-decode|read per decoded|^AAH at|^regime|^full_attention|^shallow_freeze|/ full_attention|^model|^demo |^0.6B|c=16 gives|^at 4096" "$LOG"
+	grep -E " / w bf16|bandwidth|prefill  |decode   |CUDA graphs|^== bench-decode|read per decoded|^AAH at|^regime|^full_attention|^shallow_freeze|/ full_attention|^model|^demo |^0.6B|c=16 gives|^at 4096" "$LOG"
 } >>"$SUMMARY"
 say ""
 say "======== summary ($(elapsed) s) ========"
