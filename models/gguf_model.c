@@ -194,7 +194,10 @@ static int gm_rope_factors(model_config *c, const gguf_tensor_info *ti, const ch
 		return -1;
 	}
 	if (c->rope_scaling != MODEL_ROPE_NONE) {
-		aah_errf(err, err_len, "%s: tensor 'rope_freqs.weight' beside a rope.scaling.type is not supported", file);
+		aah_errf(err, err_len, c->rope_scaling == MODEL_ROPE_FACTORS
+		                           ? "%s: tensor 'rope_freqs.weight' appears twice"
+		                           : "%s: tensor 'rope_freqs.weight' beside a rope.scaling.type is not supported",
+		         file);
 		return -1;
 	}
 	for (int64_t j = 0; j < half; j++) {

@@ -55,10 +55,10 @@ int model_config_parse(model_config *c, const char *json, size_t len, char *err,
 int model_config_load(model_config *c, const char *dir, char *err, size_t err_len);
 
 /* Fills inv_freq[head_dim/2] with the rotary inverse frequencies, scaling included. */
+void model_config_rope_freqs(const model_config *c, float *inv_freq);
 /* The per-frequency factors that llama.cpp stores for Llama 3.1 scaling (its rope_freqs tensor, head_dim / 2 of
  * them): the unscaled inverse frequency over the scaled one, as its converter computes them. */
 void model_config_llama3_factors(const model_config *c, float *factors);
-void model_config_rope_freqs(const model_config *c, float *inv_freq);
 
 #ifdef __cplusplus
 }

@@ -160,8 +160,6 @@ static enum MHD_Result render_error(http_request *req, jinja_status st, const ch
  * loop-only template against 0.91 s; Qwen3's template over CHAT_MAX_MESSAGES turns takes ~220,000, docs/chat.md). */
 #define CHAT_RENDER_MAX_STEPS 2000000
 
-/* The request's state while it waits: the job, released when the request completes (as api_completions keeps its). */
-
 /* The first call: parses, renders and submits. On success *out is the submitted job and the return value MHD_YES;
  * otherwise *out is NULL and the error was answered. */
 static enum MHD_Result chat_start(http_request *req, cmpl_job **out)

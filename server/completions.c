@@ -53,8 +53,7 @@ static json_t *response_json(const cmpl_job *j)
 	                 cmpl_job_usage(j), "aah", cmpl_job_aah(j, NULL));
 }
 
-/* The request's state while it waits: the job, released when the request completes. */
-
+/* A non-streaming request's job lives in its state across libmicrohttpd's calls (cmpl_job_of / attach / await). */
 enum MHD_Result api_completions(http_request *req)
 {
 	cmpl_job *j = cmpl_job_of(req);

@@ -245,6 +245,14 @@ typedef struct model_result {
 	double prefill, decode, rss_mib, weight_bytes;
 } model_result;
 
+/* Ends a "implied bandwidth" line: its share of the measured bandwidth, when one was measured (not --no-bandwidth). */
+static void print_bandwidth_share(double implied, double bw)
+{
+	if (bw > 0)
+		printf(" = %.0f%% of measured %.2f GB/s", 100 * implied / bw, bw);
+	printf("\n");
+}
+
 static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32_t n_gen, double bw, int measure,
                        aah_dtype kv, int32_t wi, model_result *res)
 {
@@ -299,9 +307,7 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	       n_gen, decode);
 	printf("  %skv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s",
 	       w, aah_dtype_name(kv), (double)wbytes / 1e6, kvbytes / 1e6, implied);
-	if (bw > 0)   /* --no-bandwidth: nothing to compare with */
-		printf(" = %.0f%% of measured %.2f GB/s", 100 * implied / bw, bw);
-	printf("\n");
+	print_bandwidth_share(implied, bw);
 	double rss, rss_peak;
 	resident_mib(&rss, &rss_peak);
 	printf("  %skv %-4s resident with the sequence open: %.0f MiB (weights %.0f MiB as stored, KV %.0f MiB; process "
@@ -390,9 +396,7 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			       aah_dtype_name(kv), n_gen, r[wi].decode);
 			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s", w,
 			       aah_dtype_name(kv), r[wi].weight_bytes / 1e6, implied);
-			if (bw > 0)   /* --no-bandwidth: nothing to compare with */
-				printf(" = %.0f%% of measured %.2f GB/s", 100 * implied / bw, bw);
-			printf("\n");
+			print_bandwidth_share(implied, bw);
 			printf("  %skv %-4s resident with the sequence open: %.0f MiB (the process's growth while this engine "
 			       "loaded; weights %.0f MiB as stored)\n", w, aah_dtype_name(kv), r[wi].rss_mib,
 			       r[wi].weight_bytes / (1 << 20));

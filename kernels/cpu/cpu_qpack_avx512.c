@@ -9,7 +9,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-
 #include "kernels/cpu/cpu_qpack.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -29,9 +28,10 @@ INLINE __m512 h16(const void *p)   /* 16 f16 scales as floats */
 
 /* A decode step is bound by how many of its weight lines are in flight from memory per core, not by the kernels
  * (from L3 one thread multiplies Q4_K at 27 GB/s, from memory at 12): each line is asked for into L1 pf bytes ahead
- * (pf, the caller's: 2 KiB) and into L2 PF_L2 bytes beyond, which keeps the L2's deeper queue busy too. Measured (2 threads, the 0.6B shape's 28 layers): Q6_K 18–23 → 26–28 GB/s, Q4_K,
- * Q8_0 a few percent; 16 KiB no better than 8; 2 KiB into L1 rather than 1 KiB, Q8_0 +9%, Q6_K and Q4_K +3-4%
- * (Q4_0 -4%). */
+ * (the caller's pf, 2 KiB) and into L2 PF_L2 bytes further, which keeps the L2's deeper queue busy too. Measured on
+ * the 0.6B shape's 28 layers, 2 threads (docs/bench/2026-12-02-prefetch-l2.md): the L2 prefetch took Q6_K from
+ * 18–23 to 26–28 GB/s and the others a few percent; 2 KiB into L1 rather than 1 gave Q8_0 +9%, Q6_K and Q4_K
+ * +3–4% (Q4_0 −4%); 16 KiB into L2 was no better than 8. */
 #define PF_L2 8192
 
 INLINE void prefetch_block(const char *p, size_t bytes)

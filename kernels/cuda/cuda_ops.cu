@@ -252,12 +252,7 @@ static void gemv_launch(cudaStream_t st, float *out, const float *x, const void 
 template <typename T>
 static void gemv_dispatch(cudaStream_t st, float *out, const float *x, int32_t n, const void *w, int64_t M, int64_t K)
 {
-	switch (n) {
-	case 1: gemv_launch<T, 1>(st, out, x, w, M, K); break;
-	case 2: gemv_launch<T, 2>(st, out, x, w, M, K); break;
-	case 3: gemv_launch<T, 3>(st, out, x, w, M, K); break;
-	default: gemv_launch<T, 4>(st, out, x, w, M, K); break;
-	}
+	with_gemv_rows(n, [&](auto N) { gemv_launch<T, decltype(N)::value>(st, out, x, w, M, K); });
 }
 
 cudaError_t launch_gemv(cudaStream_t st, float *out, const float *x, int32_t n, const void *w, aah_dtype t, int64_t M,

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "kernels/backend.h"
 
 /* out[i, :] = table[ids[i], :] as f32; table (rows, cols) of type t; ids (n) on the device. */
@@ -30,6 +32,18 @@ cudaError_t launch_split_cols(cudaStream_t st, float *const *dst, const int32_t 
 #define GEMV_MAX_N 4
 cudaError_t launch_gemv(cudaStream_t st, float *out, const float *x, int32_t n, const void *w, aah_dtype t, int64_t M,
                         int64_t K);
+/* f(std::integral_constant<int, N>()) with N = n, the row count of a gemv (1 … GEMV_MAX_N): the one place that turns
+ * a decode product's row count into the template argument its kernels unroll by. */
+template <typename F> static inline void with_gemv_rows(int32_t n, F &&f)
+{
+	static_assert(GEMV_MAX_N == 4, "one case per row count");
+	switch (n) {
+	case 1: f(std::integral_constant<int, 1>()); break;
+	case 2: f(std::integral_constant<int, 2>()); break;
+	case 3: f(std::integral_constant<int, 3>()); break;
+	default: f(std::integral_constant<int, 4>()); break;
+	}
+}
 /* dst[i] = src[i] rounded to nearest-even into t (bf16 or f16), n elements. */
 cudaError_t launch_f32_to_half(cudaStream_t st, void *dst, aah_dtype t, const float *src, int64_t n);
 /* dst[i] = (float)src[i], n elements of type t. */

@@ -250,12 +250,7 @@ template <int T>
 static void gemv_quant_dispatch(cudaStream_t st, float *out, const float *x, int32_t n, const uint8_t *w, int64_t M,
                                 int64_t K)
 {
-	switch (n) {
-	case 1: gemv_quant_launch<T, 1>(st, out, x, w, M, K); break;
-	case 2: gemv_quant_launch<T, 2>(st, out, x, w, M, K); break;
-	case 3: gemv_quant_launch<T, 3>(st, out, x, w, M, K); break;
-	default: gemv_quant_launch<T, 4>(st, out, x, w, M, K); break;
-	}
+	with_gemv_rows(n, [&](auto N) { gemv_quant_launch<T, decltype(N)::value>(st, out, x, w, M, K); });
 }
 
 cudaError_t launch_gemv_quant(cudaStream_t st, float *out, const float *x, int32_t n, const void *w, aah_dtype t,
