@@ -16,6 +16,7 @@
  * and its kernels meet reference (a) for every row count of a call and of a group, on random and extreme blocks, giving
  * the generic table's dots bit for bit (the same integer sums, rounded in the same order). */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,9 @@ START_TEST(test_quantize_act_matches_ref)
 					x[i] = (float)((int)(rng_u64() % 255) - 127) * 0.5f;
 			if (trial % 5 == 2)
 				memset(x, 0, AAH_QK_K * sizeof *x);   /* a block of zeros */
+			if (trial % 5 == 3)   /* every Q8_0 block's scale exactly 1, the rest exact halves: ties of both signs */
+				for (int64_t i = 0; i < n; i++)
+					x[i] = i % AAH_QK8_0 ? (float)((int)(rng_u64() % 255) - 127) + (i % 2 ? 0.5f : -0.5f) : 127.0f;
 			cpu_quantize_act(at[ai], got, x, n);
 			aah_quantize_row_ref(at[ai], want, x, n);
 			CHECK(!memcmp(got, want, bytes), "%s trial %d: the kernels' blocks differ from the reference's",
@@ -505,6 +509,45 @@ START_TEST(test_qpack_extremes)
 }
 END_TEST
 
+/* The vectorized activation quantizer of the packed path against the portable one, bit for bit: random amplitudes,
+ * exact ties of both signs (scale 1), blocks of zeros, NaN, infinities and the largest floats. */
+START_TEST(test_qpack_quantize_act_avx512)
+{
+	if (!have_vnni())
+		return;
+	rng_seed(505);
+	const int64_t n = 512;
+	float *x = malloc(n * sizeof *x);
+	const aah_dtype ts[3] = { AAH_DTYPE_Q8_0, AAH_DTYPE_Q4_0, AAH_DTYPE_Q4_K };
+	for (int ti = 0; ti < 3; ti++) {
+		const size_t bytes = cpu_qpack_act_row_bytes(ts[ti], n);
+		uint8_t *got = malloc(bytes), *want = malloc(bytes);
+		for (int trial = 0; trial < 60; trial++) {
+			const float amp = ldexpf(1.0f, (int)(rng_u64() % 40) - 20);
+			for (int64_t i = 0; i < n; i++) {
+				x[i] = amp * rng_f();
+				switch (trial % 6) {
+				case 1: x[i] = i % 32 ? (float)((int)(rng_u64() % 255) - 127) + (i % 2 ? 0.5f : -0.5f) : 127.0f; break;
+				case 2: x[i] = i < 64 ? 0.0f : x[i]; break;
+				case 3: x[i] = i % 7 == 0 ? NAN : i % 11 == 0 ? -INFINITY : x[i]; break;
+				case 4: x[i] = i % 3 ? FLT_MAX : -FLT_MAX; break;
+				case 5: x[i] = i % 32 == 5 ? NAN : x[i]; break;
+				}
+			}
+			memset(got, 0xa5, bytes);
+			memset(want, 0xa5, bytes);
+			cpu_qpack_quantize_act_avx512(ts[ti], got, x, n);
+			cpu_qpack_quantize_act(ts[ti], want, x, n);
+			CHECK(!memcmp(got, want, bytes), "%s trial %d: the AVX-512 activation blocks differ from the portable ones",
+			      aah_dtype_name(ts[ti]), trial);
+		}
+		free(got);
+		free(want);
+	}
+	free(x);
+}
+END_TEST
+
 /* ---- through the backend: import, matmul, get_rows ---- */
 
 START_TEST(test_backend_matmul_quant)
@@ -612,6 +655,7 @@ static Suite *quant_suite(void)
 	tcase_add_test(tc, test_qpack_round_trip);
 	tcase_add_test(tc, test_qpack_kernels);
 	tcase_add_test(tc, test_qpack_extremes);
+	tcase_add_test(tc, test_qpack_quantize_act_avx512);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("backend");

@@ -47,7 +47,7 @@ static void qmm_quantize_worker(void *p, int32_t ti, int32_t nt)
 	for (int64_t i = lo; i < hi; i++) {
 		char *dst = j->xq + (size_t)i * j->xq_stride;
 		if (j->kern)
-			cpu_qpack_quantize_act(j->w->type, dst, j->x + i * j->w->cols, j->w->cols);
+			cpu_qpack_quantize_act_avx512(j->w->type, dst, j->x + i * j->w->cols, j->w->cols);
 		else
 			cpu_quantize_act(j->act, dst, j->x + i * j->w->cols, j->w->cols);
 	}
