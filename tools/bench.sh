@@ -29,7 +29,8 @@ echo "== AAH against full attention at 4096 positions (KV $KV)"
 "$BUILD/aah-bench" --context --threads "$THREADS" --kv-dtype "$KV" "$AAH"
 
 # Weight types: the BF16 files against GGUF's q8_0 and q4_k_m (quantized as they load, llama.cpp's mixes), loaded at
-# once and measured in turn; then the AAH regime's decode speed-up at 4096 per type (f16 KV, the daemon's default).
+# once and decoded 16 tokens at a time in turn; then the AAH regime's decode speed-up at 4096 per type (f16 KV, the
+# daemon's default).
 WEIGHTS=${WEIGHTS:-bf16,q8_0,q4_k_m}
 echo
 echo "== weight types $WEIGHTS: prefill 512 and decode 128 on the Qwen3-0.6B shape ($THREADS threads, KV f16)"
