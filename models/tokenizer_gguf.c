@@ -188,18 +188,206 @@ fail:
 	return NULL;
 }
 
-/* A SentencePiece ('llama') tokenizer: GGUF keeps only its pieces, scores and types, not the normalizer that decides
- * the ids, so only the model itself will do — aah-convert quantize embeds the tokenizer.model bytes under
- * GGUF_SPM_MODEL_KEY (llama.cpp ignores the key). Opened by sentencepiece as tokenizer.model is. */
+/* ---- a SentencePiece model rebuilt from the GGUF's pieces ---- */
+
+/* A growing protobuf message (wire format: varint keys and lengths, 32-bit floats little-endian). */
+typedef struct pbuf {
+	unsigned char *p;
+	size_t n, cap;
+	bool oom;
+} pbuf;
+
+static void pb_put(pbuf *b, const void *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->n + n)
+			cap *= 2;
+		unsigned char *q = realloc(b->p, cap);
+		if (!q) {
+			b->oom = true;
+			return;
+		}
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+}
+
+static void pb_varint(pbuf *b, uint64_t v)
+{
+	unsigned char t[10];
+	size_t n = 0;
+	do {
+		t[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+		v >>= 7;
+	} while (v);
+	pb_put(b, t, n);
+}
+
+static void pb_uint(pbuf *b, uint32_t field, uint64_t v)   /* int32 -1 is its 64-bit two's complement, as protobuf's */
+{
+	pb_varint(b, (uint64_t)field << 3);
+	pb_varint(b, v);
+}
+
+static void pb_bytes(pbuf *b, uint32_t field, const void *s, size_t n)
+{
+	pb_varint(b, (uint64_t)field << 3 | 2);
+	pb_varint(b, n);
+	pb_put(b, s, n);
+}
+
+static void pb_float(pbuf *b, uint32_t field, float f)
+{
+	unsigned char t[4];
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	for (int i = 0; i < 4; i++)
+		t[i] = (unsigned char)(u >> (8 * i));
+	pb_varint(b, (uint64_t)field << 3 | 5);
+	pb_put(b, t, 4);
+}
+
+/* Token id key (optional) of g as a piece index; -1 when absent. */
+static int32_t tg_opt_id(const gguf_file *g, const char *key, uint64_t n, char *err, size_t err_len, int *rc)
+{
+	int32_t id = -1;
+	if (tg_token_id(g, key, n, &id, err, err_len))
+		*rc = -1;
+	return id;
+}
+
+/* The ModelProto (sentencepiece_model.proto) that llama.cpp's reading of a 'llama' tokenizer stands for: every
+ * token a piece with its score and type (llama.cpp's token types are SentencePiece's), BPE (llama.cpp merges by
+ * score, as SentencePiece's BPE does), bytes as fallback when the file has byte tokens, and the normalizer llama.cpp
+ * applies — none, spaces as "▁", a "▁" in front unless tokenizer.ggml.add_space_prefix is false — written as
+ * sentencepiece reads it. Into *out (malloc'd); -1 with err. */
+static int tg_spm_proto(const gguf_file *g, unsigned char **out, size_t *out_len, char *err, size_t err_len)
+{
+	const gguf_kv *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
+	const gguf_kv *types = gguf_find_kv(g, "tokenizer.ggml.token_type");
+	const gguf_kv *scores = gguf_find_kv(g, "tokenizer.ggml.scores");
+	if (!tokens || tokens->type != GGUF_TYPE_ARRAY || tokens->arr_type != GGUF_TYPE_STRING || tokens->n == 0 ||
+	    tokens->n > (1u << 22)) {
+		aah_errf(err, err_len, "key 'tokenizer.ggml.tokens' must be a non-empty array of at most 2^22 strings");
+		return -1;
+	}
+	const uint64_t n = tokens->n;
+	if (types && (types->type != GGUF_TYPE_ARRAY || types->n != n ||
+	              (types->arr_type != GGUF_TYPE_INT32 && types->arr_type != GGUF_TYPE_UINT32))) {
+		aah_errf(err, err_len, "key 'tokenizer.ggml.token_type' must be an array of %llu int32", (unsigned long long)n);
+		return -1;
+	}
+	if (scores && (scores->type != GGUF_TYPE_ARRAY || scores->n != n || scores->arr_type != GGUF_TYPE_FLOAT32)) {
+		aah_errf(err, err_len, "key 'tokenizer.ggml.scores' must be an array of %llu float32", (unsigned long long)n);
+		return -1;
+	}
+	bool space_prefix = true;   /* llama.cpp's default for a 'llama' tokenizer */
+	if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix, err, err_len) < 0)
+		return -1;
+	int rc = 0;
+	const int32_t bos = tg_opt_id(g, "tokenizer.ggml.bos_token_id", n, err, err_len, &rc),
+	              eos = tg_opt_id(g, "tokenizer.ggml.eos_token_id", n, err, err_len, &rc);
+	if (rc)
+		return -1;
+	pbuf b = { 0 }, piece = { 0 };
+	int64_t unk = -1;
+	bool bytes = false;
+	for (uint64_t i = 0; i < n; i++) {
+		const gguf_str *s = &tokens->strs[i];
+		const int64_t ty = types ? gguf_arr_int(types, i) : GT_NORMAL;
+		if (s->len == 0 || memchr(s->s, 0, (size_t)s->len)) {
+			aah_errf(err, err_len, "token %llu is empty or holds a NUL byte", (unsigned long long)i);
+			goto fail;
+		}
+		if (ty < GT_NORMAL || ty > GT_BYTE) {
+			aah_errf(err, err_len, "token %llu has type %lld (not a llama.cpp token type)", (unsigned long long)i,
+			         (long long)ty);
+			goto fail;
+		}
+		if (ty == GT_UNKNOWN) {
+			if (unk >= 0) {
+				aah_errf(err, err_len, "tokens %lld and %llu both have the unknown type", (long long)unk,
+				         (unsigned long long)i);
+				goto fail;
+			}
+			unk = (int64_t)i;
+		}
+		bytes = bytes || ty == GT_BYTE;
+		piece.n = 0;
+		pb_bytes(&piece, 1, s->s, (size_t)s->len);
+		pb_float(&piece, 2, scores ? (float)gguf_arr_float(scores, i) : 0.0f);
+		pb_uint(&piece, 3, (uint64_t)ty);
+		if (piece.oom)
+			break;
+		pb_bytes(&b, 1, piece.p, piece.n);
+	}
+	if (!b.oom && !piece.oom && unk < 0) {
+		aah_errf(err, err_len, "a SentencePiece ('llama') tokenizer needs one token of the unknown type (2) in "
+		         "tokenizer.ggml.token_type");
+		goto fail;
+	}
+	pbuf spec = { 0 };
+	pb_uint(&spec, 3, 2);   /* model_type BPE */
+	pb_uint(&spec, 35, bytes);   /* byte_fallback */
+	pb_uint(&spec, 40, (uint64_t)unk);
+	pb_uint(&spec, 41, (uint64_t)(int64_t)bos);
+	pb_uint(&spec, 42, (uint64_t)(int64_t)eos);
+	pb_uint(&spec, 43, (uint64_t)(int64_t)-1);   /* pad_id: none */
+	pb_bytes(&spec, 45, tokens->strs[unk].s, (size_t)tokens->strs[unk].len);
+	if (bos >= 0)
+		pb_bytes(&spec, 46, tokens->strs[bos].s, (size_t)tokens->strs[bos].len);
+	if (eos >= 0)
+		pb_bytes(&spec, 47, tokens->strs[eos].s, (size_t)tokens->strs[eos].len);
+	pb_bytes(&b, 2, spec.p, spec.n);
+	bool spec_oom = spec.oom;
+	free(spec.p);
+	pbuf norm = { 0 };
+	pb_bytes(&norm, 1, "identity", 8);
+	pb_uint(&norm, 3, space_prefix);   /* add_dummy_prefix */
+	pb_uint(&norm, 4, 0);              /* remove_extra_whitespaces: llama.cpp keeps every space */
+	pb_uint(&norm, 5, 1);              /* escape_whitespaces: " " as "▁" */
+	pb_bytes(&b, 3, norm.p, norm.n);
+	spec_oom = spec_oom || norm.oom;
+	free(norm.p);
+	if (b.oom || piece.oom || spec_oom) {
+		aah_errf(err, err_len, "out of memory");
+		goto fail;
+	}
+	free(piece.p);
+	*out = b.p;
+	*out_len = b.n;
+	return 0;
+fail:
+	free(b.p);
+	free(piece.p);
+	return -1;
+}
+
+/* A SentencePiece ('llama') tokenizer. aah-convert quantize embeds the tokenizer.model bytes under GGUF_SPM_MODEL_KEY
+ * (llama.cpp ignores the key): that model when present, since its normalizer may be more than llama.cpp's reading;
+ * else the model rebuilt from the pieces as llama.cpp reads them (tg_spm_proto). Opened by sentencepiece either way. */
 static int tg_spm(tokenizer *t, const gguf_file *g, char *err, size_t err_len)
 {
 	const gguf_kv *m = gguf_find_kv(g, GGUF_SPM_MODEL_KEY);
-	if (!m || m->type != GGUF_TYPE_ARRAY || (m->arr_type != GGUF_TYPE_UINT8 && m->arr_type != GGUF_TYPE_INT8)) {
-		aah_errf(err, err_len, "a SentencePiece ('llama') tokenizer needs its model under '%s' (aah-convert quantize "
-		         "writes it; files without it are not supported)", GGUF_SPM_MODEL_KEY);
-		return -1;
+	if (m) {
+		if (m->type != GGUF_TYPE_ARRAY || (m->arr_type != GGUF_TYPE_UINT8 && m->arr_type != GGUF_TYPE_INT8)) {
+			aah_errf(err, err_len, "key '%s' must be an array of bytes (a tokenizer.model)", GGUF_SPM_MODEL_KEY);
+			return -1;
+		}
+		tok_spm *p = tok_spm_open_bytes(m->data, (size_t)m->n, err, err_len);
+		return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
 	}
-	tok_spm *p = tok_spm_open_bytes(m->data, (size_t)m->n, err, err_len);
+	unsigned char *proto;
+	size_t len;
+	if (tg_spm_proto(g, &proto, &len, err, err_len))
+		return -1;
+	tok_spm *p = tok_spm_open_bytes(proto, len, err, err_len);
+	free(proto);
 	return p ? tok_spm_load_opened(t, p, err, err_len) : -1;
 }
 

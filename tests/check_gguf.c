@@ -820,16 +820,43 @@ START_TEST(test_tokenizer_spm)
 	static const char *const texts[] = { "Once upon a time there was a little girl named Lily.", "  two  spaces\n\nand",
 	                                     "<s>control</s> pieces", "Ünïcödé 日本語 😀", "", "a", "\xff" };
 	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) same_ids(a, b, texts[i], strlen(texts[i]));
-	tokenizer_free(a);
 	tokenizer_free(b);
-	/* without the embedded model a SentencePiece GGUF is refused by name */
+	/* Without the embedded model (as llama.cpp's converter writes a 'llama' tokenizer: pieces, scores, types), the
+	 * model rebuilt from the pieces gives the same ids and the same BOS/EOS */
 	size_t len;
 	unsigned char *buf = read_all(path_in("tok.gguf"), &len);
 	unsigned char *k = memmem(buf, len, GGUF_SPM_MODEL_KEY, strlen(GGUF_SPM_MODEL_KEY));
 	ck_assert_ptr_nonnull(k);
 	k[0] = 'b';
+	tokenizer *c = tokenizer_from_gguf(buf, len, err, sizeof err);
+	ck_assert_msg(c, "%s", err);
+	ck_assert_int_eq(tokenizer_bos(a), tokenizer_bos(c));
+	ck_assert_int_eq(tokenizer_eos(a), tokenizer_eos(c));
+	ck_assert_int_eq(tokenizer_add_bos(a), tokenizer_add_bos(c));
+	static const char *const more[] = { " leading space", "trailing space ", "tabs\tand\r\nreturns", "<0x41> <unk>",
+	                                    "\xe2\x96\x81 the escape itself", "ABCDEFG xyz 0123456789 !?.,;:" };
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) same_ids(a, c, texts[i], strlen(texts[i]));
+	for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) same_ids(a, c, more[i], strlen(more[i]));
+	tokenizer_free(c);
+	tokenizer_free(a);
+	/* and what it needs is checked: the scores' type, one unknown token */
+	unsigned char *sk = memmem(buf, len, "tokenizer.ggml.scores", 21);
+	ck_assert_ptr_nonnull(sk);
+	unsigned char *at = sk + 21;   /* the value type (u32 ARRAY = 9), then the element type (u32 FLOAT32 = 6) */
+	ck_assert_int_eq(at[0], 9);
+	ck_assert_int_eq(at[4], 6);
+	at[4] = 5;   /* INT32: same width, wrong type */
 	ck_assert_ptr_null(tokenizer_from_gguf(buf, len, err, sizeof err));
-	ck_assert_msg(strstr(err, GGUF_SPM_MODEL_KEY), "%s", err);
+	ck_assert_msg(strstr(err, "tokenizer.ggml.scores"), "%s", err);
+	at[4] = 6;
+	unsigned char *tk = memmem(buf, len, "tokenizer.ggml.token_type", 25);
+	ck_assert_ptr_nonnull(tk);
+	ck_assert_int_eq(tk[25], 9);
+	unsigned char *ty = tk + 25 + 4 + 4 + 8;   /* the first token's type (<unk>: 2), int32 */
+	ck_assert_int_eq(ty[0], 2);
+	ty[0] = 1;
+	ck_assert_ptr_null(tokenizer_from_gguf(buf, len, err, sizeof err));
+	ck_assert_msg(strstr(err, "unknown type"), "%s", err);
 	free(buf);
 }
 END_TEST
