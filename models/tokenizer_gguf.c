@@ -91,6 +91,26 @@ static int tg_token_id(const gguf_file *g, const char *key, uint64_t n_tokens, i
 	return 0;
 }
 
+/* g's tokens (a non-empty array of strings) and token types (NULL when absent, else one int32 per token); -1 with err. */
+static int tg_token_arrays(const gguf_file *g, const gguf_kv **tokens, const gguf_kv **types, char *err,
+                           size_t err_len)
+{
+	const gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens"), *ty = gguf_find_kv(g, "tokenizer.ggml.token_type");
+	if (!tk || tk->type != GGUF_TYPE_ARRAY || tk->arr_type != GGUF_TYPE_STRING || tk->n == 0 || tk->n > (1u << 22)) {
+		aah_errf(err, err_len, "key 'tokenizer.ggml.tokens' must be a non-empty array of at most 2^22 strings");
+		return -1;
+	}
+	if (ty && (ty->type != GGUF_TYPE_ARRAY || ty->n != tk->n ||
+	           (ty->arr_type != GGUF_TYPE_INT32 && ty->arr_type != GGUF_TYPE_UINT32))) {
+		aah_errf(err, err_len, "key 'tokenizer.ggml.token_type' must be an array of %llu int32",
+		         (unsigned long long)tk->n);
+		return -1;
+	}
+	*tokens = tk;
+	*types = ty;
+	return 0;
+}
+
 /* Builds the tokenizer.json object of g's BPE tokenizer; NULL with err. */
 static json_t *tg_json(const gguf_file *g, char *err, size_t err_len)
 {
@@ -106,20 +126,10 @@ static json_t *tg_json(const gguf_file *g, char *err, size_t err_len)
 		         (int)(model.len > 32 ? 32 : model.len), model.s);
 		return NULL;
 	}
-	const gguf_kv *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
-	const gguf_kv *types = gguf_find_kv(g, "tokenizer.ggml.token_type");
+	const gguf_kv *tokens, *types;
+	if (tg_token_arrays(g, &tokens, &types, err, err_len))
+		return NULL;
 	const gguf_kv *merges = gguf_find_kv(g, "tokenizer.ggml.merges");
-	if (!tokens || tokens->type != GGUF_TYPE_ARRAY || tokens->arr_type != GGUF_TYPE_STRING || tokens->n == 0 ||
-	    tokens->n > (1u << 22)) {
-		aah_errf(err, err_len, "key 'tokenizer.ggml.tokens' must be a non-empty array of at most 2^22 strings");
-		return NULL;
-	}
-	if (types && (types->type != GGUF_TYPE_ARRAY || types->n != tokens->n ||
-	              (types->arr_type != GGUF_TYPE_INT32 && types->arr_type != GGUF_TYPE_UINT32))) {
-		aah_errf(err, err_len, "key 'tokenizer.ggml.token_type' must be an array of %llu int32",
-		         (unsigned long long)tokens->n);
-		return NULL;
-	}
 	if (!merges || merges->type != GGUF_TYPE_ARRAY || merges->arr_type != GGUF_TYPE_STRING) {
 		aah_errf(err, err_len, "key 'tokenizer.ggml.merges' must be an array of strings (a gpt2 tokenizer needs it)");
 		return NULL;
@@ -268,20 +278,11 @@ static int32_t tg_opt_id(const gguf_file *g, const char *key, uint64_t n, char *
  * sentencepiece reads it. Into *out (malloc'd); -1 with err. */
 static int tg_spm_proto(const gguf_file *g, unsigned char **out, size_t *out_len, char *err, size_t err_len)
 {
-	const gguf_kv *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
-	const gguf_kv *types = gguf_find_kv(g, "tokenizer.ggml.token_type");
-	const gguf_kv *scores = gguf_find_kv(g, "tokenizer.ggml.scores");
-	if (!tokens || tokens->type != GGUF_TYPE_ARRAY || tokens->arr_type != GGUF_TYPE_STRING || tokens->n == 0 ||
-	    tokens->n > (1u << 22)) {
-		aah_errf(err, err_len, "key 'tokenizer.ggml.tokens' must be a non-empty array of at most 2^22 strings");
+	const gguf_kv *tokens, *types;
+	if (tg_token_arrays(g, &tokens, &types, err, err_len))
 		return -1;
-	}
 	const uint64_t n = tokens->n;
-	if (types && (types->type != GGUF_TYPE_ARRAY || types->n != n ||
-	              (types->arr_type != GGUF_TYPE_INT32 && types->arr_type != GGUF_TYPE_UINT32))) {
-		aah_errf(err, err_len, "key 'tokenizer.ggml.token_type' must be an array of %llu int32", (unsigned long long)n);
-		return -1;
-	}
+	const gguf_kv *scores = gguf_find_kv(g, "tokenizer.ggml.scores");
 	if (scores && (scores->type != GGUF_TYPE_ARRAY || scores->n != n || scores->arr_type != GGUF_TYPE_FLOAT32)) {
 		aah_errf(err, err_len, "key 'tokenizer.ggml.scores' must be an array of %llu float32", (unsigned long long)n);
 		return -1;
