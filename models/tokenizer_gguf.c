@@ -262,15 +262,6 @@ static void pb_float(pbuf *b, uint32_t field, float f)
 	pb_put(b, t, 4);
 }
 
-/* Token id key (optional) of g as a piece index; -1 when absent. */
-static int32_t tg_opt_id(const gguf_file *g, const char *key, uint64_t n, char *err, size_t err_len, int *rc)
-{
-	int32_t id = -1;
-	if (tg_token_id(g, key, n, &id, err, err_len))
-		*rc = -1;
-	return id;
-}
-
 /* The ModelProto (sentencepiece_model.proto) that llama.cpp's reading of a 'llama' tokenizer stands for: every
  * token a piece with its score and type (llama.cpp's token types are SentencePiece's), BPE (llama.cpp merges by
  * score, as SentencePiece's BPE does), bytes as fallback when the file has byte tokens, and the normalizer llama.cpp
@@ -290,10 +281,9 @@ static int tg_spm_proto(const gguf_file *g, unsigned char **out, size_t *out_len
 	bool space_prefix = true;   /* llama.cpp's default for a 'llama' tokenizer */
 	if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &space_prefix, err, err_len) < 0)
 		return -1;
-	int rc = 0;
-	const int32_t bos = tg_opt_id(g, "tokenizer.ggml.bos_token_id", n, err, err_len, &rc),
-	              eos = tg_opt_id(g, "tokenizer.ggml.eos_token_id", n, err, err_len, &rc);
-	if (rc)
+	int32_t bos = -1, eos = -1;   /* left -1 when the keys are absent */
+	if (tg_token_id(g, "tokenizer.ggml.bos_token_id", n, &bos, err, err_len) ||
+	    tg_token_id(g, "tokenizer.ggml.eos_token_id", n, &eos, err, err_len))
 		return -1;
 	pbuf b = { 0 }, piece = { 0 };
 	int64_t unk = -1;
