@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bytebuf.h"
 #include "models/errf.h"
 #include "models/gguf.h"
 #include "models/gguf_model.h"
@@ -200,34 +201,9 @@ fail:
 
 /* ---- a SentencePiece model rebuilt from the GGUF's pieces ---- */
 
-/* A growing protobuf message (wire format: varint keys and lengths, 32-bit floats little-endian). */
-typedef struct pbuf {
-	unsigned char *p;
-	size_t n, cap;
-	bool oom;
-} pbuf;
-
-static void pb_put(pbuf *b, const void *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->n + n)
-			cap *= 2;
-		unsigned char *q = realloc(b->p, cap);
-		if (!q) {
-			b->oom = true;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-}
-
-static void pb_varint(pbuf *b, uint64_t v)
+/* A protobuf message grows in an aah_bytebuf (wire format: varint keys and lengths, 32-bit floats little-endian);
+ * a failed append is seen once, at the end, in its oom. */
+static void pb_varint(aah_bytebuf *b, uint64_t v)
 {
 	unsigned char t[10];
 	size_t n = 0;
@@ -235,23 +211,24 @@ static void pb_varint(pbuf *b, uint64_t v)
 		t[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
 		v >>= 7;
 	} while (v);
-	pb_put(b, t, n);
+	aah_bytebuf_put(b, t, n);
 }
 
-static void pb_uint(pbuf *b, uint32_t field, uint64_t v)   /* int32 -1 is its 64-bit two's complement, as protobuf's */
+/* int32 -1 is its 64-bit two's complement, as protobuf's */
+static void pb_uint(aah_bytebuf *b, uint32_t field, uint64_t v)
 {
 	pb_varint(b, (uint64_t)field << 3);
 	pb_varint(b, v);
 }
 
-static void pb_bytes(pbuf *b, uint32_t field, const void *s, size_t n)
+static void pb_bytes(aah_bytebuf *b, uint32_t field, const void *s, size_t n)
 {
 	pb_varint(b, (uint64_t)field << 3 | 2);
 	pb_varint(b, n);
-	pb_put(b, s, n);
+	aah_bytebuf_put(b, s, n);
 }
 
-static void pb_float(pbuf *b, uint32_t field, float f)
+static void pb_float(aah_bytebuf *b, uint32_t field, float f)
 {
 	unsigned char t[4];
 	uint32_t u;
@@ -259,7 +236,7 @@ static void pb_float(pbuf *b, uint32_t field, float f)
 	for (int i = 0; i < 4; i++)
 		t[i] = (unsigned char)(u >> (8 * i));
 	pb_varint(b, (uint64_t)field << 3 | 5);
-	pb_put(b, t, 4);
+	aah_bytebuf_put(b, t, 4);
 }
 
 /* The ModelProto (sentencepiece_model.proto) that llama.cpp's reading of a 'llama' tokenizer stands for: every
@@ -285,7 +262,7 @@ static int tg_spm_proto(const gguf_file *g, unsigned char **out, size_t *out_len
 	if (tg_token_id(g, "tokenizer.ggml.bos_token_id", n, &bos, err, err_len) ||
 	    tg_token_id(g, "tokenizer.ggml.eos_token_id", n, &eos, err, err_len))
 		return -1;
-	pbuf b = { 0 }, piece = { 0 };
+	aah_bytebuf b = { 0 }, piece = { 0 };
 	int64_t unk = -1;
 	bool bytes = false;
 	for (uint64_t i = 0; i < n; i++) {
@@ -322,7 +299,7 @@ static int tg_spm_proto(const gguf_file *g, unsigned char **out, size_t *out_len
 		         "tokenizer.ggml.token_type");
 		goto fail;
 	}
-	pbuf spec = { 0 };
+	aah_bytebuf spec = { 0 };
 	pb_uint(&spec, 3, 2);   /* model_type BPE */
 	pb_uint(&spec, 35, bytes);   /* byte_fallback */
 	pb_uint(&spec, 40, (uint64_t)unk);
@@ -336,26 +313,26 @@ static int tg_spm_proto(const gguf_file *g, unsigned char **out, size_t *out_len
 		pb_bytes(&spec, 47, tokens->strs[eos].s, (size_t)tokens->strs[eos].len);
 	pb_bytes(&b, 2, spec.p, spec.n);
 	bool spec_oom = spec.oom;
-	free(spec.p);
-	pbuf norm = { 0 };
+	aah_bytebuf_free(&spec);
+	aah_bytebuf norm = { 0 };
 	pb_bytes(&norm, 1, "identity", 8);
 	pb_uint(&norm, 3, space_prefix);   /* add_dummy_prefix */
 	pb_uint(&norm, 4, 0);              /* remove_extra_whitespaces: llama.cpp keeps every space */
 	pb_uint(&norm, 5, 1);              /* escape_whitespaces: " " as "▁" */
 	pb_bytes(&b, 3, norm.p, norm.n);
 	spec_oom = spec_oom || norm.oom;
-	free(norm.p);
+	aah_bytebuf_free(&norm);
 	if (b.oom || piece.oom || spec_oom) {
 		aah_errf(err, err_len, "out of memory");
 		goto fail;
 	}
-	free(piece.p);
+	aah_bytebuf_free(&piece);
 	*out = b.p;
 	*out_len = b.n;
 	return 0;
 fail:
-	free(b.p);
-	free(piece.p);
+	aah_bytebuf_free(&b);
+	aah_bytebuf_free(&piece);
 	return -1;
 }
 

@@ -1,6 +1,7 @@
 /* tests/check_base.c — Check suite for base/: the command-line number parsers (whole arguments only, ranges,
  * overflow, suffixes, both list grammars), the path predicates and aah_copy_file (bytes equal, never overwriting),
- * and the monotonic clock. */
+ * the monotonic clock, and the growing byte buffer (bytes kept through every growth, an impossible size refused and
+ * the refusal sticky). */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bytebuf.h"
 #include "base/clock.h"
 #include "base/fs.h"
 #include "base/parse_num.h"
@@ -118,6 +120,32 @@ START_TEST(test_clock)
 }
 END_TEST
 
+START_TEST(test_bytebuf)
+{
+	aah_bytebuf b = { 0 };
+	ck_assert_int_eq(aah_bytebuf_put(&b, "", 0), 0);
+	ck_assert_uint_eq(b.n, 0);
+	unsigned char want[20000];
+	for (size_t i = 0; i < sizeof want; i++)
+		want[i] = (unsigned char)(i * 7 + i / 256);
+	for (size_t at = 0; at < sizeof want;) {   /* appends of 1 … 1000 bytes across several doublings */
+		size_t n = at % 1000 + 1 < sizeof want - at ? at % 1000 + 1 : sizeof want - at;
+		ck_assert_int_eq(aah_bytebuf_put(&b, want + at, n), 0);
+		at += n;
+		ck_assert_uint_eq(b.n, at);
+		ck_assert(b.cap >= b.n);
+	}
+	ck_assert_mem_eq(b.p, want, sizeof want);
+	ck_assert_int_eq(aah_bytebuf_put(&b, want, SIZE_MAX - 8), -1);   /* no allocation can hold it */
+	ck_assert(b.oom);
+	ck_assert_int_eq(aah_bytebuf_put(&b, "x", 1), -1);               /* sticky: nothing after a failure */
+	ck_assert_uint_eq(b.n, sizeof want);
+	ck_assert_mem_eq(b.p, want, sizeof want);                        /* what came before is kept */
+	aah_bytebuf_free(&b);
+	ck_assert(!b.p && !b.n && !b.cap && !b.oom);
+}
+END_TEST
+
 static Suite *base_suite(void)
 {
 	Suite *s = suite_create("base");
@@ -127,6 +155,7 @@ static Suite *base_suite(void)
 	tcase_add_test(t, test_parse_lists);
 	tcase_add_test(t, test_fs);
 	tcase_add_test(t, test_clock);
+	tcase_add_test(t, test_bytebuf);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/bytebuf.h"
+
 /* Fill callbacks are handed chunks of this many bytes at most: big enough that write(2) and the callback's
  * per-call cost vanish, small enough to stay in L2/L3 on the way to the page cache. */
 #define STW_CHUNK_BYTES (4u << 20)
@@ -220,59 +222,31 @@ uint64_t st_writer_data_bytes(const st_writer *w)
 	return w->data_bytes;
 }
 
-/* A growable string for the header. */
-typedef struct stw_buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-} stw_buf;
-
-static void stw_buf_add(stw_buf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-}
-
-static void stw_buf_printf(stw_buf *b, const char *fmt, ...)
+static void stw_buf_printf(aah_bytebuf *b, const char *fmt, ...)
 {
 	char tmp[128];
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
 	va_end(ap);
-	stw_buf_add(b, tmp, (size_t)n);   /* only used for numbers: always fits */
+	aah_bytebuf_put(b, tmp, (size_t)n);   /* only used for numbers: always fits */
 }
 
 /* A JSON string literal: quotes, backslashes and control characters escaped; other bytes (UTF-8) as they are. */
-static void stw_buf_add_json_string(stw_buf *b, const char *s)
+static void stw_buf_add_json_string(aah_bytebuf *b, const char *s)
 {
-	stw_buf_add(b, "\"", 1);
+	aah_bytebuf_put(b, "\"", 1);
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
 		if (*p == '"' || *p == '\\') {
 			char e[2] = {'\\', (char)*p};
-			stw_buf_add(b, e, 2);
+			aah_bytebuf_put(b, e, 2);
 		} else if (*p < 0x20) {
 			stw_buf_printf(b, "\\u%04x", *p);
 		} else {
-			stw_buf_add(b, (const char *)p, 1);
+			aah_bytebuf_put(b, (const char *)p, 1);
 		}
 	}
-	stw_buf_add(b, "\"", 1);
+	aah_bytebuf_put(b, "\"", 1);
 }
 
 static int stw_cmp_name(const void *a, const void *b)
@@ -310,27 +284,27 @@ static int stw_write_all(int fd, const void *buf, size_t n)
 
 /* Builds the header JSON, padded with spaces to a multiple of 8. by_name: the tensors sorted by name.
  * Returns 0 with *out malloc'd (the caller frees it), or -1. */
-static int stw_build_header(st_writer *w, stw_tensor **by_name, stw_buf *out)
+static int stw_build_header(st_writer *w, stw_tensor **by_name, aah_bytebuf *out)
 {
-	stw_buf b = {0};
-	stw_buf_add(&b, "{", 1);
+	aah_bytebuf b = { 0 };
+	aah_bytebuf_put(&b, "{", 1);
 	bool first = true;
 	if (w->n_meta > 0) {
-		stw_buf_add(&b, "\"__metadata__\":{", 16);
+		aah_bytebuf_put(&b, "\"__metadata__\":{", 16);
 		for (int32_t i = 0; i < w->n_meta; i++) {
 			if (i)
-				stw_buf_add(&b, ",", 1);
+				aah_bytebuf_put(&b, ",", 1);
 			stw_buf_add_json_string(&b, w->meta[2 * i]);
-			stw_buf_add(&b, ":", 1);
+			aah_bytebuf_put(&b, ":", 1);
 			stw_buf_add_json_string(&b, w->meta[2 * i + 1]);
 		}
-		stw_buf_add(&b, "}", 1);
+		aah_bytebuf_put(&b, "}", 1);
 		first = false;
 	}
 	for (int32_t i = 0; i < w->n_t; i++) {
 		const stw_tensor *t = by_name[i];
 		if (!first)
-			stw_buf_add(&b, ",", 1);
+			aah_bytebuf_put(&b, ",", 1);
 		first = false;
 		stw_buf_add_json_string(&b, t->name);
 		stw_buf_printf(&b, ":{\"dtype\":\"%s\",\"shape\":[", stw_dtype_name(t->dtype));
@@ -339,17 +313,17 @@ static int stw_build_header(st_writer *w, stw_tensor **by_name, stw_buf *out)
 		stw_buf_printf(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->begin,
 		               (unsigned long long)(t->begin + t->nbytes));
 	}
-	stw_buf_add(&b, "}", 1);
-	while (!b.oom && b.len % 8 != 0)
-		stw_buf_add(&b, " ", 1);
+	aah_bytebuf_put(&b, "}", 1);
+	while (!b.oom && b.n % 8 != 0)
+		aah_bytebuf_put(&b, " ", 1);
 	if (b.oom) {
-		free(b.p);
+		aah_bytebuf_free(&b);
 		stw_fail(w, "%s: out of memory", w->path);
 		return -1;
 	}
-	if (b.len > ST_MAX_HEADER) {
-		free(b.p);
-		stw_fail(w, "%s: header of %zu bytes exceeds the %u-byte limit", w->path, b.len, ST_MAX_HEADER);
+	if (b.n > ST_MAX_HEADER) {
+		aah_bytebuf_free(&b);
+		stw_fail(w, "%s: header of %zu bytes exceeds the %u-byte limit", w->path, b.n, ST_MAX_HEADER);
 		return -1;
 	}
 	*out = b;
@@ -390,7 +364,7 @@ int st_writer_close(st_writer *w)
 	int rc = -1, fd = -1;
 	char *tmp_path = NULL;
 	void *chunk = NULL;
-	stw_buf header = {0};
+	aah_bytebuf header = { 0 };
 	stw_tensor **by_name = malloc(sizeof(*by_name) * (size_t)(w->n_t ? w->n_t : 1));
 	stw_tensor **by_layout = malloc(sizeof(*by_layout) * (size_t)(w->n_t ? w->n_t : 1));
 	size_t tmp_len = strlen(w->path) + 5;
@@ -426,8 +400,8 @@ int st_writer_close(st_writer *w)
 	}
 	unsigned char len_le[8];
 	for (int i = 0; i < 8; i++)
-		len_le[i] = (unsigned char)((uint64_t)header.len >> (8 * i));
-	if (stw_write_all(fd, len_le, 8) != 0 || stw_write_all(fd, header.p, header.len) != 0) {
+		len_le[i] = (unsigned char)((uint64_t)header.n >> (8 * i));
+	if (stw_write_all(fd, len_le, 8) != 0 || stw_write_all(fd, header.p, header.n) != 0) {
 		stw_fail(w, "%s: write: %s", tmp_path, strerror(errno));
 		goto done;
 	}
@@ -455,7 +429,7 @@ done:
 		close(fd);
 	if (rc != 0 && tmp_path)
 		unlink(tmp_path);
-	free(header.p);
+	aah_bytebuf_free(&header);
 	free(chunk);
 	free(tmp_path);
 	free(by_name);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bytebuf.h"
 #include "kernels/quant.h"
 #include "models/errf.h"
 #include "models/gguf.h"
@@ -22,8 +23,7 @@ typedef struct gw_tensor {
 } gw_tensor;
 
 struct gguf_writer {
-	unsigned char *kv;          /* the serialised key/value pairs */
-	size_t kv_len, kv_cap;
+	aah_bytebuf kv;             /* the serialised key/value pairs */
 	uint64_t n_kv;
 	char **keys;                /* (n_kv) for the duplicate check */
 	gw_tensor *t;
@@ -46,28 +46,16 @@ void gguf_writer_free(gguf_writer *w)
 	for (int32_t i = 0; i < w->n_t; i++)
 		free(w->t[i].name);
 	free(w->t);
-	free(w->kv);
+	aah_bytebuf_free(&w->kv);
 	free(w);
 }
 
 static int gw_put(gguf_writer *w, const void *p, size_t n)
 {
-	if (w->oom)
+	if (w->oom || aah_bytebuf_put(&w->kv, p, n)) {
+		w->oom = true;
 		return -1;
-	if (w->kv_len + n > w->kv_cap) {
-		size_t cap = w->kv_cap ? w->kv_cap : 4096;
-		while (cap < w->kv_len + n)
-			cap *= 2;
-		unsigned char *nb = realloc(w->kv, cap);
-		if (!nb) {
-			w->oom = true;
-			return -1;
-		}
-		w->kv = nb;
-		w->kv_cap = cap;
 	}
-	memcpy(w->kv + w->kv_len, p, n);
-	w->kv_len += n;
 	return 0;
 }
 
@@ -244,7 +232,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
 	gw_u32(&hdr, 3);
 	gw_u64(&hdr, (uint64_t)w->n_t);
 	gw_u64(&hdr, w->n_kv);
-	gw_put(&hdr, w->kv, w->kv_len);
+	gw_put(&hdr, w->kv.p, w->kv.n);
 	for (int32_t i = 0; i < w->n_t; i++) {
 		const gw_tensor *t = &w->t[i];
 		gw_string(&hdr, t->name, strlen(t->name));
@@ -255,7 +243,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
 		gw_u64(&hdr, t->offset);
 	}
 	if (hdr.oom) {
-		free(hdr.kv);
+		aah_bytebuf_free(&hdr.kv);
 		aah_errf(err, err_len, "%s: out of memory", path);
 		return -1;
 	}
@@ -290,7 +278,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
 		close(fd);
 		goto out;
 	}
-	if (gw_write_all(f, hdr.kv, hdr.kv_len) || gw_pad(f, hdr.kv_len))
+	if (gw_write_all(f, hdr.kv.p, hdr.kv.n) || gw_pad(f, hdr.kv.n))
 		goto io_fail;
 	uint64_t at = 0;
 	for (int32_t i = 0; i < w->n_t; i++) {
@@ -338,6 +326,6 @@ out:
 		free(tmp);
 	}
 	free(buf);
-	free(hdr.kv);
+	aah_bytebuf_free(&hdr.kv);
 	return rc;
 }
