@@ -375,6 +375,20 @@ static bool have_vnni(void)
 	return __builtin_cpu_supports("avx512vnni");
 }
 
+/* The packed kernels' tables, each tested where this CPU runs it (the loop tests' index). */
+static const struct {
+	const char *name;
+	cpu_qpack_fn (*kernel)(aah_dtype t);
+} qtables[2] = { { "avx512vnni", cpu_qpack_kernel_avx512 }, { "avx2", cpu_qpack_kernel_avx2 } };
+
+static bool have_qtable(int i)
+{
+	__builtin_cpu_init();
+	if (i == 0)
+		return have_vnni();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
 START_TEST(test_qpack_round_trip)
 {
 	rng_seed(505);
@@ -404,9 +418,12 @@ END_TEST
 
 /* nr rows of blocks w (row-major) packed and multiplied with the nc activation rows x through the packed kernel in
  * calls of every size; each result against reference (a), and the same bits in every call. */
-static void qpack_check(aah_dtype t, const uint8_t *w, int nr, const float *x, int nc, int64_t K, const char *what)
+static void qpack_check(int ti_, aah_dtype t, const uint8_t *w, int nr, const float *x, int nc, int64_t K,
+                        const char *what0)
 {
-	const cpu_qpack_fn kern = cpu_qpack_kernel_avx512(t);
+	const cpu_qpack_fn kern = qtables[ti_].kernel(t);
+	char what[64];
+	snprintf(what, sizeof what, "%s %s", qtables[ti_].name, what0);
 	ck_assert_ptr_nonnull(kern);
 	const aah_dtype at = cpu_quant_act_type(t);
 	const size_t rb = aah_dtype_row_bytes(t, K), as = cpu_qpack_act_row_bytes(t, K), qs = aah_dtype_row_bytes(at, K);
@@ -454,8 +471,8 @@ static void qpack_check(aah_dtype t, const uint8_t *w, int nr, const float *x, i
 
 START_TEST(test_qpack_kernels)
 {
-	if (!have_vnni()) {
-		printf("note: this CPU lacks AVX-512 VNNI; the packed kernels are skipped\n");
+	if (!have_qtable(_i)) {
+		printf("note: this CPU cannot run the %s packed kernels; skipped\n", qtables[_i].name);
 		return;
 	}
 	rng_seed(606);
@@ -466,12 +483,12 @@ START_TEST(test_qpack_kernels)
 			const int64_t K = Ks[ki];
 			if (K % aah_dtype_block_len(t))
 				continue;
-			const int nr = ki == 1 ? 16 : 11;   /* a whole group, and one that ends early */
+			const int nr = ki == 1 ? 16 : ki == 0 ? 11 : 5;   /* a whole group, one that ends early, one of half a group */
 			uint8_t *w = rand_blocks(t, K * nr);
 			float *x = rand_floats(CPU_QPACK_COLS * K, 1.0f);
 			for (int64_t i = 0; i < CPU_QPACK_COLS * K; i += 7)
 				x[i] *= 20.0f;
-			qpack_check(t, w, nr, x, CPU_QPACK_COLS, K, "random");
+			qpack_check(_i, t, w, nr, x, CPU_QPACK_COLS, K, "random");
 			free(w);
 			free(x);
 		}
@@ -482,7 +499,7 @@ END_TEST
  * unsigned), Q6_K scales of −128, every quant bit set or clear, against activations of ±127. */
 START_TEST(test_qpack_extremes)
 {
-	if (!have_vnni())
+	if (!have_qtable(_i))
 		return;
 	const int64_t K = 512;
 	float *x = malloc(2 * K * sizeof *x);
@@ -501,7 +518,7 @@ START_TEST(test_qpack_extremes)
 				uint8_t *blk = w + b * aah_dtype_block_bytes(t);
 				extreme_scales(t, blk);
 			}
-			qpack_check(t, w, CPU_QPACK_ROWS, x, 2, K, pattern ? "bits clear" : "bits set");
+			qpack_check(_i, t, w, CPU_QPACK_ROWS, x, 2, K, pattern ? "bits clear" : "bits set");
 			free(w);
 		}
 	}
@@ -509,12 +526,14 @@ START_TEST(test_qpack_extremes)
 }
 END_TEST
 
-/* The vectorized activation quantizer of the packed path against the portable one, bit for bit: random amplitudes,
+/* The vectorized activation quantizers of the packed paths against the portable one, bit for bit: random amplitudes,
  * exact ties of both signs (scale 1), blocks of zeros, NaN, infinities and the largest floats. */
-START_TEST(test_qpack_quantize_act_avx512)
+START_TEST(test_qpack_quantize_act_simd)
 {
-	if (!have_vnni())
+	if (!have_qtable(_i))
 		return;
+	void (*quantize)(aah_dtype, void *, const float *, int64_t) =
+		_i == 0 ? cpu_qpack_quantize_act_avx512 : cpu_qpack_quantize_act_avx2;
 	rng_seed(505);
 	const int64_t n = 512;
 	float *x = malloc(n * sizeof *x);
@@ -536,10 +555,10 @@ START_TEST(test_qpack_quantize_act_avx512)
 			}
 			memset(got, 0xa5, bytes);
 			memset(want, 0xa5, bytes);
-			cpu_qpack_quantize_act_avx512(ts[ti], got, x, n);
+			quantize(ts[ti], got, x, n);
 			cpu_qpack_quantize_act(ts[ti], want, x, n);
-			CHECK(!memcmp(got, want, bytes), "%s trial %d: the AVX-512 activation blocks differ from the portable ones",
-			      aah_dtype_name(ts[ti]), trial);
+			CHECK(!memcmp(got, want, bytes), "%s trial %d: the %s activation blocks differ from the portable ones",
+			      aah_dtype_name(ts[ti]), trial, qtables[_i].name);
 		}
 		free(got);
 		free(want);
@@ -653,9 +672,9 @@ static Suite *quant_suite(void)
 	tc = tcase_create("packed");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_qpack_round_trip);
-	tcase_add_test(tc, test_qpack_kernels);
-	tcase_add_test(tc, test_qpack_extremes);
-	tcase_add_test(tc, test_qpack_quantize_act_avx512);
+	tcase_add_loop_test(tc, test_qpack_kernels, 0, 2);
+	tcase_add_loop_test(tc, test_qpack_extremes, 0, 2);
+	tcase_add_loop_test(tc, test_qpack_quantize_act_simd, 0, 2);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("backend");

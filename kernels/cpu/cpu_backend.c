@@ -117,7 +117,7 @@ static int cpu_weight_import(aah_backend *b, aah_tensor *out, const void *host, 
 	if (rows <= 1)
 		return 0;
 	cpu_ctx *c = ctx_of(b);
-	const bool qpack = blocks && c->qpack && cpu_qpack_has(type);
+	const bool qpack = blocks && c->qpack_kernel && c->qpack_kernel(type);
 	const int64_t groups = (rows + CPU_QPACK_ROWS - 1) / CPU_QPACK_ROWS;
 	/* 2 MiB aligned and advised into huge pages: a 4B model's 8 GB fault in 4096 pieces instead of 2 million */
 	const size_t huge = 2u << 20,
@@ -529,7 +529,15 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 	const char *qm = getenv("AAH_CPU_QUANT_MATMUL");
 	c->quant_f32 = qm && !strcmp(qm, "f32");
 	const char *qp = getenv("AAH_CPU_QPACK");
-	c->qpack = c->qk == &cpu_qkernels_avx512 && !c->quant_f32 && !(qp && !strcmp(qp, "0"));
+	if (!c->quant_f32 && !(qp && !strcmp(qp, "0"))) {
+		if (c->qk == &cpu_qkernels_avx512) {
+			c->qpack_kernel = cpu_qpack_kernel_avx512;
+			c->qpack_act = cpu_qpack_quantize_act_avx512;
+		} else if (c->qk == &cpu_qkernels_avx2) {
+			c->qpack_kernel = cpu_qpack_kernel_avx2;
+			c->qpack_act = cpu_qpack_quantize_act_avx2;
+		}
+	}
 	c->tp = threadpool_init(n);
 	if (!c->tp) {
 		free(b);

@@ -9,6 +9,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_qpack.h"
 #include "kernels/cpu/cpu_quant.h"
 #include "kernels/cpu/threadpool.h"
 
@@ -44,9 +45,11 @@ typedef struct cpu_ctx {
 	cpu_buf att_k, att_v, att_units, att_meas;
 	cpu_buf qact;       /* matmul's activations quantized for a block-quantized weight (cpu_quant_matmul.c) */
 	bool quant_f32;     /* AAH_CPU_QUANT_MATMUL=f32: those products as exact f32 references instead */
-	/* Block-quantized matrices packed 16 rows at a time for the AVX-512 VNNI kernels (cpu_qpack.h): with that table,
-	 * unless quant_f32 or AAH_CPU_QPACK=0 (the row-major dots instead, for comparison) */
-	bool qpack;
+	/* Block-quantized matrices packed 16 rows at a time (cpu_qpack.h): the packed products of this CPU (AVX-512 VNNI,
+	 * else AVX2), and the activation quantizer they read; NULL (the row-major dots) without AVX2, with quant_f32, or
+	 * with AAH_CPU_QPACK=0 (for comparison) */
+	cpu_qpack_fn (*qpack_kernel)(aah_dtype t);
+	void (*qpack_act)(aah_dtype t, void *dst, const float *x, int64_t n);
 	cpu_buf qrow;       /* get_rows: a packed row's blocks */
 } cpu_ctx;
 

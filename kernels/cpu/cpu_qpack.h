@@ -63,8 +63,9 @@ void cpu_qpack_unpack_row(aah_dtype t, void *dst, const void *group, int r, int6
  * of t's block length): the quants, scales and sums exactly as cpu_quantize_act's. */
 size_t cpu_qpack_act_row_bytes(aah_dtype t, int64_t n);
 void cpu_qpack_quantize_act(aah_dtype t, void *dst, const float *x, int64_t n);
-/* The same bits, Q8_0 / Q4_0's rows vectorized (AVX-512: only where the packed kernels run). */
+/* The same bits, Q8_0 / Q4_0's rows vectorized (AVX-512, AVX2: only where their packed kernels run). */
 void cpu_qpack_quantize_act_avx512(aah_dtype t, void *dst, const float *x, int64_t n);
+void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t n);
 
 /* out[c·ldo + r] = Σ over the nb blocks of the dot of group row r with activation row c (at (char *)a + c·as) for
  * c < nc ≤ CPU_QPACK_COLS and r < nr ≤ 16. Each row's operations (the exact integer sums of a block, then one float
@@ -73,5 +74,7 @@ void cpu_qpack_quantize_act_avx512(aah_dtype t, void *dst, const float *x, int64
 typedef void (*cpu_qpack_fn)(int64_t nb, int nc, int nr, float *out, int64_t ldo, const void *group, const void *a,
                              size_t as, size_t prefetch);
 cpu_qpack_fn cpu_qpack_kernel_avx512(aah_dtype t);
+/* The same products with AVX2 (cpu_qpack_avx2.c), for CPUs without AVX-512 VNNI: the same bits. */
+cpu_qpack_fn cpu_qpack_kernel_avx2(aah_dtype t);
 
 #endif

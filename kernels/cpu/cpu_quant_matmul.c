@@ -47,7 +47,7 @@ static void qmm_quantize_worker(void *p, int32_t ti, int32_t nt)
 	for (int64_t i = lo; i < hi; i++) {
 		char *dst = j->xq + (size_t)i * j->xq_stride;
 		if (j->kern)
-			cpu_qpack_quantize_act_avx512(j->w->type, dst, j->x + i * j->w->cols, j->w->cols);
+			j->c->qpack_act(j->w->type, dst, j->x + i * j->w->cols, j->w->cols);
 		else
 			cpu_quantize_act(j->act, dst, j->x + i * j->w->cols, j->w->cols);
 	}
@@ -156,7 +156,7 @@ void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const a
 		 * 32 KiB of groups, each reused by every activation row while in cache */
 		int64_t gb = n <= CPU_QPACK_COLS ? INT64_MAX / 2 : (32 << 10) / (int64_t)gs,
 		        tb = (512 << 10) / (int64_t)xs / CPU_QPACK_COLS * CPU_QPACK_COLS;
-		qmm_job j = { out, x, c->qact.p, xs, n, AAH_DTYPE_F32, w, gs, NULL, cpu_qpack_kernel_avx512(w->type),
+		qmm_job j = { out, x, c->qact.p, xs, n, AAH_DTYPE_F32, w, gs, NULL, c->qpack_kernel(w->type),
 		              gb < 1 ? 1 : gb, tb < CPU_QPACK_COLS ? CPU_QPACK_COLS : tb, c };
 		qmm_run(c, &j, qpack_worker);
 		return;
