@@ -20,7 +20,8 @@
 
 /* How far ahead of the row being multiplied its weight stream is prefetched, in bytes (the hardware prefetcher alone
  * leaves a decode step latency-bound at a third of the bandwidth; measured best about 1-2 KiB ahead); for the packed
- * kernels, into L1 (they add a further one into L2: cpu_qpack_avx512.c), 2 KiB measured best. */
+ * kernels, into L1 (the VNNI ones add a further one into L2, cpu_qpack_avx512.c; the AVX2 ones measured better
+ * without, cpu_qpack_avx2.c), 2 KiB measured best. */
 #define QMM_PREFETCH_BYTES 1024
 #define QPACK_PREFETCH_BYTES 2048
 
