@@ -713,7 +713,7 @@ static void same_ids(const tokenizer *a, const tokenizer *b, const char *s, size
 	static int32_t ia[1 << 16], ib[1 << 16];
 	for (int add = 0; add < 2; add++) {
 		int64_t na = encode(a, s, n, add, ia, 1 << 16), nb = encode(b, s, n, add, ib, 1 << 16);
-		ck_assert_msg(na == nb, "'%.40s': %lld ids from tokenizer.json, %lld from the GGUF", s, (long long)na,
+		ck_assert_msg(na == nb, "'%.40s': %lld ids from the directory, %lld from the GGUF", s, (long long)na,
 		              (long long)nb);
 		if (na > 0) {
 			ck_assert_msg(!memcmp(ia, ib, (size_t)na * sizeof *ia), "'%.40s': the ids differ", s);
@@ -805,12 +805,14 @@ START_TEST(test_tokenizer_refusals)
 }
 END_TEST
 
-/* A SentencePiece tokenizer (the trained run's tokenizer.model) travels inside the GGUF and gives the same ids. */
-START_TEST(test_tokenizer_spm)
+/* The SentencePiece tokenizer of dir (its tokenizer.model) travels inside a GGUF and gives the same ids, embedded and
+ * rebuilt from the pieces as llama.cpp's converter writes a 'llama' tokenizer (pieces, scores, types, no model);
+ * returns the GGUF's bytes (*len) for the caller to take apart. */
+static unsigned char *spm_roundtrip(const char *dir, size_t *len)
 {
-	tokenizer_gguf("runs/aah", path_in("tok.gguf"));
+	tokenizer_gguf(dir, path_in("tok.gguf"));
 	char err[512];
-	tokenizer *a = tokenizer_load("runs/aah", err, sizeof err);
+	tokenizer *a = tokenizer_load(dir, err, sizeof err);
 	ck_assert_msg(a, "%s", err);
 	tokenizer *b = tokenizer_load(path_in("tok.gguf"), err, sizeof err);
 	ck_assert_msg(b, "%s", err);
@@ -821,24 +823,31 @@ START_TEST(test_tokenizer_spm)
 	                                     "<s>control</s> pieces", "Ünïcödé 日本語 😀", "", "a", "\xff" };
 	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) same_ids(a, b, texts[i], strlen(texts[i]));
 	tokenizer_free(b);
-	/* Without the embedded model (as llama.cpp's converter writes a 'llama' tokenizer: pieces, scores, types), the
-	 * model rebuilt from the pieces gives the same ids and the same BOS/EOS */
-	size_t len;
-	unsigned char *buf = read_all(path_in("tok.gguf"), &len);
-	unsigned char *k = memmem(buf, len, GGUF_SPM_MODEL_KEY, strlen(GGUF_SPM_MODEL_KEY));
+	unsigned char *buf = read_all(path_in("tok.gguf"), len);
+	unsigned char *k = memmem(buf, *len, GGUF_SPM_MODEL_KEY, strlen(GGUF_SPM_MODEL_KEY));
 	ck_assert_ptr_nonnull(k);
 	k[0] = 'b';
-	tokenizer *c = tokenizer_from_gguf(buf, len, err, sizeof err);
+	tokenizer *c = tokenizer_from_gguf(buf, *len, err, sizeof err);
 	ck_assert_msg(c, "%s", err);
 	ck_assert_int_eq(tokenizer_bos(a), tokenizer_bos(c));
 	ck_assert_int_eq(tokenizer_eos(a), tokenizer_eos(c));
 	ck_assert_int_eq(tokenizer_add_bos(a), tokenizer_add_bos(c));
 	static const char *const more[] = { " leading space", "trailing space ", "tabs\tand\r\nreturns", "<0x41> <unk>",
-	                                    "\xe2\x96\x81 the escape itself", "ABCDEFG xyz 0123456789 !?.,;:" };
+	                                    "\xe2\x96\x81 the escape itself", "ABCDEFG xyz 0123456789 !?.,;:",
+	                                    "   ", "\n", "x\xe2\x96\x81\xe2\x96\x81y" };
 	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) same_ids(a, c, texts[i], strlen(texts[i]));
 	for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) same_ids(a, c, more[i], strlen(more[i]));
 	tokenizer_free(c);
 	tokenizer_free(a);
+	return buf;
+}
+
+/* The trained run's tokenizer.model (no dummy prefix). */
+START_TEST(test_tokenizer_spm)
+{
+	size_t len;
+	unsigned char *buf = spm_roundtrip("runs/aah", &len);
+	char err[512];
 	/* and what it needs is checked: the scores' type, one unknown token */
 	unsigned char *sk = memmem(buf, len, "tokenizer.ggml.scores", 21);
 	ck_assert_ptr_nonnull(sk);
@@ -857,6 +866,43 @@ START_TEST(test_tokenizer_spm)
 	ty[0] = 1;
 	ck_assert_ptr_null(tokenizer_from_gguf(buf, len, err, sizeof err));
 	ck_assert_msg(strstr(err, "unknown type"), "%s", err);
+	free(buf);
+}
+END_TEST
+
+/* A tokenizer.model made as Llama 2's was (tests/data/spm-llama2/README.md: BPE, byte fallback, digits split, the
+ * dummy "▁" prefix, every space kept): the rebuilt model adds the prefix as tokenizer.ggml.add_space_prefix says. */
+START_TEST(test_tokenizer_spm_llama2)
+{
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/spm-llama2", testdata());
+	size_t len;
+	unsigned char *buf = spm_roundtrip(dir, &len);
+	unsigned char *k = memmem(buf, len, "tokenizer.ggml.add_space_prefix", 31);
+	ck_assert_ptr_nonnull(k);
+	ck_assert_int_eq(k[31], 7);   /* BOOL */
+	ck_assert_int_eq(k[35], 1);   /* true, from the model's normalizer */
+	/* the prefix is a space put in front: with the key false, " " + s gives the ids s gave with it */
+	char err[512];
+	tokenizer *t = tokenizer_from_gguf(buf, len, err, sizeof err);
+	ck_assert_msg(t, "%s", err);
+	k[35] = 0;
+	tokenizer *u = tokenizer_from_gguf(buf, len, err, sizeof err);
+	ck_assert_msg(u, "%s", err);
+	static const char *const texts[] = { "a", "Once upon a time", "  two", "0123 45", "\n x" };
+	static int32_t i1[256], i2[256];
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+		char sp[64];
+		snprintf(sp, sizeof sp, " %s", texts[i]);
+		const int64_t n1 = encode(t, texts[i], strlen(texts[i]), false, i1, 256);
+		const int64_t n2 = encode(u, sp, strlen(sp), false, i2, 256);
+		ck_assert_msg(n1 > 0 && n1 == n2 && !memcmp(i1, i2, (size_t)n1 * sizeof *i1), "'%s'", texts[i]);
+	}
+	ck_assert_int_eq(encode(t, "a", 1, false, i1, 256), 1);
+	ck_assert_int_eq(encode(u, "a", 1, false, i2, 256), 1);
+	ck_assert_int_ne(i1[0], i2[0]);   /* "▁a" against "a" */
+	tokenizer_free(u);
+	tokenizer_free(t);
 	free(buf);
 }
 END_TEST
@@ -888,6 +934,7 @@ static Suite *gguf_suite(void)
 	tcase_add_test(t, test_tokenizer_qwen3);
 	tcase_add_test(t, test_tokenizer_refusals);
 	tcase_add_test(t, test_tokenizer_spm);
+	tcase_add_test(t, test_tokenizer_spm_llama2);
 	suite_add_tcase(s, t);
 	return s;
 }
