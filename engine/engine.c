@@ -747,7 +747,7 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 	const aah_backend_iface *f = &b->iface;
 	const model_config *c = &e->cfg;
 	const int32_t hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const float scale = model_config_score_scale(c) / sqrtf((float)hd);   /* YaRN's attention factor, squared */
 
 	/* A decode step (every span one new token, none a probe) is one launch sequence per batch size n, which a backend
 	 * may record once and replay (CUDA graphs: backend.h's step_begin and step_end around the layers). When step_end

@@ -178,6 +178,54 @@ static int gm_copy_float(json_t *o, const gguf_file *g, const char *gkey, const 
 	return 0;
 }
 
+/* llama.cpp's YaRN keys into rs, the config.json rope_scaling they stand for: original_context_length; beta_fast /
+ * beta_slow (32 and 1 when absent); the attention factor, which llama.cpp's rope kernel computes as attn_factor ·
+ * (0.1·ln(factor) + 1) with attn_factor 1 unless rope.scaling.yarn_attn_factor says. An extrapolation factor other
+ * than 1, a log multiplier (DeepSeek's mscale) or a rope.scaling.attn_factor other than 1 is refused. */
+static int gm_yarn(json_t *rs, const gguf_file *g, const char *a, double factor, const char *file, char *err,
+                   size_t err_len)
+{
+	char k[128], msg[256];
+	snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", a);
+	if (gm_copy_int(rs, g, k, "original_max_position_embeddings", false, file, err, err_len))
+		return -1;
+	snprintf(k, sizeof k, "%s.rope.scaling.yarn_beta_fast", a);
+	if (gm_copy_float(rs, g, k, "beta_fast", file, err, err_len))
+		return -1;
+	snprintf(k, sizeof k, "%s.rope.scaling.yarn_beta_slow", a);
+	if (gm_copy_float(rs, g, k, "beta_slow", file, err, err_len))
+		return -1;
+	static const struct { const char *suffix; double def; } unsupported[] = {
+		{ "rope.scaling.yarn_ext_factor", 1.0 }, { "rope.scaling.yarn_log_multiplier", 0.0 },
+		{ "rope.scaling.attn_factor", 1.0 } };
+	for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
+		double v;
+		snprintf(k, sizeof k, "%s.%s", a, unsupported[i].suffix);
+		int r = gguf_get_float(g, k, &v, msg, sizeof msg);
+		if (r < 0) {
+			aah_errf(err, err_len, "%s: %s", file, msg);
+			return -1;
+		}
+		if (r == 1 && v != unsupported[i].def) {
+			aah_errf(err, err_len, "%s: %s %g is not supported (only %g)", file, k, v, unsupported[i].def);
+			return -1;
+		}
+	}
+	double af = 1;
+	snprintf(k, sizeof k, "%s.rope.scaling.yarn_attn_factor", a);
+	int r = gguf_get_float(g, k, &af, msg, sizeof msg);
+	if (r < 0) {
+		aah_errf(err, err_len, "%s: %s", file, msg);
+		return -1;
+	}
+	if (r == 1 && !(af > 0 && af < 1e30)) {
+		aah_errf(err, err_len, "%s: %s is %g, must be a positive number", file, k, af);
+		return -1;
+	}
+	json_object_set_new(rs, "attention_factor", json_real(af * model_config_yarn_mscale(factor)));
+	return 0;
+}
+
 /* llama.cpp's rope_freqs tensor (its converter writes one for Llama 3.1's rope scaling): head_dim / 2 positive f32
  * factors, each frequency divided by its own (as llama.cpp's RoPE divides θ), into c. */
 static int gm_rope_factors(model_config *c, const gguf_tensor_info *ti, const char *file, char *err, size_t err_len)
@@ -282,8 +330,9 @@ static json_t *gm_config_json(const gguf_file *g, const char *file, char *err, s
 	r = gguf_get_str(g, k, &st, msg, sizeof msg);
 	if (r < 0) goto fail_msg;
 	if (r == 1 && !(st.len == 4 && !memcmp(st.s, "none", 4))) {
-		if (!(st.len == 6 && !memcmp(st.s, "linear", 6))) {
-			aah_errf(err, err_len, "%s: %s '%.*s' is not supported (only none and linear)", file, k,
+		const bool yarn = st.len == 4 && !memcmp(st.s, "yarn", 4);
+		if (!yarn && !(st.len == 6 && !memcmp(st.s, "linear", 6))) {
+			aah_errf(err, err_len, "%s: %s '%.*s' is not supported (only none, linear and yarn)", file, k,
 			         (int)(st.len > 32 ? 32 : st.len), st.s);
 			goto fail;
 		}
@@ -292,13 +341,15 @@ static json_t *gm_config_json(const gguf_file *g, const char *file, char *err, s
 		r = gguf_get_float(g, k, &f, msg, sizeof msg);
 		if (r < 0) goto fail_msg;
 		if (r == 0) {
-			aah_errf(err, err_len, "%s: linear rope scaling without '%s'", file, k);
+			aah_errf(err, err_len, "%s: %s rope scaling without '%s'", file, yarn ? "yarn" : "linear", k);
 			goto fail;
 		}
 		json_t *rs = json_object();
-		json_object_set_new(rs, "rope_type", json_string("linear"));
+		json_object_set_new(rs, "rope_type", json_string(yarn ? "yarn" : "linear"));
 		json_object_set_new(rs, "factor", json_real(f));
 		json_object_set_new(o, "rope_scaling", rs);
+		if (yarn && gm_yarn(rs, g, a, f, file, err, err_len))
+			goto fail;
 	}
 	/* the vocabulary is token_embd's row count (llama.cpp's tokens array may be padded or not) */
 	const gguf_tensor_info *emb = gguf_find_tensor(g, "token_embd.weight");

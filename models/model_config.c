@@ -159,7 +159,8 @@ static int cfg_arch(const cfg_reader *r, model_config *c, bool *is_mistral)
 	return 0;
 }
 
-/* rope_scaling: null, default, linear or llama3; anything else (yarn, dynamic, longrope, …) is refused. */
+/* rope_scaling: null, default, linear, llama3 or yarn; anything else (dynamic, longrope, …) is refused. Called after
+ * max_position_embeddings is read (yarn's defaults come from it). */
 static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 {
 	json_t *rs = json_object_get(r->obj, "rope_scaling");
@@ -168,6 +169,10 @@ static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 	c->rope_low_freq_factor = 1.0f;
 	c->rope_high_freq_factor = 1.0f;
 	c->rope_original_max_pos = 0;
+	c->rope_beta_fast = 32.0f;
+	c->rope_beta_slow = 1.0f;
+	c->rope_truncate = true;
+	c->rope_attn_factor = 1.0f;
 	if (!rs || json_is_null(rs)) return 0;
 	if (!json_is_object(rs)) {
 		aah_errf(r->err, r->err_len, "%s: 'rope_scaling' must be an object or null, not %s", r->file,
@@ -208,7 +213,35 @@ static int cfg_rope_scaling(const cfg_reader *r, model_config *c)
 		c->rope_high_freq_factor = (float)high;
 		return 0;
 	}
-	aah_errf(r->err, r->err_len, "%s: rope_scaling type '%.32s' is not supported (only linear, llama3)", r->file, t);
+	if (!strcmp(t, "yarn")) {
+		/* Hugging Face's _compute_yarn_parameters: original_max_position_embeddings defaults to the model's, factor to
+		 * max_position_embeddings over it; attention_factor to 0.1·ln(factor) + 1; beta_fast 32, beta_slow 1 */
+		double attn, fast, slow;
+		if (cfg_int(&sub, "original_max_position_embeddings", false, c->max_position_embeddings, 1, CFG_MAX_SIZE,
+		            &c->rope_original_max_pos) ||
+		    cfg_num(&sub, "factor", (double)c->max_position_embeddings / c->rope_original_max_pos, &factor) ||
+		    cfg_num(&sub, "attention_factor", 0, &attn) || cfg_num(&sub, "beta_fast", 32, &fast) ||
+		    cfg_num(&sub, "beta_slow", 1, &slow) || cfg_bool(&sub, "truncate", true, &c->rope_truncate))
+			return -1;
+		if (json_object_get(rs, "mscale") || json_object_get(rs, "mscale_all_dim")) {
+			aah_errf(r->err, r->err_len, "%s: yarn rope_scaling with 'mscale' / 'mscale_all_dim' (DeepSeek's variant) "
+			         "is not supported", r->file);
+			return -1;
+		}
+		if (!(fast > slow)) {
+			aah_errf(r->err, r->err_len, "%s: rope_scaling 'beta_fast' %g must exceed 'beta_slow' %g", r->file, fast,
+			         slow);
+			return -1;
+		}
+		c->rope_scaling = MODEL_ROPE_YARN;
+		c->rope_factor = (float)factor;
+		c->rope_beta_fast = (float)fast;
+		c->rope_beta_slow = (float)slow;
+		c->rope_attn_factor = (float)(attn > 0 ? attn : model_config_yarn_mscale(factor));
+		return 0;
+	}
+	aah_errf(r->err, r->err_len, "%s: rope_scaling type '%.32s' is not supported (only linear, llama3, yarn)", r->file,
+	         t);
 	return -1;
 }
 
@@ -386,13 +419,44 @@ static double llama3_divisor(const model_config *c, double f)
 	return 1;
 }
 
+double model_config_yarn_mscale(double factor)
+{
+	return factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0;
+}
+
+float model_config_score_scale(const model_config *c)
+{
+	return c->rope_scaling == MODEL_ROPE_YARN ? c->rope_attn_factor * c->rope_attn_factor : 1.0f;
+}
+
+/* YaRN's blend for frequency j: the dimension where a frequency turns `rot` times over the original context is
+ * d·ln(L / (2π·rot)) / (2 ln θ); from the one of beta_fast (low) to the one of beta_slow (high) the weight of the
+ * unscaled frequency falls linearly from 1 to 0 (Hugging Face's linear_ramp_factor, llama.cpp's rope_yarn_ramp). */
+static double yarn_keep(const model_config *c, int j)
+{
+	const double pi = 3.14159265358979323846, d = c->head_dim, L = c->rope_original_max_pos;
+	const double lt = 2 * log((double)c->rope_theta);
+	double low = d * log(L / (2 * pi * c->rope_beta_fast)) / lt, high = d * log(L / (2 * pi * c->rope_beta_slow)) / lt;
+	if (c->rope_truncate)
+		low = floor(low), high = ceil(high);
+	low = fmax(low, 0);
+	high = fmin(high, d - 1);
+	if (low == high)
+		high += 0.001;   /* as both do: no division by zero */
+	const double ramp = fmin(fmax((j - low) / (high - low), 0), 1);
+	return 1 - ramp;
+}
+
 void model_config_rope_freqs(const model_config *c, float *inv_freq)
 {
 	int half = c->head_dim / 2;
 	for (int j = 0; j < half; j++) {
 		/* inv_freq[j] = theta^(-2j / head_dim) */
 		double f = pow((double)c->rope_theta, -2.0 * j / c->head_dim);
-		if (c->rope_scaling == MODEL_ROPE_LINEAR)
+		if (c->rope_scaling == MODEL_ROPE_YARN) {
+			const double keep = yarn_keep(c, j);
+			f = f / c->rope_factor * (1 - keep) + f * keep;
+		} else if (c->rope_scaling == MODEL_ROPE_LINEAR)
 			f /= c->rope_factor;
 		else if (c->rope_scaling == MODEL_ROPE_LLAMA3)
 			f /= llama3_divisor(c, f);

@@ -579,6 +579,108 @@ START_TEST(test_llama31_rope_freqs)
 }
 END_TEST
 
+/* tmpdir/src/config.json's rope_scaling set to the Python literal rs. */
+static void set_rope_scaling(const char *rs)
+{
+	char cmd[1600];
+	snprintf(cmd, sizeof cmd, "cd %s/src && /usr/bin/python3 -c \"import json; c = json.load(open('config.json')); "
+	         "c['rope_scaling'] = %s; json.dump(c, open('config.json', 'w'))\"", tmpdir, rs);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+	double worst = 0;
+	for (size_t i = 0; i < n; i++)
+		worst = fmax(worst, fabs((double)a[i] - b[i]));
+	return worst;
+}
+
+/* YaRN (Qwen3's long-context recipe): a config.json's rope_scaling (Hugging Face's semantics) and the GGUF written
+ * from it (llama.cpp's keys) give the same logits, the GGUF's against gguf_ref.py's float64 forward, which computes
+ * YaRN as ggml's rope does from those keys alone; with a given attention factor and betas too. */
+START_TEST(test_yarn)
+{
+	make_model("qwen3", "0");
+	int32_t V0, V1, V2;
+	float *plain = engine_logits(path_in("src"), &V0);
+	/* original context 32 at θ 1e6, d 64: the ramp runs over dimensions 0 … 4, so every branch is taken */
+	set_rope_scaling("{'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32}");
+	float *scaled = engine_logits(path_in("src"), &V1);
+	ck_assert_int_eq(V0, V1);
+	const size_t n = (size_t)N_PROMPT * (size_t)V1;
+	const double moved = max_diff(plain, scaled, n);
+	ck_assert_msg(moved > 1e-2, "yarn changed the logits by only %.3g: the test shows nothing", moved);
+	check_type("qwen3", "bf16", false);
+	float *gg = engine_logits(path_in("m-bf16.gguf"), &V2);
+	ck_assert_int_eq(V1, V2);
+	double worst = max_diff(gg, scaled, n);
+	ck_assert_msg(worst < 1e-4, "yarn GGUF against its source: max |logit diff| %.3g", worst);
+	size_t len;
+	unsigned char *buf = read_all(path_in("m-bf16.gguf"), &len);
+	gguf_file g;
+	char err[512];
+	ck_assert(gguf_parse(&g, buf, len, err, sizeof err) == 0);
+	gguf_str st;
+	double f;
+	int64_t orig;
+	ck_assert_int_eq(gguf_get_str(&g, "qwen3.rope.scaling.type", &st, err, sizeof err), 1);
+	ck_assert(st.len == 4 && !memcmp(st.s, "yarn", 4));
+	ck_assert_int_eq(gguf_get_float(&g, "qwen3.rope.scaling.factor", &f, err, sizeof err), 1);
+	ck_assert_double_eq(f, 4.0);
+	ck_assert_int_eq(gguf_get_int(&g, "qwen3.rope.scaling.original_context_length", &orig, err, sizeof err), 1);
+	ck_assert_int_eq(orig, 32);
+	ck_assert_int_eq(gguf_get_float(&g, "qwen3.rope.scaling.yarn_attn_factor", &f, err, sizeof err), 0);
+	ck_assert_int_eq(gguf_get_float(&g, "qwen3.rope.scaling.yarn_beta_fast", &f, err, sizeof err), 0);
+	gguf_free(&g);
+	/* a type it cannot run is named */
+	unsigned char *ty = memmem(buf, len, "yarn", 4);
+	ck_assert_ptr_nonnull(ty);
+	ty[3] = 'm';
+	FILE *fp = fopen(path_in("bad.gguf"), "wb");
+	fwrite(buf, 1, len, fp);
+	fclose(fp);
+	model_files m;
+	ck_assert_int_eq(model_files_load(&m, path_in("bad.gguf"), err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "yarm") && strstr(err, "rope.scaling.type"), "%s", err);
+	free(buf);
+	free(gg);
+	free(scaled);
+
+	/* an attention factor and betas of its own: written as llama.cpp's yarn_attn_factor (over the default one) and
+	 * yarn_beta_fast / slow, read back to the same logits and to the reference's */
+	set_rope_scaling("{'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32, "
+	                 "'attention_factor': 1.5, 'beta_fast': 8, 'beta_slow': 2}");
+	scaled = engine_logits(path_in("src"), &V1);
+	ck_assert_msg(max_diff(plain, scaled, n) > 1e-2, "the second yarn config changed nothing");
+	check_type("qwen3", "bf16", false);
+	gg = engine_logits(path_in("m-bf16.gguf"), &V2);
+	worst = max_diff(gg, scaled, n);
+	ck_assert_msg(worst < 1e-4, "yarn GGUF (attention factor, betas) against its source: max |logit diff| %.3g", worst);
+	buf = read_all(path_in("m-bf16.gguf"), &len);
+	ck_assert(gguf_parse(&g, buf, len, err, sizeof err) == 0);
+	ck_assert_int_eq(gguf_get_float(&g, "qwen3.rope.scaling.yarn_attn_factor", &f, err, sizeof err), 1);
+	ck_assert_double_eq_tol(f, 1.5 / (0.1 * log(4.0) + 1), 1e-6);
+	ck_assert_int_eq(gguf_get_float(&g, "qwen3.rope.scaling.yarn_beta_fast", &f, err, sizeof err), 1);
+	ck_assert_double_eq(f, 8.0);
+	ck_assert_int_eq(gguf_get_float(&g, "qwen3.rope.scaling.yarn_beta_slow", &f, err, sizeof err), 1);
+	ck_assert_double_eq(f, 2.0);
+	gguf_free(&g);
+	free(buf);
+	free(gg);
+	free(scaled);
+	free(plain);
+
+	/* what has no GGUF form is refused by name: truncate false */
+	set_rope_scaling("{'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 32, 'truncate': False}");
+	char bin[600];
+	snprintf(bin, sizeof bin, "%s/aah-convert", build_dir());
+	const char *q[] = { bin, "quantize", path_in("src"), path_in("t.gguf"), "--type", "bf16", NULL };
+	ck_assert_int_ne(tool_run(q), 0);
+	ck_assert_msg(strstr(log_text, "truncate"), "%s", log_text);
+}
+END_TEST
+
 /* ---- the command line and the loader's refusals ---- */
 
 START_TEST(test_cli)
@@ -924,6 +1026,7 @@ static Suite *gguf_suite(void)
 	tcase_add_loop_test(t, test_quantize_trained, 0, 2);
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
 	tcase_add_test(t, test_llama31_rope_freqs);
+	tcase_add_test(t, test_yarn);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);
 	tcase_add_test(t, test_calibrate);

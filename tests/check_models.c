@@ -467,6 +467,77 @@ START_TEST(test_config_mistral_and_linear)
 }
 END_TEST
 
+/* YaRN as Hugging Face's _compute_yarn_parameters computes it (its formula again here, in double): Qwen3's recipe
+ * (factor 4 over 32768 positions, θ 1e6, d 128), then the defaults (factor from max_position_embeddings, no
+ * truncation) and an attention factor of its own. */
+static void yarn_want(double theta, int d, double factor, double orig, double fast, double slow, bool truncate,
+                      double *want)
+{
+	const double pi = 3.14159265358979323846;
+	double low = d * log(orig / (fast * 2 * pi)) / (2 * log(theta)), high = d * log(orig / (slow * 2 * pi)) / (2 * log(theta));
+	if (truncate)
+		low = floor(low), high = ceil(high);
+	low = low < 0 ? 0 : low;
+	high = high > d - 1 ? d - 1 : high;
+	if (low == high)
+		high += 0.001;
+	for (int j = 0; j < d / 2; j++) {
+		double r = (j - low) / (high - low);
+		r = r < 0 ? 0 : r > 1 ? 1 : r;
+		const double extrap = pow(theta, -2.0 * j / d), e = 1 - r;
+		want[j] = extrap / factor * (1 - e) + extrap * e;
+	}
+}
+
+START_TEST(test_config_yarn)
+{
+	model_config c;
+	char err[512];
+	const char *qwen = "{\"model_type\": \"qwen3\", \"hidden_size\": 256, \"intermediate_size\": 512,"
+	                   " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"head_dim\": 128, \"vocab_size\": 100,"
+	                   " \"max_position_embeddings\": 131072, \"rope_theta\": 1000000,"
+	                   " \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0,"
+	                   " \"original_max_position_embeddings\": 32768}}";
+	ck_assert_msg(parse_cfg(&c, qwen, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(c.rope_scaling, MODEL_ROPE_YARN);
+	ck_assert_int_eq(c.rope_original_max_pos, 32768);
+	ck_assert_double_eq_tol(c.rope_attn_factor, 0.1 * log(4.0) + 1, 1e-6);
+	ck_assert_double_eq_tol(model_config_score_scale(&c), pow(0.1 * log(4.0) + 1, 2), 1e-6);
+	float f[64];
+	double want[64];
+	model_config_rope_freqs(&c, f);
+	yarn_want(1e6, 128, 4, 32768, 32, 1, true, want);
+	int kept = 0, blended = 0, scaled = 0;
+	for (int j = 0; j < 64; j++) {
+		ck_assert_msg(fabs(f[j] / want[j] - 1) < 1e-6, "inv_freq[%d] = %.9g, want %.9g", j, (double)f[j], want[j]);
+		const double base = pow(1e6, -2.0 * j / 128), ratio = want[j] / base;
+		kept += fabs(ratio - 1) < 1e-12, scaled += fabs(ratio - 0.25) < 1e-12;
+		blended += ratio > 0.25 + 1e-12 && ratio < 1 - 1e-12;
+	}
+	ck_assert_msg(kept && blended && scaled, "kept %d, blended %d, scaled %d: not every part of the ramp", kept, blended,
+	              scaled);
+	/* no original length: the model's, factor then its own; no truncation; an attention factor given */
+	const char *dflt = "{\"model_type\": \"qwen3\", \"hidden_size\": 256, \"intermediate_size\": 512,"
+	                   " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"head_dim\": 128, \"vocab_size\": 100,"
+	                   " \"max_position_embeddings\": 40960, \"rope_theta\": 1000000,"
+	                   " \"rope_scaling\": {\"rope_type\": \"yarn\", \"original_max_position_embeddings\": 32768,"
+	                   " \"truncate\": false, \"attention_factor\": 1.25, \"beta_fast\": 16, \"beta_slow\": 2}}";
+	ck_assert_msg(parse_cfg(&c, dflt, err, sizeof err) == 0, "%s", err);
+	ck_assert_double_eq_tol(c.rope_factor, 40960.0 / 32768, 1e-6);
+	ck_assert_double_eq_tol(model_config_score_scale(&c), 1.25 * 1.25, 1e-6);
+	model_config_rope_freqs(&c, f);
+	yarn_want(1e6, 128, 40960.0 / 32768, 32768, 16, 2, false, want);
+	for (int j = 0; j < 64; j++)
+		ck_assert_msg(fabs(f[j] / want[j] - 1) < 1e-6, "inv_freq[%d] = %.9g, want %.9g", j, (double)f[j], want[j]);
+	/* and every other scaling leaves the scores alone */
+	const char *none = "{\"model_type\": \"qwen3\", \"hidden_size\": 256, \"intermediate_size\": 512,"
+	                   " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"vocab_size\": 100,"
+	                   " \"max_position_embeddings\": 4096, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}";
+	ck_assert_msg(parse_cfg(&c, none, err, sizeof err) == 0, "%s", err);
+	ck_assert_double_eq(model_config_score_scale(&c), 1.0);
+}
+END_TEST
+
 START_TEST(test_config_load_file)
 {
 	model_config c;
@@ -551,7 +622,13 @@ static const struct bad_config {
 	{ "eos_token_id", "1.5", 0, 0, "eos_token_id" },
 	{ "eos_token_id", "4294967296", 0, 0, "eos_token_id" },
 	{ "rope_scaling", "\"linear\"", 0, 0, "rope_scaling" },
-	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4}", 0, 0, "yarn" },
+	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"mscale\": 1, \"mscale_all_dim\": 1}", 0, 0, "mscale" },
+	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"beta_fast\": 1, \"beta_slow\": 1}", 0, 0, "beta_fast" },
+	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 0}", 0, 0, "factor" },
+	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"attention_factor\": -1}", 0, 0, "attention_factor" },
+	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"truncate\": \"no\"}", 0, 0, "truncate" },
+	{ "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 0}", 0, 0,
+	  "original_max_position_embeddings" },
 	{ "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2}", 0, 0, "dynamic" },
 	{ "rope_scaling", "{\"rope_type\": \"longrope\"}", 0, 0, "longrope" },
 	{ "rope_scaling", "{\"factor\": 2}", 0, 0, "rope_type" },
@@ -1060,6 +1137,7 @@ static Suite *models_suite(void)
 	tcase_add_test(tc, test_config_llama31_8b);
 	tcase_add_test(tc, test_config_defaults);
 	tcase_add_test(tc, test_config_mistral_and_linear);
+	tcase_add_test(tc, test_config_yarn);
 	tcase_add_test(tc, test_config_load_file);
 	suite_add_tcase(s, tc);
 

@@ -350,8 +350,26 @@ def cmd_forward(path, ids, out, emulate):
     T = len(ids)
     x = W["model.embed_tokens.weight"][ids]
     inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    mscale = 1.0
+    scaling = kv.get(a + ".rope.scaling.type", "none")
+    if scaling == "linear":
+        inv = inv / kv[a + ".rope.scaling.factor"]
+    elif scaling == "yarn":   # ggml's rope_yarn: ext_factor 1, corr dims floored / ceiled, mscale on cos and sin
+        factor = kv[a + ".rope.scaling.factor"]
+        n_orig = kv.get(a + ".rope.scaling.original_context_length", kv[a + ".context_length"])
+        fast = kv.get(a + ".rope.scaling.yarn_beta_fast", 32.0)
+        slow = kv.get(a + ".rope.scaling.yarn_beta_slow", 1.0)
+
+        def corr_dim(n_rot):
+            return d * math.log(n_orig / (n_rot * 2 * math.pi)) / (2 * math.log(theta))
+        lo, hi = max(0.0, math.floor(corr_dim(fast))), min(d - 1.0, math.ceil(corr_dim(slow)))
+        ramp = 1 - np.clip((np.arange(0, d, 2) / 2 - lo) / max(0.001, hi - lo), 0, 1)
+        inv = inv / factor * (1 - ramp) + inv * ramp
+        mscale = kv.get(a + ".rope.scaling.yarn_attn_factor", 1.0) * (1 + 0.1 * math.log(factor))
+    elif scaling != "none":
+        sys.exit("gguf_ref.py: rope scaling " + scaling + " is not in this reference")
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang), np.sin(ang)
+    cos, sin = np.cos(ang) * mscale, np.sin(ang) * mscale
 
     def rope(v):   # (T, heads, d), rotate-half; llama's rows were interleaved by the writer: undo that first
         v1, v2 = v[..., :d // 2], v[..., d // 2:]

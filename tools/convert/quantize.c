@@ -7,6 +7,7 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -647,6 +648,18 @@ static int qz_metadata(gguf_writer *w, const model_files *mf, const qz_tokens *t
 	if (c->rope_scaling == MODEL_ROPE_LINEAR)
 		rc = rc || (snprintf(k, sizeof k, "%s.rope.scaling.type", a), gguf_writer_str(w, k, "linear", 6)) ||
 		     QZ_F32("rope.scaling.factor", c->rope_factor);
+	if (c->rope_scaling == MODEL_ROPE_YARN) {   /* llama.cpp's keys; its attention factor is yarn_attn_factor times
+	                                              * the default one (models/gguf_model.c gm_yarn) */
+		const double af = c->rope_attn_factor / model_config_yarn_mscale(c->rope_factor);
+		rc = rc || (snprintf(k, sizeof k, "%s.rope.scaling.type", a), gguf_writer_str(w, k, "yarn", 4)) ||
+		     QZ_F32("rope.scaling.factor", c->rope_factor) ||
+		     QZ_U32("rope.scaling.original_context_length", c->rope_original_max_pos);
+		if (c->rope_beta_fast != 32.0f || c->rope_beta_slow != 1.0f)
+			rc = rc || QZ_F32("rope.scaling.yarn_beta_fast", c->rope_beta_fast) ||
+			     QZ_F32("rope.scaling.yarn_beta_slow", c->rope_beta_slow);
+		if (fabs(af - 1) > 1e-7)
+			rc = rc || QZ_F32("rope.scaling.yarn_attn_factor", af);
+	}
 #undef QZ_U32
 #undef QZ_F32
 	if (tk->spm)   /* llama.cpp's SentencePiece keys, and the model itself for aahd (models/gguf.h) */
@@ -691,6 +704,12 @@ static int qz_run(const char *src, const char *out, aah_dtype base, uint32_t fty
 	model_files mf;
 	if (model_files_load(&mf, dir, err, err_len))
 		return -1;
+	if (mf.config.rope_scaling == MODEL_ROPE_YARN && !mf.config.rope_truncate) {
+		aah_errf(err, err_len, "%s: yarn rope_scaling with 'truncate' false has no GGUF form (llama.cpp always "
+		         "rounds the ramp's ends to whole dimensions)", dir);
+		model_files_free(&mf);
+		return -1;
+	}
 	int rc = -1;
 	qz_tokens tk;
 	memset(&tk, 0, sizeof tk);
