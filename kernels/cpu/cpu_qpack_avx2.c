@@ -115,6 +115,46 @@ INLINE void k_8bit(const int NC, const int Q4, int64_t nb, int nr, float *out, i
 		store_half(NC, out, ldo, nr, h, acc[h]);
 }
 
+/* Q8_0 with all 16 rows (nr > 8): k_8bit's arithmetic, both halves of a dword column against each activation dword
+ * broadcast once. The broadcast costs a vector instruction, so sharing it saves one of the ~5.5 a 32-product step
+ * took: Q8_0 prefill with these kernels went from 0.90–0.95x bf16's to 1.00–1.22x (docs/bench/2026-12-03-avx2-q8_0.md).
+ * The block's integer sums, then the same float operations in the same order per lane: the bits of k_8bit. */
+INLINE void k_q8_0_16(const int NC, int64_t nb, int nr, float *out, int64_t ldo, const char *g, const char *a,
+                      size_t as, size_t pf)
+{
+	const size_t GB = 544;
+	const __m256i x80 = _mm256_set1_epi8((char)0x80);
+	__m256 acc[2][NCMAX];
+	UNROLL for (int h = 0; h < 2; h++)
+		UNROLL for (int c = 0; c < NC; c++)
+			acc[h][c] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const char *wb = g + (size_t)b * GB;
+		if (pf)
+			prefetch_block(wb + pf, GB);
+		__m256i s0[NCMAX], s1[NCMAX];
+		UNROLL for (int c = 0; c < NC; c++)
+			s0[c] = s1[c] = _mm256_setzero_si256();
+		UNROLL for (int i = 0; i < 8; i++) {
+			const __m256i w0 = _mm256_xor_si256(ld(wb + 32 + 64 * i), x80), a0 = _mm256_abs_epi8(w0);
+			const __m256i w1 = _mm256_xor_si256(ld(wb + 64 + 64 * i), x80), a1 = _mm256_abs_epi8(w1);
+			UNROLL for (int c = 0; c < NC; c++) {
+				const __m256i y = bcast32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->qs + 4 * i);
+				s0[c] = mad_u8s8(s0[c], a0, _mm256_sign_epi8(y, w0));
+				s1[c] = mad_u8s8(s1[c], a1, _mm256_sign_epi8(y, w1));
+			}
+		}
+		const __m256 d0 = h8(wb), d1 = h8(wb + 16);
+		UNROLL for (int c = 0; c < NC; c++) {
+			const __m256 ya = _mm256_set1_ps(((const cpu_qa8 *)(const void *)(a + c * as) + b)->d);
+			acc[0][c] = _mm256_add_ps(acc[0][c], _mm256_mul_ps(_mm256_cvtepi32_ps(s0[c]), _mm256_mul_ps(d0, ya)));
+			acc[1][c] = _mm256_add_ps(acc[1][c], _mm256_mul_ps(_mm256_cvtepi32_ps(s1[c]), _mm256_mul_ps(d1, ya)));
+		}
+	}
+	for (int h = 0; h < 2; h++)
+		store_half(NC, out, ldo, nr, h, acc[h]);
+}
+
 /* Q4_K / Q5_K against cpu_qak: per pair p of sub-blocks the low nibbles (sub-block 2p) and the high (2p + 1), each
  * summed exactly, times its six-bit scale; the mins against the activations' sums of 32. */
 INLINE void k_k4(const int NC, const int Q5, int64_t nb, int nr, float *out, int64_t ldo, const char *g,
@@ -254,7 +294,7 @@ INLINE void k_q6_K(const int NC, int64_t nb, int nr, float *out, int64_t ldo, co
 		}                                                                                                      \
 	}
 
-#define CALL_Q8_0(n) k_8bit(n, 0, nb, nr, o, ldo, g, a, as, pf)
+#define CALL_Q8_0(n) (nr > 8 ? k_q8_0_16(n, nb, nr, o, ldo, g, a, as, pf) : k_8bit(n, 0, nb, nr, o, ldo, g, a, as, pf))
 #define CALL_Q4_0(n) k_8bit(n, 1, nb, nr, o, ldo, g, a, as, pf)
 #define CALL_Q4_K(n) k_k4(n, 0, nb, nr, o, ldo, g, a, as, pf)
 #define CALL_Q5_K(n) k_k4(n, 1, nb, nr, o, ldo, g, a, as, pf)
