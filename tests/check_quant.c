@@ -379,13 +379,19 @@ static bool have_vnni(void)
 static const struct {
 	const char *name;
 	cpu_qpack_fn (*kernel)(aah_dtype t);
-} qtables[2] = { { "avx512vnni", cpu_qpack_kernel_avx512 }, { "avx2", cpu_qpack_kernel_avx2 } };
+} qtables[4] = { { "avx512vnni", cpu_qpack_kernel_avx512 }, { "avx2", cpu_qpack_kernel_avx2 },
+                  { "vnni256 (EVEX, the AVX-VNNI kernels' twin)", cpu_qpack_kernel_vnni256 },
+                  { "avxvnni", cpu_qpack_kernel_avxvnni } };
 
 static bool have_qtable(int i)
 {
 	__builtin_cpu_init();
 	if (i == 0)
 		return have_vnni();
+	if (i == 2)
+		return have_vnni() && __builtin_cpu_supports("avx512vl");
+	if (i == 3)
+		return __builtin_cpu_supports("avxvnni");
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
@@ -672,8 +678,8 @@ static Suite *quant_suite(void)
 	tc = tcase_create("packed");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_qpack_round_trip);
-	tcase_add_loop_test(tc, test_qpack_kernels, 0, 2);
-	tcase_add_loop_test(tc, test_qpack_extremes, 0, 2);
+	tcase_add_loop_test(tc, test_qpack_kernels, 0, 4);
+	tcase_add_loop_test(tc, test_qpack_extremes, 0, 4);
 	tcase_add_loop_test(tc, test_qpack_quantize_act_simd, 0, 2);
 	suite_add_tcase(s, tc);
 

@@ -509,6 +509,29 @@ static const aah_backend_iface cpu_iface = {
 	/* .argmax_rows = */ cpu_argmax_rows,
 };
 
+/* The packed products for c's tables: AVX-512 VNNI's, else AVX2's, with AVX-VNNI's vpdpbusd where the CPU has it.
+ * AAH_CPU_QPACK: 0 for the row-major dots instead, avx2 for the AVX2 kernels without VNNI, vnni256 for the EVEX twin
+ * of the AVX-VNNI kernels (where AVX-512 VNNI runs); for comparisons, as AAH_CPU_ISA is. */
+static void cpu_qpack_select(cpu_ctx *c)
+{
+	const char *qp = getenv("AAH_CPU_QPACK");
+	if (qp && !strcmp(qp, "0"))
+		return;
+	__builtin_cpu_init();
+	const bool vnni512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+	if (c->qk == &cpu_qkernels_avx512 && !(qp && (!strcmp(qp, "avx2") || !strcmp(qp, "vnni256")))) {
+		c->qpack_kernel = cpu_qpack_kernel_avx512;
+		c->qpack_act = cpu_qpack_quantize_act_avx512;
+	} else if (c->qk == &cpu_qkernels_avx2 || c->qk == &cpu_qkernels_avx512) {
+		c->qpack_kernel = cpu_qpack_kernel_avx2;
+		if (qp && !strcmp(qp, "vnni256") && vnni512)
+			c->qpack_kernel = cpu_qpack_kernel_vnni256;
+		else if (!(qp && !strcmp(qp, "avx2")) && __builtin_cpu_supports("avxvnni"))
+			c->qpack_kernel = cpu_qpack_kernel_avxvnni;
+		c->qpack_act = cpu_qpack_quantize_act_avx2;
+	}
+}
+
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 {
 	int32_t n = p && p->n_threads > 0 ? p->n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
@@ -528,16 +551,8 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 	c->qk = cpu_qkernels_for(c->k->isa);
 	const char *qm = getenv("AAH_CPU_QUANT_MATMUL");
 	c->quant_f32 = qm && !strcmp(qm, "f32");
-	const char *qp = getenv("AAH_CPU_QPACK");
-	if (!c->quant_f32 && !(qp && !strcmp(qp, "0"))) {
-		if (c->qk == &cpu_qkernels_avx512) {
-			c->qpack_kernel = cpu_qpack_kernel_avx512;
-			c->qpack_act = cpu_qpack_quantize_act_avx512;
-		} else if (c->qk == &cpu_qkernels_avx2) {
-			c->qpack_kernel = cpu_qpack_kernel_avx2;
-			c->qpack_act = cpu_qpack_quantize_act_avx2;
-		}
-	}
+	if (!c->quant_f32)
+		cpu_qpack_select(c);
 	c->tp = threadpool_init(n);
 	if (!c->tp) {
 		free(b);

@@ -76,5 +76,9 @@ typedef void (*cpu_qpack_fn)(int64_t nb, int nc, int nr, float *out, int64_t ldo
 cpu_qpack_fn cpu_qpack_kernel_avx512(aah_dtype t);
 /* The same products with AVX2 (cpu_qpack_avx2.c), for CPUs without AVX-512 VNNI: the same bits. */
 cpu_qpack_fn cpu_qpack_kernel_avx2(aah_dtype t);
+/* And with a 256-bit vpdpbusd: AVX-VNNI's VEX form (CPUs with it and no AVX-512), and the EVEX form of AVX-512 VNNI
+ * (the same code, for the tests and for comparison). The same bits again. */
+cpu_qpack_fn cpu_qpack_kernel_avxvnni(aah_dtype t);
+cpu_qpack_fn cpu_qpack_kernel_vnni256(aah_dtype t);
 
 #endif

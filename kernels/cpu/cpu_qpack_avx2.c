@@ -11,6 +11,16 @@
  * instructions: one vector of a column serves 8 rows, where a row-major block pays its scales, its conversion and
  * its multiply-add alone. At most 4 activation rows a pass keep the accumulators of both halves in the 16
  * registers; more rows are more passes over the group (from L1/L2, streamed from memory once). */
+/* The same source builds the 256-bit VNNI kernels (cpu_qpack_avxvnni_avx2.c: AVX-VNNI, the VEX vpdpbusd of CPUs
+ * without AVX-512; cpu_qpack_vnni256_avx512.c: its EVEX twin, which AVX-512 VNNI machines run so that the tests check
+ * this code): with QP_VNNI defined, a 4-product step is one vpdpbusd (QP_DPBUSD), and Q8_0's stored quants + 128
+ * are its unsigned operand as they are for the 512-bit kernels, the −128·Σa of cpu_qa8.bias taking the offset back
+ * out. QP_NAME gives the entry point's name. */
+#ifndef QP_VNNI
+#define QP_VNNI 0
+#define QP_NAME cpu_qpack_kernel_avx2
+#endif
+
 #include <immintrin.h>
 #include <string.h>
 
@@ -42,7 +52,25 @@ INLINE __m256i ld(const char *p)
 /* acc + the 8 lanes' sums of 4 adjacent u·s products (u unsigned, s signed: pairs never saturating, above) */
 INLINE __m256i mad_u8s8(__m256i acc, __m256i u, __m256i s)
 {
+#if QP_VNNI
+	return QP_DPBUSD(acc, u, s);
+#else
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* A Q8_0 step: acc + the products of the stored weight bytes v (quant + 128) with the activation dwords y. Without
+ * VNNI, |w| times y with w's sign (ws = v ^ 0x80, ab = |ws|, computed once per weight vector by the caller); with
+ * it, v itself against y, the offset returned by the block's bias. */
+INLINE __m256i mad_q8(__m256i acc, __m256i v, __m256i ws, __m256i ab, __m256i y)
+{
+#if QP_VNNI
+	(void)ws, (void)ab;
+	return QP_DPBUSD(acc, v, y);
+#else
+	(void)v;
+	return mad_u8s8(acc, ab, _mm256_sign_epi8(y, ws));
+#endif
 }
 
 /* Each line asked for into L1 pf bytes ahead (the caller's, 2 KiB), and no further: unlike the VNNI machine's, this
@@ -85,8 +113,8 @@ INLINE void k_8bit(const int NC, const int Q4, int64_t nb, int nr, float *out, i
 		for (int h = 0; h < NH; h++) {
 			__m256i s[NCMAX];
 			UNROLL for (int c = 0; c < NC; c++)
-				s[c] = Q4 ? _mm256_set1_epi32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->bias)
-				          : _mm256_setzero_si256();
+				s[c] = Q4 || QP_VNNI ? _mm256_set1_epi32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->bias)
+				                     : _mm256_setzero_si256();
 			UNROLL for (int i = 0; i < NI; i++) {
 				const __m256i v = ld(wb + 32 + 64 * i + 32 * h);
 				if (Q4) {
@@ -96,10 +124,11 @@ INLINE void k_8bit(const int NC, const int Q4, int64_t nb, int nr, float *out, i
 						s[c] = mad_u8s8(mad_u8s8(s[c], lo, bcast32(y->qs + 4 * i)), hi, bcast32(y->qs + 16 + 4 * i));
 					}
 				} else {
-					const __m256i ws = _mm256_xor_si256(v, x80), ab = _mm256_abs_epi8(ws);   /* −128: 128 unsigned */
+					const __m256i ws = QP_VNNI ? v : _mm256_xor_si256(v, x80);
+					const __m256i ab = QP_VNNI ? v : _mm256_abs_epi8(ws);   /* −128: 128 unsigned */
 					UNROLL for (int c = 0; c < NC; c++) {
 						const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
-						s[c] = mad_u8s8(s[c], ab, _mm256_sign_epi8(bcast32(y->qs + 4 * i), ws));
+						s[c] = mad_q8(s[c], v, ws, ab, bcast32(y->qs + 4 * i));
 					}
 				}
 			}
@@ -134,14 +163,16 @@ INLINE void k_q8_0_16(const int NC, int64_t nb, int nr, float *out, int64_t ldo,
 			prefetch_block(wb + pf, GB);
 		__m256i s0[NCMAX], s1[NCMAX];
 		UNROLL for (int c = 0; c < NC; c++)
-			s0[c] = s1[c] = _mm256_setzero_si256();
+			s0[c] = s1[c] = QP_VNNI ? _mm256_set1_epi32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->bias)
+			                        : _mm256_setzero_si256();
 		UNROLL for (int i = 0; i < 8; i++) {
-			const __m256i w0 = _mm256_xor_si256(ld(wb + 32 + 64 * i), x80), a0 = _mm256_abs_epi8(w0);
-			const __m256i w1 = _mm256_xor_si256(ld(wb + 64 + 64 * i), x80), a1 = _mm256_abs_epi8(w1);
+			const __m256i v0 = ld(wb + 32 + 64 * i), v1 = ld(wb + 64 + 64 * i);
+			const __m256i w0 = QP_VNNI ? v0 : _mm256_xor_si256(v0, x80), a0 = QP_VNNI ? v0 : _mm256_abs_epi8(w0);
+			const __m256i w1 = QP_VNNI ? v1 : _mm256_xor_si256(v1, x80), a1 = QP_VNNI ? v1 : _mm256_abs_epi8(w1);
 			UNROLL for (int c = 0; c < NC; c++) {
 				const __m256i y = bcast32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->qs + 4 * i);
-				s0[c] = mad_u8s8(s0[c], a0, _mm256_sign_epi8(y, w0));
-				s1[c] = mad_u8s8(s1[c], a1, _mm256_sign_epi8(y, w1));
+				s0[c] = mad_q8(s0[c], v0, w0, a0, y);
+				s1[c] = mad_q8(s1[c], v1, w1, a1, y);
 			}
 		}
 		const __m256 d0 = h8(wb), d1 = h8(wb + 16);
@@ -305,6 +336,7 @@ QP_DISPATCH(qp_q4_K, CALL_Q4_K)
 QP_DISPATCH(qp_q5_K, CALL_Q5_K)
 QP_DISPATCH(qp_q6_K, CALL_Q6_K)
 
+#if !QP_VNNI   /* the activation quantizer is the same for the VNNI variants: built once */
 INLINE float hmax8(__m256 v)
 {
 	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -360,7 +392,9 @@ void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t
 	}
 }
 
-cpu_qpack_fn cpu_qpack_kernel_avx2(aah_dtype t)
+#endif
+
+cpu_qpack_fn QP_NAME(aah_dtype t)
 {
 	switch (t) {
 	case AAH_DTYPE_Q8_0: return qp_q8_0;
