@@ -402,12 +402,33 @@ static int gm_cmp_tensor(const void *a, const void *b)
 	return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
+int gguf_model_config(model_config *c, const gguf_file *g, const char *file, char *err, size_t err_len)
+{
+	json_t *cfg = gm_config_json(g, file, err, err_len);
+	if (!cfg)
+		return -1;
+	char *text = json_dumps(cfg, JSON_COMPACT);
+	json_decref(cfg);
+	if (!text) {
+		aah_errf(err, err_len, "%s: out of memory", file);
+		return -1;
+	}
+	char msg[512];
+	int cr = model_config_parse(c, text, strlen(text), msg, sizeof msg);
+	free(text);
+	if (cr) {
+		/* model_config_parse names config.json's keys; say they came from this file's metadata */
+		aah_errf(err, err_len, "%s (metadata read as config.json): %s", file, msg);
+		return -1;
+	}
+	return 0;
+}
+
 int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 {
 	gguf_file g;
 	memset(&g, 0, sizeof g);
 	int rc = -1;
-	json_t *cfg = NULL;
 	char msg[512];
 	m->gguf_path = strdup(file);
 	const char *slash = strrchr(file, '/');
@@ -445,21 +466,8 @@ int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 		aah_errf(err, err_len, "%s: %s", file, msg);
 		return -1;
 	}
-	cfg = gm_config_json(&g, file, err, err_len);
-	if (!cfg)
+	if (gguf_model_config(&m->config, &g, file, err, err_len))
 		goto out;
-	char *text = json_dumps(cfg, JSON_COMPACT);
-	if (!text) {
-		aah_errf(err, err_len, "%s: out of memory", file);
-		goto out;
-	}
-	int cr = model_config_parse(&m->config, text, strlen(text), msg, sizeof msg);
-	free(text);
-	if (cr) {
-		/* model_config_parse names config.json's keys; say they came from this file's metadata */
-		aah_errf(err, err_len, "%s (metadata read as config.json): %s", file, msg);
-		goto out;
-	}
 	gguf_str tmpl;
 	int tr = gguf_get_str(&g, "tokenizer.chat_template", &tmpl, msg, sizeof msg);
 	if (tr < 0) {
@@ -529,7 +537,6 @@ int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len)
 	}
 	rc = 0;
 out:
-	json_decref(cfg);
 	gguf_free(&g);
 	return rc;
 }

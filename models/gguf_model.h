@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "models/gguf.h"
 #include "models/model.h"
 
 #ifdef __cplusplus
@@ -23,6 +24,11 @@ int gguf_model_path(const char *path, char *out, size_t out_len, char *err, size
  * the set owns (every other tensor stays in the mapping). Returns 0, or -1 with a message naming the file and the
  * key or tensor. The caller (model_files_load) binds the weights and frees with model_files_free. */
 int gguf_model_open(model_files *m, const char *file, char *err, size_t err_len);
+
+/* c from the metadata of the parsed GGUF g (file names it in messages), as gguf_model_open reads it: llama.cpp's
+ * architecture, shape, norm and RoPE keys (YaRN's included) as a config.json, checked by model_config_parse. Returns
+ * 0, or -1 with a message naming the file and the key. */
+int gguf_model_config(model_config *c, const gguf_file *g, const char *file, char *err, size_t err_len);
 
 /* The llama.cpp name of a Hugging Face tensor name (for messages about a GGUF file), written into out and returned;
  * the name itself when it has none. */

@@ -1,10 +1,12 @@
 /* tests/fuzz/fuzz_gguf.c — libFuzzer target for the GGUF reader: the input is a whole file, parsed as gguf_model_open
- * parses its mapping; when it parses, every key goes through the typed getters and the tokenizer is built from it. */
+ * parses its mapping; when it parses, every key goes through the typed getters, the model config is read from the
+ * metadata (gguf_model_config: the shape, RoPE and YaRN keys) and the tokenizer is built from it. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "models/gguf.h"
+#include "models/gguf_model.h"
 #include "models/tokenizer.h"
 
 const char *fuzz_corpus_dir = "tests/fuzz/corpus/gguf";
@@ -29,6 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)gguf_get_bool(&g, key, &bv, err, sizeof err);
 			(void)gguf_get_str(&g, key, &sv, err, sizeof err);
 		}
+		model_config c;
+		(void)gguf_model_config(&c, &g, "fuzz.gguf", err, sizeof err);
 		gguf_free(&g);
 		tokenizer *t = tokenizer_from_gguf(data, size, err, sizeof err);
 		tokenizer_free(t);

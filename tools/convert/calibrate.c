@@ -633,8 +633,8 @@ int calibrate_main(int argc, char **argv)
 	char out_path[4200], calib_path[4200];
 
 	/* a GGUF model's configuration is its metadata, and its aah.json goes beside the file */
-	char gguf_file[4096], aah_dir[4096];
-	int is_gguf = gguf_model_path(o.model_arg, gguf_file, sizeof gguf_file, err, sizeof err);
+	char gguf_at[4096], aah_dir[4096];
+	int is_gguf = gguf_model_path(o.model_arg, gguf_at, sizeof gguf_at, err, sizeof err);
 	if (is_gguf < 0 || aah_resolve_model_dir(o.model_arg, -1, model_dir, sizeof model_dir, err, sizeof err) != 0)
 		goto fail;
 	if (is_gguf) {
