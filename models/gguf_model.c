@@ -164,18 +164,23 @@ static int gm_copy_int(json_t *o, const gguf_file *g, const char *gkey, const ch
 	return 0;
 }
 
+/* gguf_get_float with the message naming file: 1 read into *v, 0 absent (*v untouched), -1 not a float. */
+static int gm_get_float(const gguf_file *g, const char *gkey, double *v, const char *file, char *err, size_t err_len)
+{
+	char msg[256];
+	int r = gguf_get_float(g, gkey, v, msg, sizeof msg);
+	if (r < 0)
+		aah_errf(err, err_len, "%s: %s", file, msg);
+	return r;
+}
+
 static int gm_copy_float(json_t *o, const gguf_file *g, const char *gkey, const char *key, const char *file,
                          char *err, size_t err_len)
 {
 	double v;
-	char msg[256];
-	int r = gguf_get_float(g, gkey, &v, msg, sizeof msg);
-	if (r < 0) {
-		aah_errf(err, err_len, "%s: %s", file, msg);
-		return -1;
-	}
+	int r = gm_get_float(g, gkey, &v, file, err, err_len);
 	if (r == 1) json_object_set_new(o, key, json_real(v));
-	return 0;
+	return r < 0 ? -1 : 0;
 }
 
 /* llama.cpp's YaRN keys into rs, the config.json rope_scaling they stand for: original_context_length; beta_fast /
@@ -185,7 +190,7 @@ static int gm_copy_float(json_t *o, const gguf_file *g, const char *gkey, const 
 static int gm_yarn(json_t *rs, const gguf_file *g, const char *a, double factor, const char *file, char *err,
                    size_t err_len)
 {
-	char k[128], msg[256];
+	char k[128];
 	snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", a);
 	if (gm_copy_int(rs, g, k, "original_max_position_embeddings", false, file, err, err_len))
 		return -1;
@@ -195,30 +200,23 @@ static int gm_yarn(json_t *rs, const gguf_file *g, const char *a, double factor,
 	snprintf(k, sizeof k, "%s.rope.scaling.yarn_beta_slow", a);
 	if (gm_copy_float(rs, g, k, "beta_slow", file, err, err_len))
 		return -1;
-	static const struct { const char *suffix; double def; } unsupported[] = {
-		{ "rope.scaling.yarn_ext_factor", 1.0 }, { "rope.scaling.yarn_log_multiplier", 0.0 },
-		{ "rope.scaling.attn_factor", 1.0 } };
+	static const struct { const char *suffix; double only; } unsupported[] = {
+		{ "yarn_ext_factor", 1.0 }, { "yarn_log_multiplier", 0.0 }, { "attn_factor", 1.0 } };
 	for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
-		double v;
-		snprintf(k, sizeof k, "%s.%s", a, unsupported[i].suffix);
-		int r = gguf_get_float(g, k, &v, msg, sizeof msg);
-		if (r < 0) {
-			aah_errf(err, err_len, "%s: %s", file, msg);
+		double v = unsupported[i].only;
+		snprintf(k, sizeof k, "%s.rope.scaling.%s", a, unsupported[i].suffix);
+		if (gm_get_float(g, k, &v, file, err, err_len) < 0)
 			return -1;
-		}
-		if (r == 1 && v != unsupported[i].def) {
-			aah_errf(err, err_len, "%s: %s %g is not supported (only %g)", file, k, v, unsupported[i].def);
+		if (v != unsupported[i].only) {
+			aah_errf(err, err_len, "%s: %s %g is not supported (only %g)", file, k, v, unsupported[i].only);
 			return -1;
 		}
 	}
 	double af = 1;
 	snprintf(k, sizeof k, "%s.rope.scaling.yarn_attn_factor", a);
-	int r = gguf_get_float(g, k, &af, msg, sizeof msg);
-	if (r < 0) {
-		aah_errf(err, err_len, "%s: %s", file, msg);
+	if (gm_get_float(g, k, &af, file, err, err_len) < 0)
 		return -1;
-	}
-	if (r == 1 && !(af > 0 && af < 1e30)) {
+	if (!(af > 0 && af < 1e30)) {
 		aah_errf(err, err_len, "%s: %s is %g, must be a positive number", file, k, af);
 		return -1;
 	}

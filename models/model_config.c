@@ -426,7 +426,7 @@ double model_config_yarn_mscale(double factor)
 
 float model_config_score_scale(const model_config *c)
 {
-	return c->rope_scaling == MODEL_ROPE_YARN ? c->rope_attn_factor * c->rope_attn_factor : 1.0f;
+	return c->rope_attn_factor * c->rope_attn_factor;   /* 1 unless YaRN set it */
 }
 
 /* YaRN's blend for frequency j: the dimension where a frequency turns `rot` times over the original context is

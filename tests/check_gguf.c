@@ -681,6 +681,70 @@ START_TEST(test_yarn)
 }
 END_TEST
 
+/* The model config of a metadata-only Qwen3 GGUF with YaRN keys and one more float key (extra, NULL for none; it may
+ * be yarn_beta_fast, 16 otherwise) through
+ * gguf_model_config: 0 and c, or -1 and err. */
+static int yarn_meta(const char *extra, float value, model_config *c, char *err, size_t err_len)
+{
+	gguf_writer *w = gguf_writer_init();
+	ck_assert_ptr_nonnull(w);
+	ck_assert(!gguf_writer_str(w, "general.architecture", "qwen3", 5) && !gguf_writer_u32(w, "qwen3.block_count", 1) &&
+	          !gguf_writer_u32(w, "qwen3.embedding_length", 8) && !gguf_writer_u32(w, "qwen3.feed_forward_length", 16) &&
+	          !gguf_writer_u32(w, "qwen3.attention.head_count", 2) && !gguf_writer_u32(w, "qwen3.attention.key_length", 4) &&
+	          !gguf_writer_u32(w, "qwen3.context_length", 64) && !gguf_writer_f32(w, "qwen3.rope.freq_base", 1e6f) &&
+	          !gguf_writer_str(w, "qwen3.rope.scaling.type", "yarn", 4) &&
+	          !gguf_writer_f32(w, "qwen3.rope.scaling.factor", 4.0f) &&
+	          !gguf_writer_u32(w, "qwen3.rope.scaling.original_context_length", 32) &&
+	          !gguf_writer_f32(w, "qwen3.rope.scaling.yarn_beta_slow", 2.0f));
+	const char *fast = "qwen3.rope.scaling.yarn_beta_fast";   /* 16 unless extra is this key */
+	ck_assert(!gguf_writer_f32(w, extra ? extra : fast, extra ? value : 16.0f));
+	if (extra && strcmp(extra, fast))
+		ck_assert(!gguf_writer_f32(w, fast, 16.0f));
+	ck_assert(!gguf_writer_tensor(w, "token_embd.weight", 2, (int64_t[]){ 8, 10 }, GGML_TYPE_F32));
+	char werr[256];
+	ck_assert_msg(!gguf_writer_write(w, path_in("y.gguf"), fill_pattern, NULL, werr, sizeof werr), "%s", werr);
+	gguf_writer_free(w);
+	size_t len;
+	unsigned char *buf = read_all(path_in("y.gguf"), &len);
+	gguf_file g;
+	ck_assert(gguf_parse(&g, buf, len, werr, sizeof werr) == 0);
+	const int rc = gguf_model_config(c, &g, "y.gguf", err, err_len);
+	gguf_free(&g);
+	free(buf);
+	return rc;
+}
+
+/* llama.cpp's YaRN keys as the loader reads them: the betas, yarn_attn_factor times the default attention factor, the
+ * neutral values of the keys it cannot run accepted, any other value refused by the key's name. */
+START_TEST(test_yarn_gguf_keys)
+{
+	model_config c;
+	char err[512];
+	ck_assert_msg(yarn_meta(NULL, 0, &c, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_eq(c.rope_scaling, MODEL_ROPE_YARN);
+	ck_assert_int_eq(c.rope_original_max_pos, 32);
+	ck_assert_double_eq(c.rope_beta_fast, 16.0);
+	ck_assert_double_eq(c.rope_beta_slow, 2.0);
+	ck_assert_double_eq_tol(c.rope_attn_factor, 0.1 * log(4.0) + 1, 1e-6);
+	ck_assert_msg(yarn_meta("qwen3.rope.scaling.yarn_attn_factor", 1.25f, &c, err, sizeof err) == 0, "%s", err);
+	ck_assert_double_eq_tol(c.rope_attn_factor, 1.25 * (0.1 * log(4.0) + 1), 1e-6);
+	static const struct { const char *key; float neutral, other; } keys[] = {
+		{ "qwen3.rope.scaling.yarn_ext_factor", 1.0f, 0.5f },
+		{ "qwen3.rope.scaling.yarn_log_multiplier", 0.0f, 0.1f },
+		{ "qwen3.rope.scaling.attn_factor", 1.0f, 2.0f },
+		{ "qwen3.rope.scaling.yarn_attn_factor", 1.0f, -1.0f },
+	};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		ck_assert_msg(yarn_meta(keys[i].key, keys[i].neutral, &c, err, sizeof err) == 0, "%s: %s", keys[i].key, err);
+		ck_assert_int_eq(yarn_meta(keys[i].key, keys[i].other, &c, err, sizeof err), -1);
+		ck_assert_msg(strstr(err, keys[i].key), "%s", err);
+	}
+	/* betas that cannot be a ramp: the config's own check, on the GGUF's values */
+	ck_assert_int_eq(yarn_meta("qwen3.rope.scaling.yarn_beta_fast", 1.0f, &c, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "beta_fast") && strstr(err, "y.gguf"), "%s", err);
+}
+END_TEST
+
 /* ---- the command line and the loader's refusals ---- */
 
 START_TEST(test_cli)
@@ -1027,6 +1091,7 @@ static Suite *gguf_suite(void)
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
 	tcase_add_test(t, test_llama31_rope_freqs);
 	tcase_add_test(t, test_yarn);
+	tcase_add_test(t, test_yarn_gguf_keys);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);
 	tcase_add_test(t, test_calibrate);

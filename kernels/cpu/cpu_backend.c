@@ -515,21 +515,22 @@ static const aah_backend_iface cpu_iface = {
 static void cpu_qpack_select(cpu_ctx *c)
 {
 	const char *qp = getenv("AAH_CPU_QPACK");
-	if (qp && !strcmp(qp, "0"))
+	const bool none = qp && !strcmp(qp, "0"), avx2 = qp && !strcmp(qp, "avx2"), twin = qp && !strcmp(qp, "vnni256");
+	if (none || (c->qk != &cpu_qkernels_avx512 && c->qk != &cpu_qkernels_avx2))
 		return;
-	__builtin_cpu_init();
-	const bool vnni512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
-	if (c->qk == &cpu_qkernels_avx512 && !(qp && (!strcmp(qp, "avx2") || !strcmp(qp, "vnni256")))) {
+	if (c->qk == &cpu_qkernels_avx512 && !avx2 && !twin) {
 		c->qpack_kernel = cpu_qpack_kernel_avx512;
 		c->qpack_act = cpu_qpack_quantize_act_avx512;
-	} else if (c->qk == &cpu_qkernels_avx2 || c->qk == &cpu_qkernels_avx512) {
-		c->qpack_kernel = cpu_qpack_kernel_avx2;
-		if (qp && !strcmp(qp, "vnni256") && vnni512)
-			c->qpack_kernel = cpu_qpack_kernel_vnni256;
-		else if (!(qp && !strcmp(qp, "avx2")) && __builtin_cpu_supports("avxvnni"))
-			c->qpack_kernel = cpu_qpack_kernel_avxvnni;
-		c->qpack_act = cpu_qpack_quantize_act_avx2;
+		return;
 	}
+	__builtin_cpu_init();
+	c->qpack_act = cpu_qpack_quantize_act_avx2;
+	if (twin && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+		c->qpack_kernel = cpu_qpack_kernel_vnni256;
+	else if (!avx2 && !twin && __builtin_cpu_supports("avxvnni"))
+		c->qpack_kernel = cpu_qpack_kernel_avxvnni;
+	else
+		c->qpack_kernel = cpu_qpack_kernel_avx2;
 }
 
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p)

@@ -59,20 +59,6 @@ INLINE __m256i mad_u8s8(__m256i acc, __m256i u, __m256i s)
 #endif
 }
 
-/* A Q8_0 step: acc + the products of the stored weight bytes v (quant + 128) with the activation dwords y. Without
- * VNNI, |w| times y with w's sign (ws = v ^ 0x80, ab = |ws|, computed once per weight vector by the caller); with
- * it, v itself against y, the offset returned by the block's bias. */
-INLINE __m256i mad_q8(__m256i acc, __m256i v, __m256i ws, __m256i ab, __m256i y)
-{
-#if QP_VNNI
-	(void)ws, (void)ab;
-	return QP_DPBUSD(acc, v, y);
-#else
-	(void)v;
-	return mad_u8s8(acc, ab, _mm256_sign_epi8(y, ws));
-#endif
-}
-
 /* Each line asked for into L1 pf bytes ahead (the caller's, 2 KiB), and no further: unlike the VNNI machine's, this
  * one's (AMD Zen 3, 2 cores) decode ran slower with the VNNI kernels' second prefetch into L2 8 KiB ahead. A streaming
  * loop over 535 MB of Q8_0 groups, variants interleaved 16 times in one process: 12.3–12.8 GB/s a thread with L1 alone
@@ -94,95 +80,69 @@ INLINE void store_half(const int NC, float *out, int64_t ldo, int nr, int h, con
 	}
 }
 
-/* Q8_0 (quants + 128: xor 0x80 gives them back signed) and Q4_0 (nibbles, with the −8·Σa bias) against cpu_qa8. */
-INLINE void k_8bit(const int NC, const int Q4, int64_t nb, int nr, float *out, int64_t ldo, const char *g,
-                   const char *a, size_t as, size_t pf)
+/* Q8_0 (quants + 128: xor 0x80 gives them back signed) and Q4_0 (nibbles, with the −8·Σa bias) against cpu_qa8.
+ * The NH halves of the group (2, or 1 when nr ≤ 8) go through each dword column together, so each activation dword is
+ * broadcast once for both: the broadcast costs a vector instruction, and sharing it took Q8_0 prefill with these
+ * kernels from 0.90–0.95x bf16's to 1.00–1.22x (docs/bench/2026-12-03-avx2-q8_0.md). Per lane, the block's exact
+ * integer sum, then one float multiply-add: the same operations whatever NH, NC or nr. */
+INLINE void k_8bit(const int NC, const int Q4, const int NH, int64_t nb, int nr, float *out, int64_t ldo,
+                   const char *g, const char *a, size_t as, size_t pf)
 {
 	const size_t GB = Q4 ? 288 : 544;
 	const int NI = Q4 ? 4 : 8;   /* dword columns */
-	const int NH = nr > 8 ? 2 : 1;
 	const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80);
 	__m256 acc[2][NCMAX];
-	UNROLL for (int h = 0; h < 2; h++)
+	UNROLL for (int h = 0; h < NH; h++)
 		UNROLL for (int c = 0; c < NC; c++)
 			acc[h][c] = _mm256_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
 		const char *wb = g + (size_t)b * GB;
 		if (pf)
 			prefetch_block(wb + pf, GB);
-		for (int h = 0; h < NH; h++) {
-			__m256i s[NCMAX];
-			UNROLL for (int c = 0; c < NC; c++)
-				s[c] = Q4 || QP_VNNI ? _mm256_set1_epi32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->bias)
-				                     : _mm256_setzero_si256();
-			UNROLL for (int i = 0; i < NI; i++) {
-				const __m256i v = ld(wb + 32 + 64 * i + 32 * h);
+		__m256i s[2][NCMAX];
+		UNROLL for (int c = 0; c < NC; c++) {
+			const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
+			UNROLL for (int h = 0; h < NH; h++)
+				s[h][c] = Q4 || QP_VNNI ? _mm256_set1_epi32(y->bias) : _mm256_setzero_si256();
+		}
+		UNROLL for (int i = 0; i < NI; i++) {
+			/* Q4_0: the low and high nibbles. Q8_0: with VNNI the stored bytes (quant + 128) both times, against the
+			 * activations as they are; without, the signed quants and their magnitudes (−128: 128 unsigned), the
+			 * magnitudes against the activations given the quants' signs, so no int16 pair saturates */
+			__m256i v[2], lo[2], hi[2];
+			UNROLL for (int h = 0; h < NH; h++) {
+				v[h] = ld(wb + 32 + 64 * i + 32 * h);
 				if (Q4) {
-					const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-					UNROLL for (int c = 0; c < NC; c++) {
-						const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
-						s[c] = mad_u8s8(mad_u8s8(s[c], lo, bcast32(y->qs + 4 * i)), hi, bcast32(y->qs + 16 + 4 * i));
-					}
+					lo[h] = _mm256_and_si256(v[h], m4);
+					hi[h] = _mm256_and_si256(_mm256_srli_epi16(v[h], 4), m4);
 				} else {
-					const __m256i ws = QP_VNNI ? v : _mm256_xor_si256(v, x80);
-					const __m256i ab = QP_VNNI ? v : _mm256_abs_epi8(ws);   /* −128: 128 unsigned */
-					UNROLL for (int c = 0; c < NC; c++) {
-						const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
-						s[c] = mad_q8(s[c], v, ws, ab, bcast32(y->qs + 4 * i));
-					}
+					lo[h] = QP_VNNI ? v[h] : _mm256_xor_si256(v[h], x80);
+					hi[h] = QP_VNNI ? v[h] : _mm256_abs_epi8(lo[h]);
 				}
 			}
+			UNROLL for (int c = 0; c < NC; c++) {
+				const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
+				const __m256i y0 = bcast32(y->qs + 4 * i);
+				if (Q4) {
+					const __m256i y1 = bcast32(y->qs + 16 + 4 * i);
+					UNROLL for (int h = 0; h < NH; h++)
+						s[h][c] = mad_u8s8(mad_u8s8(s[h][c], lo[h], y0), hi[h], y1);
+				} else {
+					UNROLL for (int h = 0; h < NH; h++)
+						s[h][c] = mad_u8s8(s[h][c], hi[h], QP_VNNI ? y0 : _mm256_sign_epi8(y0, lo[h]));
+				}
+			}
+		}
+		UNROLL for (int h = 0; h < NH; h++) {
 			const __m256 dw = h8(wb + 16 * h);
 			UNROLL for (int c = 0; c < NC; c++) {
 				const cpu_qa8 *y = (const cpu_qa8 *)(const void *)(a + c * as) + b;
 				const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(y->d));
-				acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]), sc));
+				acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[h][c]), sc));
 			}
 		}
 	}
 	for (int h = 0; h < NH; h++)
-		store_half(NC, out, ldo, nr, h, acc[h]);
-}
-
-/* Q8_0 with all 16 rows (nr > 8): k_8bit's arithmetic, both halves of a dword column against each activation dword
- * broadcast once. The broadcast costs a vector instruction, so sharing it saves one of the ~5.5 a 32-product step
- * took: Q8_0 prefill with these kernels went from 0.90–0.95x bf16's to 1.00–1.22x (docs/bench/2026-12-03-avx2-q8_0.md).
- * The block's integer sums, then the same float operations in the same order per lane: the bits of k_8bit. */
-INLINE void k_q8_0_16(const int NC, int64_t nb, int nr, float *out, int64_t ldo, const char *g, const char *a,
-                      size_t as, size_t pf)
-{
-	const size_t GB = 544;
-	const __m256i x80 = _mm256_set1_epi8((char)0x80);
-	__m256 acc[2][NCMAX];
-	UNROLL for (int h = 0; h < 2; h++)
-		UNROLL for (int c = 0; c < NC; c++)
-			acc[h][c] = _mm256_setzero_ps();
-	for (int64_t b = 0; b < nb; b++) {
-		const char *wb = g + (size_t)b * GB;
-		if (pf)
-			prefetch_block(wb + pf, GB);
-		__m256i s0[NCMAX], s1[NCMAX];
-		UNROLL for (int c = 0; c < NC; c++)
-			s0[c] = s1[c] = QP_VNNI ? _mm256_set1_epi32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->bias)
-			                        : _mm256_setzero_si256();
-		UNROLL for (int i = 0; i < 8; i++) {
-			const __m256i v0 = ld(wb + 32 + 64 * i), v1 = ld(wb + 64 + 64 * i);
-			const __m256i w0 = QP_VNNI ? v0 : _mm256_xor_si256(v0, x80), a0 = QP_VNNI ? v0 : _mm256_abs_epi8(w0);
-			const __m256i w1 = QP_VNNI ? v1 : _mm256_xor_si256(v1, x80), a1 = QP_VNNI ? v1 : _mm256_abs_epi8(w1);
-			UNROLL for (int c = 0; c < NC; c++) {
-				const __m256i y = bcast32(((const cpu_qa8 *)(const void *)(a + c * as) + b)->qs + 4 * i);
-				s0[c] = mad_q8(s0[c], v0, w0, a0, y);
-				s1[c] = mad_q8(s1[c], v1, w1, a1, y);
-			}
-		}
-		const __m256 d0 = h8(wb), d1 = h8(wb + 16);
-		UNROLL for (int c = 0; c < NC; c++) {
-			const __m256 ya = _mm256_set1_ps(((const cpu_qa8 *)(const void *)(a + c * as) + b)->d);
-			acc[0][c] = _mm256_add_ps(acc[0][c], _mm256_mul_ps(_mm256_cvtepi32_ps(s0[c]), _mm256_mul_ps(d0, ya)));
-			acc[1][c] = _mm256_add_ps(acc[1][c], _mm256_mul_ps(_mm256_cvtepi32_ps(s1[c]), _mm256_mul_ps(d1, ya)));
-		}
-	}
-	for (int h = 0; h < 2; h++)
 		store_half(NC, out, ldo, nr, h, acc[h]);
 }
 
@@ -325,8 +285,8 @@ INLINE void k_q6_K(const int NC, int64_t nb, int nr, float *out, int64_t ldo, co
 		}                                                                                                      \
 	}
 
-#define CALL_Q8_0(n) (nr > 8 ? k_q8_0_16(n, nb, nr, o, ldo, g, a, as, pf) : k_8bit(n, 0, nb, nr, o, ldo, g, a, as, pf))
-#define CALL_Q4_0(n) k_8bit(n, 1, nb, nr, o, ldo, g, a, as, pf)
+#define CALL_Q8_0(n) (nr > 8 ? k_8bit(n, 0, 2, nb, nr, o, ldo, g, a, as, pf) : k_8bit(n, 0, 1, nb, nr, o, ldo, g, a, as, pf))
+#define CALL_Q4_0(n) (nr > 8 ? k_8bit(n, 1, 2, nb, nr, o, ldo, g, a, as, pf) : k_8bit(n, 1, 1, nb, nr, o, ldo, g, a, as, pf))
 #define CALL_Q4_K(n) k_k4(n, 0, nb, nr, o, ldo, g, a, as, pf)
 #define CALL_Q5_K(n) k_k4(n, 1, nb, nr, o, ldo, g, a, as, pf)
 #define CALL_Q6_K(n) k_q6_K(n, nb, nr, o, ldo, g, a, as, pf)

@@ -645,15 +645,15 @@ static int qz_metadata(gguf_writer *w, const model_files *mf, const qz_tokens *t
 	     QZ_U32("attention.head_count_kv", c->n_kv_heads) || QZ_U32("attention.key_length", c->head_dim) ||
 	     QZ_U32("attention.value_length", c->head_dim) || QZ_U32("rope.dimension_count", c->head_dim) ||
 	     QZ_F32("rope.freq_base", c->rope_theta) || QZ_F32("attention.layer_norm_rms_epsilon", c->rms_norm_eps);
-	if (c->rope_scaling == MODEL_ROPE_LINEAR)
-		rc = rc || (snprintf(k, sizeof k, "%s.rope.scaling.type", a), gguf_writer_str(w, k, "linear", 6)) ||
+	if (c->rope_scaling == MODEL_ROPE_LINEAR || c->rope_scaling == MODEL_ROPE_YARN) {
+		const char *type = c->rope_scaling == MODEL_ROPE_LINEAR ? "linear" : "yarn";
+		rc = rc || (snprintf(k, sizeof k, "%s.rope.scaling.type", a), gguf_writer_str(w, k, type, strlen(type))) ||
 		     QZ_F32("rope.scaling.factor", c->rope_factor);
+	}
 	if (c->rope_scaling == MODEL_ROPE_YARN) {   /* llama.cpp's keys; its attention factor is yarn_attn_factor times
 	                                              * the default one (models/gguf_model.c gm_yarn) */
 		const double af = c->rope_attn_factor / model_config_yarn_mscale(c->rope_factor);
-		rc = rc || (snprintf(k, sizeof k, "%s.rope.scaling.type", a), gguf_writer_str(w, k, "yarn", 4)) ||
-		     QZ_F32("rope.scaling.factor", c->rope_factor) ||
-		     QZ_U32("rope.scaling.original_context_length", c->rope_original_max_pos);
+		rc = rc || QZ_U32("rope.scaling.original_context_length", c->rope_original_max_pos);
 		if (c->rope_beta_fast != 32.0f || c->rope_beta_slow != 1.0f)
 			rc = rc || QZ_F32("rope.scaling.yarn_beta_fast", c->rope_beta_fast) ||
 			     QZ_F32("rope.scaling.yarn_beta_slow", c->rope_beta_slow);
