@@ -419,12 +419,39 @@ static void compare_logits(const char *arch, const char *type, const char *gguf,
 	free(got);
 }
 
+/* general.quantization_version, then general.file_type, come last: where llama-quantize sets them, so that it turns
+ * the bf16 file into the very bytes of the TYPE file (`make check-llamacpp`, tests/interop/llamacpp.sh). */
+static void check_last_keys(const char *gguf, int64_t ftype)
+{
+	size_t len;
+	void *buf = read_all(gguf, &len);
+	gguf_file g;
+	char err[256];
+	ck_assert_msg(gguf_parse(&g, buf, len, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_ge(g.n_kv, 2);
+	const gguf_str *a = &g.kv[g.n_kv - 2].key, *b = &g.kv[g.n_kv - 1].key;
+	ck_assert_msg(a->len == 28 && !memcmp(a->s, "general.quantization_version", 28), "%s: second last key %.*s", gguf,
+	              (int)a->len, a->s);
+	ck_assert_msg(b->len == 17 && !memcmp(b->s, "general.file_type", 17), "%s: last key %.*s", gguf, (int)b->len, b->s);
+	int64_t v;
+	ck_assert_int_eq(gguf_get_int(&g, "general.file_type", &v, err, sizeof err), 1);
+	ck_assert_int_eq(v, ftype);
+	gguf_free(&g);
+	free(buf);
+}
+
 static void check_type(const char *arch, const char *type, bool conditioned)
 {
 	char gguf[700], src[600], ids[512] = "";
 	snprintf(gguf, sizeof gguf, "%s/m-%s.gguf", tmpdir, type);
 	snprintf(src, sizeof src, "%s/src", tmpdir);
 	quantize(type, gguf);
+	static const struct { const char *type; int64_t ftype; } ftypes[] = {
+		{ "q8_0", 7 }, { "q4_0", 2 }, { "q4_k_m", 15 }, { "q5_k_m", 17 }, { "bf16", 32 }, { "f16", 1 },
+	};
+	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+		if (!strcmp(type, ftypes[i].type))
+			check_last_keys(gguf, ftypes[i].ftype);
 	for (int32_t i = 0; i < N_PROMPT; i++)
 		snprintf(ids + strlen(ids), sizeof ids - strlen(ids), i ? ",%d" : "%d", (int)prompt[i]);
 	const char *argv[] = { "/usr/bin/python3", "tests/gguf_ref.py", "all", gguf, src, ids, path_in("ref"), NULL };
@@ -535,9 +562,8 @@ START_TEST(test_llama31_rope_freqs)
 	gguf_file g;
 	char err[512];
 	ck_assert(gguf_parse(&g, buf, len, err, sizeof err) == 0);
-	const gguf_tensor_info *t = &g.tensors[0];
-	ck_assert_msg(t->name.len == 17 && !memcmp(t->name.s, "rope_freqs.weight", 17), "first tensor %.*s",
-	              (int)t->name.len, t->name.s);
+	const gguf_tensor_info *t = gguf_find_tensor(&g, "rope_freqs.weight");
+	ck_assert_msg(t, "no rope_freqs.weight");
 	ck_assert_uint_eq(t->type, 0);
 	ck_assert_uint_eq(t->n_dims, 1);
 	ck_assert_int_eq(t->ne[0], 32);
@@ -908,10 +934,22 @@ START_TEST(test_tokenizer_qwen3)
 	ck_assert_int_eq(tokenizer_bos(js), tokenizer_bos(gg));
 	ck_assert_int_eq(tokenizer_eos(js), tokenizer_eos(gg));
 	ck_assert_int_eq(tokenizer_add_bos(js), tokenizer_add_bos(gg));
+	/* the same specials, but for the added tokens that only look special: tokenizer.json has <|fim_prefix|>,
+	 * <|fim_middle|>, <|fim_suffix|>, <|fim_pad|>, <|repo_name|> and <|file_sep|> non-special, and the GGUF marks them
+	 * CONTROL, as llama.cpp's converter does (its loader warns of each otherwise) */
+	int looks_special = 0;
 	for (int32_t i = 0; i < tokenizer_vocab_size(js); i++) {
-		ck_assert_str_eq(tokenizer_token_text(js, i), tokenizer_token_text(gg, i));
-		ck_assert_int_eq(tokenizer_is_special(js, i), tokenizer_is_special(gg, i));
+		const char *text = tokenizer_token_text(js, i);
+		ck_assert_str_eq(text, tokenizer_token_text(gg, i));
+		if (tokenizer_is_special(js, i) == tokenizer_is_special(gg, i))
+			continue;
+		size_t n = strlen(text);
+		ck_assert_msg(tokenizer_is_special(gg, i) && n > 4 && !memcmp(text, "<|", 2) && !strcmp(text + n - 2, "|>"),
+		              "token %d '%s': special %d in tokenizer.json, %d in the GGUF", (int)i, text,
+		              tokenizer_is_special(js, i), tokenizer_is_special(gg, i));
+		looks_special++;
 	}
+	ck_assert_int_eq(looks_special, 6);
 	/* every string of check_tokenizer: the reference items (and their Hugging Face ids) … */
 	char ref[600];
 	snprintf(ref, sizeof ref, "%s/qwen3-tokenizer.ref.json", testdata());

@@ -35,6 +35,7 @@ static const struct {
 } qz_types[] = {
 	{ "q8_0", 7, AAH_DTYPE_Q8_0 },   { "q4_0", 2, AAH_DTYPE_Q4_0 }, { "q4_k_m", 15, AAH_DTYPE_Q4_K },
 	{ "q5_k_m", 17, AAH_DTYPE_Q5_K }, { "bf16", 32, AAH_DTYPE_BF16 }, { "f16", 1, AAH_DTYPE_F16 },
+	{ "f32", 0, AAH_DTYPE_F32 },
 };
 
 void quantize_help(FILE *f)
@@ -56,7 +57,8 @@ void quantize_help(FILE *f)
 	      "  q4_k_m   Q4_K; Q6_K for the output head, attn_v and ffn_down of the layers llama.cpp's use_more_bits\n"
 	      "           picks (the first and last eighth and every third between)\n"
 	      "  q5_k_m   the same mix with Q5_K as the base\n"
-	      "  bf16, f16 every matrix in that float type\n"
+	      "  bf16, f16, f32  every matrix in that float type (f32: the source's numbers as they are, what\n"
+	      "           llama-quantize takes to write the same blocks as the types above)\n"
 	      "A matrix whose rows are not whole 256-value blocks falls back to Q8_0 (llama.cpp would use Q5_0/Q5_1,\n"
 	      "which aahd does not read), or F16 when not whole 32-value blocks either.\n"
 	      "\n"
@@ -109,6 +111,25 @@ static void qz_tokens_free(qz_tokens *t)
 	free(t->scores);
 	free(t->spm);
 	memset(t, 0, sizeof *t);
+}
+
+static bool qz_affixed(const char *s, size_t n, const char *pre, const char *suf)
+{
+	size_t a = strlen(pre), b = strlen(suf);
+	return n >= a + b && !memcmp(s, pre, a) && !memcmp(s + n - b, suf, b);
+}
+
+/* llama.cpp's converter (does_token_look_special) makes an added token CONTROL, whatever tokenizer.json's "special"
+ * says, when it looks like one: Qwen3's <|fim_prefix|>, <|repo_name|>, ... are not special there. llama.cpp's loader
+ * warns of and overrides such a token otherwise. */
+static bool qz_looks_special(const char *s, size_t n)
+{
+	static const char *const named[] = { "<pad>", "<mask>", "<2mass>", "[@BOS@]" };
+	for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+		if (n == strlen(named[i]) && !memcmp(s, named[i], n))
+			return true;
+	return qz_affixed(s, n, "<|", "|>") || qz_affixed(s, n, "<\xef\xbd\x9c", "\xef\xbd\x9c>") || /* <｜ ｜> */
+	       qz_affixed(s, n, "<unused", ">");
 }
 
 static bool qz_bytelevel(json_t *p, bool use_regex)
@@ -415,7 +436,9 @@ static int qz_tokens_load(qz_tokens *t, const char *dir, const model_config *mc,
 		free(t->text[id]);
 		t->text[id] = strndup(json_string_value(c), json_string_length(c));
 		t->len[id] = json_string_length(c);
-		t->type[id] = json_is_true(json_object_get(v, "special")) ? QZ_TOK_CONTROL : QZ_TOK_USER_DEFINED;
+		t->type[id] = json_is_true(json_object_get(v, "special")) || qz_looks_special(t->text[id], t->len[id])
+		                      ? QZ_TOK_CONTROL
+		                      : QZ_TOK_USER_DEFINED;
 	}
 	for (int32_t i = 0; i < t->n; i++)
 		if (!t->text[i]) {   /* llama.cpp's filler for ids no token has, up to the embedding's rows */
@@ -577,7 +600,15 @@ static int qz_fill(void *ctx, int32_t index, void *dst, size_t nbytes, char *err
 	return 0;
 }
 
-/* The plan: every tensor model_files bound, under llama.cpp's name, in llama.cpp's order. */
+/* llama-quantize's order (llama_model_loader's weight_name_comparer): the tensors outside the blocks first, then
+ * block by block, by name within each. So its output from our bf16 file is our file of that type, byte for byte. */
+static int qz_order(const void *a, const void *b)
+{
+	const qz_tensor *x = a, *y = b;
+	return x->layer != y->layer ? (x->layer > y->layer) - (x->layer < y->layer) : strcmp(x->name, y->name);
+}
+
+/* The plan: every tensor model_files bound, under llama.cpp's name, in llama-quantize's order. */
 static int qz_plan(const model_files *mf, aah_dtype base, qz_tensor **out, int32_t *n_out)
 {
 	const model_config *c = &mf->config;
@@ -622,6 +653,7 @@ static int qz_plan(const model_files *mf, aah_dtype base, qz_tensor **out, int32
 		t[i].ne[1] = s && s->n_dims == 2 ? s->shape[0] : 1;
 		t[i].type = qz_pick(base, &t[i], c->n_layers, tied, t[i].ne[0]);
 	}
+	qsort(t, (size_t)n, sizeof *t, qz_order);
 	*out = t;
 	*n_out = n;
 	return 0;
@@ -635,8 +667,7 @@ static int qz_metadata(gguf_writer *w, const model_files *mf, const qz_tokens *t
 	const char *a = c->arch == MODEL_ARCH_QWEN3 ? "qwen3" : "llama";
 	char k[96];
 	int rc = gguf_writer_str(w, "general.architecture", a, strlen(a)) ||
-	         gguf_writer_str(w, "general.name", name, strlen(name)) ||
-	         gguf_writer_u32(w, "general.file_type", ftype) || gguf_writer_u32(w, "general.quantization_version", 2);
+	         gguf_writer_str(w, "general.name", name, strlen(name));
 #define QZ_U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, a), gguf_writer_u32(w, k, (uint32_t)(v)))
 #define QZ_F32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, a), gguf_writer_f32(w, k, (float)(v)))
 	rc = rc || QZ_U32("vocab_size", c->vocab_size) || QZ_U32("context_length", c->max_position_embeddings) ||
@@ -685,6 +716,9 @@ static int qz_metadata(gguf_writer *w, const model_files *mf, const qz_tokens *t
 	rc = rc || gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", tk->add_bos);
 	if (tk->chat_template)
 		rc = rc || gguf_writer_str(w, "tokenizer.chat_template", tk->chat_template, strlen(tk->chat_template));
+	/* Last, in this order, as llama-quantize sets them: so llama-quantize turning our bf16 file into TYPE writes the
+	 * very bytes of our TYPE file. */
+	rc = rc || gguf_writer_u32(w, "general.quantization_version", 2) || gguf_writer_u32(w, "general.file_type", ftype);
 	return rc ? -1 : 0;
 }
 
@@ -806,7 +840,7 @@ int quantize_main(int argc, char **argv)
 	}
 	if (argc - optind != 2 || !type) {
 		fprintf(stderr, "usage: aah-convert quantize [options] SRC OUT.gguf --type "
-		        "q8_0|q4_0|q4_k_m|q5_k_m|bf16|f16   (aah-convert quantize --help)\n");
+		        "q8_0|q4_0|q4_k_m|q5_k_m|bf16|f16|f32   (aah-convert quantize --help)\n");
 		return QZ_EXIT_USAGE;
 	}
 	size_t ti = 0, nt = sizeof qz_types / sizeof qz_types[0];
