@@ -447,7 +447,7 @@ static void check_type(const char *arch, const char *type, bool conditioned)
 	snprintf(src, sizeof src, "%s/src", tmpdir);
 	quantize(type, gguf);
 	static const struct { const char *type; int64_t ftype; } ftypes[] = {
-		{ "q8_0", 7 }, { "q4_0", 2 }, { "q4_k_m", 15 }, { "q5_k_m", 17 }, { "bf16", 32 }, { "f16", 1 },
+		{ "q8_0", 7 }, { "q4_0", 2 }, { "q4_k_m", 15 }, { "q5_k_m", 17 }, { "bf16", 32 }, { "f16", 1 }, { "f32", 0 },
 	};
 	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
 		if (!strcmp(type, ftypes[i].type))
@@ -480,15 +480,15 @@ START_TEST(test_quantize_trained)
 }
 END_TEST
 
-static const char *const all_types[] = { "q8_0", "q4_0", "q4_k_m", "q5_k_m", "bf16", "f16" };
+static const char *const all_types[] = { "q8_0", "q4_0", "q4_k_m", "q5_k_m", "bf16", "f16", "f32" };
 
 /* Every type on Qwen3 (random, hidden 256: every K type in use), two on Llama: first the file side alone — with the backend's exact products the engine on
  * the file equals the float64 forward of its dequantized weights (names, shapes, block layouts, the tied head,
  * Llama's row order) — then the products as served, 8-bit activations, against the pass that rounds them alike. */
 START_TEST(test_quantize)
 {
-	make_model(_i < 6 ? "qwen3" : "llama", _i < 6 ? "1" : "0");
-	check_type(_i < 6 ? "qwen3" : "llama", _i < 6 ? all_types[_i] : _i == 6 ? "q4_k_m" : "bf16", false);
+	make_model(_i < 7 ? "qwen3" : "llama", _i < 7 ? "1" : "0");
+	check_type(_i < 7 ? "qwen3" : "llama", _i < 7 ? all_types[_i] : _i == 7 ? "q4_k_m" : "bf16", false);
 }
 END_TEST
 
@@ -1124,7 +1124,7 @@ static Suite *gguf_suite(void)
 	t = tcase_create("quantize");
 	tcase_add_checked_fixture(t, tmp_setup, tmp_teardown);
 	tcase_set_timeout(t, 300);
-	tcase_add_loop_test(t, test_quantize, 0, 8);
+	tcase_add_loop_test(t, test_quantize, 0, 9);
 	tcase_add_loop_test(t, test_quantize_trained, 0, 2);
 	tcase_add_loop_test(t, test_bf16_equals_safetensors, 0, 2);
 	tcase_add_test(t, test_llama31_rope_freqs);
