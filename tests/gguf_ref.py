@@ -309,12 +309,12 @@ def act_round(x, wtype):
     if name in ("F32", "F16", "BF16"):
         return x
     shape = x.shape
-    if name in ("Q8_0", "Q4_0"):
+    if name in ("Q8_0", "Q4_0"):   # as llama.cpp's x86 quantize_row_q8_0: times 127 / amax, ties to even
         b = x.astype(np.float32).reshape(-1, 32)
-        d = np.abs(b).max(axis=1, keepdims=True) / np.float32(127)
-        inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
-        v = (b * inv).astype(np.float64)                             # the float32 product, then exactly:
-        q = np.sign(v) * np.floor(np.abs(v) + 0.5)                   # roundf, ties away from zero
+        amax = np.abs(b).max(axis=1, keepdims=True)
+        d = amax / np.float32(127)
+        inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+        q = np.rint((b * inv).astype(np.float64))                  # the float32 product, rounded to nearest even
         return (d.astype(np.float16).astype(np.float32) * q).astype(np.float64).reshape(shape)
     b = x.astype(np.float32).reshape(-1, 256)
     idx = np.abs(b).argmax(axis=1)

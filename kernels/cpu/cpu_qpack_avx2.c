@@ -306,8 +306,8 @@ INLINE float hmax8(__m256 v)
 }
 
 /* cpu_qpack_quantize_act for Q8_0 / Q4_0 weights, a block of 32 values in four vectors: the AVX-512 quantizer's
- * steps (cpu_qpack_avx512.c), so the portable quantizer's bits: NaN left out of the maximum and quantized to 0, the
- * scaled value clamped, then rounded half away from zero, found exactly as value − trunc(value). */
+ * steps (cpu_qpack_avx512.c), so the portable quantizer's bits (llama.cpp's x86 rounding): NaN left out of the
+ * maximum and quantized to 0, times 127 / amax, clamped, rounded to nearest with ties to even. */
 void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t n)
 {
 	if (t != AAH_DTYPE_Q8_0 && t != AAH_DTYPE_Q4_0) {
@@ -315,8 +315,7 @@ void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t
 		return;
 	}
 	const int32_t off = t == AAH_DTYPE_Q8_0 ? 128 : 8;
-	const __m256 lo = _mm256_set1_ps(-128.f), hi = _mm256_set1_ps(127.f), one = _mm256_set1_ps(1.f),
-	             half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f),
+	const __m256 lo = _mm256_set1_ps(-128.f), hi = _mm256_set1_ps(127.f),
 	             nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
 	/* packs_epi32 then packs_epi16 leave the 32 bytes in the 32-bit order 0 2 4 6 1 3 5 7 of their lanes */
 	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -328,19 +327,14 @@ void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t
 			m = _mm256_max_ps(m, _mm256_and_ps(_mm256_and_ps(v[h], nosign), _mm256_cmp_ps(v[h], v[h], _CMP_ORD_Q)));
 		}
 		const float amax = hmax8(m);
-		const float d = amax / ((1 << 7) - 1);
-		const float id = d ? 1.0f / d : 0.0f;
-		y[b].d = aah_half_to_float(aah_float_to_half(d));
+		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		y[b].d = aah_half_to_float(aah_float_to_half(amax / 127.0f));
 		__m256i q[4], sum = _mm256_setzero_si256();
 		UNROLL for (int h = 0; h < 4; h++) {
 			__m256 c = _mm256_mul_ps(v[h], _mm256_set1_ps(id));
 			c = _mm256_and_ps(c, _mm256_cmp_ps(c, c, _CMP_ORD_Q));   /* NaN → 0 */
 			c = _mm256_min_ps(_mm256_max_ps(c, lo), hi);
-			__m256 r = _mm256_round_ps(c, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-			const __m256 f = _mm256_sub_ps(c, r);
-			r = _mm256_add_ps(r, _mm256_and_ps(_mm256_cmp_ps(f, half, _CMP_GE_OQ), one));
-			r = _mm256_sub_ps(r, _mm256_and_ps(_mm256_cmp_ps(f, mhalf, _CMP_LE_OQ), one));
-			q[h] = _mm256_cvttps_epi32(r);
+			q[h] = _mm256_cvtps_epi32(_mm256_round_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 			sum = _mm256_add_epi32(sum, q[h]);
 		}
 		const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));

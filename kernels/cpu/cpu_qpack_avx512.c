@@ -230,8 +230,8 @@ QP_DISPATCH(qp_q5_K, CALL_Q5_K)
 QP_DISPATCH(qp_q6_K, CALL_Q6_K)
 
 /* cpu_qpack_quantize_act for Q8_0 / Q4_0 weights, 32 values a vector pair: the same bits as the portable quantizer
- * (cpu_quant.c's quantize_q8_0: NaN ignored by the maximum and quantized to 0, the scaled value clamped, then rounded
- * half away from zero, found exactly as value − trunc(value)). A decode step quantizes each matrix's input on one
+ * (cpu_quant.c's quantize_q8_0, llama.cpp's x86 rounding: NaN ignored by the maximum and quantized to 0, times
+ * 127 / amax, clamped, rounded to nearest with ties to even). A decode step quantizes each matrix's input on one
  * thread while the others wait; the portable loop was 2% of a Q8_0 step there. */
 void cpu_qpack_quantize_act_avx512(aah_dtype t, void *dst, const float *x, int64_t n)
 {
@@ -240,8 +240,7 @@ void cpu_qpack_quantize_act_avx512(aah_dtype t, void *dst, const float *x, int64
 		return;
 	}
 	const int32_t off = t == AAH_DTYPE_Q8_0 ? 128 : 8;
-	const __m512 lo = _mm512_set1_ps(-128.f), hi = _mm512_set1_ps(127.f), one = _mm512_set1_ps(1.f),
-	             half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
+	const __m512 lo = _mm512_set1_ps(-128.f), hi = _mm512_set1_ps(127.f);
 	cpu_qa8 *y = dst;
 	for (int64_t b = 0; b < n / 32; b++) {
 		__m512 v[2];
@@ -252,19 +251,15 @@ void cpu_qpack_quantize_act_avx512(aah_dtype t, void *dst, const float *x, int64
 			const float m = _mm512_reduce_max_ps(a);
 			amax = m > amax ? m : amax;
 		}
-		const float d = amax / ((1 << 7) - 1);
-		const float id = d ? 1.0f / d : 0.0f;
-		y[b].d = aah_half_to_float(aah_float_to_half(d));
+		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		y[b].d = aah_half_to_float(aah_float_to_half(amax / 127.0f));
 		__m512i sum = _mm512_setzero_si512();
 		UNROLL for (int h = 0; h < 2; h++) {
 			__m512 c = _mm512_mul_ps(v[h], _mm512_set1_ps(id));
 			c = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c, c, _CMP_ORD_Q), c);   /* NaN → 0 */
 			c = _mm512_min_ps(_mm512_max_ps(c, lo), hi);
-			__m512 r = _mm512_roundscale_ps(c, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-			const __m512 f = _mm512_sub_ps(c, r);
-			r = _mm512_mask_add_ps(r, _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ), r, one);
-			r = _mm512_mask_sub_ps(r, _mm512_cmp_ps_mask(f, mhalf, _CMP_LE_OQ), r, one);
-			const __m512i q = _mm512_cvttps_epi32(r);
+			const __m512i q = _mm512_cvtps_epi32(
+				_mm512_roundscale_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));   /* ties to even */
 			sum = _mm512_add_epi32(sum, q);
 			_mm_storeu_si128((__m128i *)(void *)(y[b].qs + 16 * h), _mm512_cvtepi32_epi8(q));
 		}

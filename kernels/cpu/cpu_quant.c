@@ -21,19 +21,12 @@ static inline int quant_nearest_int(float v)
 	return (i & 0x007fffff) - 0x00400000;
 }
 
-/* (int8_t)roundf(v) as ggml's for |v| ≤ 127.5 (halves away from zero); NaN → 0 and out-of-range clamped, where the
- * plain conversion would be undefined. Inline, without libm's roundf: a decode step quantizes every matrix's input
- * on one thread while the others wait, and the call per value was 3% of a Q8_0 step (docs/bench). Clamping first is
- * the same as clamping the rounded value; then v − trunc(v) is exact, so the halves are found exactly. */
-static inline int8_t quant_round_i8(float v)
-{
-	float c = v > 127.f ? 127.f : v < -128.f ? -128.f : v;
-	c = c == c ? c : 0.f;
-	const int i = (int)c;
-	const float f = c - (float)i;
-	return (int8_t)(i + (f >= 0.5f) - (f <= -0.5f));
-}
-
+/* Q8_0 activation blocks as llama.cpp's x86 CPU path quantizes them (quantize_row_q8_0 in ggml-cpu/arch/x86/quants.c,
+ * ggml_quantize_mat_q8_0_4x8 in its repack.cpp): d = amax / 127, each value times 127 / amax rounded to nearest, ties
+ * to even — not ggml's reference quantize_row_q8_0_ref (times 1 / d, ties away from zero), whose quants differ at one
+ * value in a few hundred, which a badly conditioned model amplifies into logits apart by whole tenths
+ * (docs/quantize.md). NaN is left out of the maximum and quantized to 0; the scaled value is clamped first, so no
+ * conversion is undefined. Inline: a decode step quantizes every matrix's input on one thread while the others wait. */
 static void quantize_q8_0(aah_block_q8_0 *y, const float *x, int64_t nb)
 {
 	for (int64_t i = 0; i < nb; i++, x += AAH_QK8_0) {
@@ -42,11 +35,13 @@ static void quantize_q8_0(aah_block_q8_0 *y, const float *x, int64_t nb)
 			const float a = fabsf(x[j]);
 			amax = a > amax ? a : amax;   /* as fmaxf(amax, a): a NaN never becomes the maximum, as in ggml's MAX */
 		}
-		const float d = amax / ((1 << 7) - 1);
-		const float id = d ? 1.0f / d : 0.0f;
-		y[i].d = aah_float_to_half(d);
-		for (int j = 0; j < AAH_QK8_0; j++)
-			y[i].qs[j] = quant_round_i8(x[j] * id);
+		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		y[i].d = aah_float_to_half(amax / 127.0f);
+		for (int j = 0; j < AAH_QK8_0; j++) {
+			float v = x[j] * id;
+			v = v > 127.f ? 127.f : v < -128.f ? -128.f : v;
+			y[i].qs[j] = (int8_t)(v == v ? quant_nearest_int(v) : 0);
+		}
 	}
 }
 
