@@ -55,7 +55,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
-.PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench eval-demo train fuzz clean install
+.PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench eval-demo train fuzz clean install check-llamacpp
 all: $(BUILD)/aahd $(TOOLS)
 
 deps:
@@ -235,6 +235,18 @@ eval-demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(BENCH_DEMO)
 	@sh tools/bench.sh $(BUILD) $(CACHE)
+
+# aahd's GGUF files against llama.cpp itself (tests/interop/llamacpp.sh, docs/quantize.md): LLAMA_CPP=DIR names a
+# llama.cpp source tree with a CMake build (LLAMA_CPP_BUILD, default DIR/build) of its llama-quantize target. Not part
+# of `make test`: llama.cpp is no dependency of aahd, and nothing here fetches or builds it.
+LLAMA_CPP_BUILD ?= $(LLAMA_CPP)/build
+$(BUILD)/interop/aah_logits: $(BUILD)/obj/tests/interop/aah_logits.o $(BUILD)/libaah.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+check-llamacpp: deps
+	@test -n "$(LLAMA_CPP)" || { echo "usage: make check-llamacpp LLAMA_CPP=DIR (a llama.cpp tree built with CMake, -DBUILD_SHARED_LIBS=OFF)"; exit 2; }
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(BUILD)/interop/aah_logits $(TOKENIZER)
+	@AAH_CACHE=$(CACHE) sh tests/interop/llamacpp.sh $(BUILD) $(LLAMA_CPP) $(LLAMA_CPP_BUILD)
 
 # The two trained runs (tools/aah_train.py; docs/training.md), regenerated from Debian's python3.11-doc: the
 # text splits and the SentencePiece tokenizer into $(TRAIN_DATA), then the full-attention run and the AAH run side by

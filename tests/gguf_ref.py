@@ -247,7 +247,7 @@ HF = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output":
       "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
       "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
       "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
-      "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+      "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", "rope_freqs": "rope_freqs"}
 
 
 def hf_name(name):
@@ -275,6 +275,8 @@ def cmd_check(path, src):
     arch = dict((k, v) for k, _, v in g["kv"])["general.architecture"]
     kv = dict((k, v) for k, _, v in g["kv"])
     for name, ne, t, x in ts:
+        if name == "rope_freqs.weight":   # Llama 3.1's factors: computed from config.json, not a source tensor
+            continue
         want = ref.get(hf_name(name))
         if want is None and name == "token_embd.weight":
             want = ref["lm_head.weight"]
@@ -350,6 +352,8 @@ def cmd_forward(path, ids, out, emulate):
     T = len(ids)
     x = W["model.embed_tokens.weight"][ids]
     inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    if "rope_freqs.weight" in W:   # Llama 3.1 (llama3 scaling): ggml divides each frequency by its factor
+        inv = inv / W["rope_freqs.weight"]
     mscale = 1.0
     scaling = kv.get(a + ".rope.scaling.type", "none")
     if scaling == "linear":
