@@ -23,10 +23,10 @@ static inline int quant_nearest_int(float v)
 
 /* Q8_0 activation blocks as llama.cpp's x86 CPU path quantizes them (quantize_row_q8_0 in ggml-cpu/arch/x86/quants.c,
  * ggml_quantize_mat_q8_0_4x8 in its repack.cpp): d = amax / 127, each value times 127 / amax rounded to nearest, ties
- * to even — not ggml's reference quantize_row_q8_0_ref (times 1 / d, ties away from zero), whose quants differ at one
- * value in a few hundred, which a badly conditioned model amplifies into logits apart by whole tenths
- * (docs/quantize.md). NaN is left out of the maximum and quantized to 0; the scaled value is clamped first, so no
- * conversion is undefined. Inline: a decode step quantizes every matrix's input on one thread while the others wait. */
+ * to even — not ggml's reference quantize_row_q8_0_ref (times 1 / d, ties away from zero), whose quants differ from
+ * these at about one value in 500 000 (normally distributed values): the point is computing what llama.cpp computes.
+ * NaN is left out of the maximum and quantized to 0; the scaled value is clamped first, so no conversion is
+ * undefined. Inline: a decode step quantizes every matrix's input on one thread while the others wait. */
 static void quantize_q8_0(aah_block_q8_0 *y, const float *x, int64_t nb)
 {
 	for (int64_t i = 0; i < nb; i++, x += AAH_QK8_0) {

@@ -601,7 +601,8 @@ static int qz_fill(void *ctx, int32_t index, void *dst, size_t nbytes, char *err
 }
 
 /* llama-quantize's order (llama_model_loader's weight_name_comparer): the tensors outside the blocks first, then
- * block by block, by name within each. So its output from our bf16 file is our file of that type, byte for byte. */
+ * block by block, by name within each. So its output from our f32 file (or bf16, of a bf16 model) is our file of
+ * that type, byte for byte (`make check-llamacpp`). */
 static int qz_order(const void *a, const void *b)
 {
 	const qz_tensor *x = a, *y = b;
@@ -716,7 +717,7 @@ static int qz_metadata(gguf_writer *w, const model_files *mf, const qz_tokens *t
 	rc = rc || gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", tk->add_bos);
 	if (tk->chat_template)
 		rc = rc || gguf_writer_str(w, "tokenizer.chat_template", tk->chat_template, strlen(tk->chat_template));
-	/* Last, in this order, as llama-quantize sets them: so llama-quantize turning our bf16 file into TYPE writes the
+	/* Last, in this order, as llama-quantize sets them: so llama-quantize turning our f32 file into TYPE writes the
 	 * very bytes of our TYPE file. */
 	rc = rc || gguf_writer_u32(w, "general.quantization_version", 2) || gguf_writer_u32(w, "general.file_type", ftype);
 	return rc ? -1 : 0;
