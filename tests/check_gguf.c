@@ -420,7 +420,7 @@ static void compare_logits(const char *arch, const char *type, const char *gguf,
 }
 
 /* general.quantization_version, then general.file_type, come last: where llama-quantize sets them, so that it turns
- * the bf16 file into the very bytes of the TYPE file (`make check-llamacpp`, tests/interop/llamacpp.sh). */
+ * the f32 file into the very bytes of the TYPE file (`make check-llamacpp`, tests/interop/llamacpp.sh). */
 static void check_last_keys(const char *gguf, int64_t ftype)
 {
 	size_t len;
