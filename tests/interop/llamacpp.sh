@@ -128,11 +128,11 @@ echo "ok   qwen3: the $n reference strings of tests/data/qwen3-tokenizer.ref.jso
 
 # 4. logits. BOUNDS, relative to 1 + max|logit|. For the quantized types both engines round the activations to 8 bits
 # alike (Q8_0 blocks as llama.cpp's x86 quantize_row_q8_0 does, Q8_K blocks), but their float32 operations elsewhere
-# (RMSNorm sums, RoPE angles, exp) differ in the last bits, and now and then a value lands on the other side of an
+# (summation orders, ggml's own exp) differ in the last bits, and now and then a value lands on the other side of an
 # 8-bit rounding step in one of them; a random model amplifies that into logits apart by up to ~0.06, the trained run
 # by ~0.01, at the positions from there on (before it they agree to ~1e-7), and each engine is as far from the float64
-# reference. So they are held to 0.1, which a misread tensor, layout or hyperparameter exceeds many times over; the
-# printed columns show the rest. For bf16 and f16 weights llama.cpp rounds the activations to bf16 / f16 and aahd does
+# reference. So they are held to 0.1, a gross check only; the f32 files are the exact one, and the printed columns
+# show the rest. For bf16 and f16 weights llama.cpp rounds the activations to bf16 / f16 and aahd does
 # not (measured 2e-2 and 5e-3): 5e-2. With f32 weights neither rounds anything: they agree to ~5e-6 (1e-4) on every
 # model, the YaRN and llama3 ones included, whose scaling moves the logits by 0.96 and 0.56 of that scale.
 bound() {
