@@ -449,9 +449,11 @@ static void check_type(const char *arch, const char *type, bool conditioned)
 	static const struct { const char *type; int64_t ftype; } ftypes[] = {
 		{ "q8_0", 7 }, { "q4_0", 2 }, { "q4_k_m", 15 }, { "q5_k_m", 17 }, { "bf16", 32 }, { "f16", 1 }, { "f32", 0 },
 	};
-	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
-		if (!strcmp(type, ftypes[i].type))
-			check_last_keys(gguf, ftypes[i].ftype);
+	size_t fi = 0;
+	while (fi < sizeof ftypes / sizeof ftypes[0] && strcmp(type, ftypes[fi].type))
+		fi++;
+	ck_assert_msg(fi < sizeof ftypes / sizeof ftypes[0], "%s: no file type known to the test", type);
+	check_last_keys(gguf, ftypes[fi].ftype);
 	for (int32_t i = 0; i < N_PROMPT; i++)
 		snprintf(ids + strlen(ids), sizeof ids - strlen(ids), i ? ",%d" : "%d", (int)prompt[i]);
 	const char *argv[] = { "/usr/bin/python3", "tests/gguf_ref.py", "all", gguf, src, ids, path_in("ref"), NULL };
