@@ -214,7 +214,7 @@ $(FAKE_DIR)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(FAKE_OBJ) $(BUILD)/lib
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 test-gpu-emulated: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) $(FAKE_DIR)/tests/check_gpu $(FAKE_DIR)/tests/check_golden \
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(FAKE_DIR)/tests/check_gpu $(FAKE_DIR)/tests/check_golden \
 	  $(FAKE_DIR)/tests/check_aah
 	@sh tests/gpu/run.sh $(FAKE_DIR)
 
