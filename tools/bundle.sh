@@ -32,7 +32,7 @@ if [ "${1:-}" = "--check" ]; then
 		done
 	done
 	[ -e "$DEST/.bad" ] && bad=1 && rm -f "$DEST/.bad"
-	for f in "$DEST"/build/aahd "$DEST"/build/aah-bench "$DEST"/build/aah-mkmodel; do
+	for f in "$DEST"/build/aahd "$DEST"/build/aah-bench "$DEST"/build/aah-mkmodel "$DEST"/build/aah-convert; do
 		env -i LD_LIBRARY_PATH="$DEST/lib" "$f" --help >/dev/null 2>&1 || { echo "bundle: $f --help fails"; bad=1; }
 	done
 	[ "$bad" -eq 0 ] && echo "bundle: $DEST is complete ($(du -sh "$DEST" | cut -f1))"
@@ -43,7 +43,7 @@ BUILD=${1:-build}
 DEST=${2:-.bundle}
 rm -rf "$DEST"
 mkdir -p "$DEST/build/tests" "$DEST/lib/compat"
-for b in aahd aah-bench aah-mkmodel aah-tokenize; do
+for b in aahd aah-bench aah-mkmodel aah-convert aah-tokenize; do
 	[ -x "$BUILD/$b" ] && cp "$BUILD/$b" "$DEST/build/"
 done
 for t in check_gpu check_golden check_aah; do
