@@ -216,7 +216,7 @@ $(FAKE_DIR)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(FAKE_OBJ) $(BUILD)/lib
 test-gpu-emulated: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(FAKE_DIR)/tests/check_gpu $(FAKE_DIR)/tests/check_golden \
 	  $(FAKE_DIR)/tests/check_aah
-	@sh tests/gpu/run.sh $(FAKE_DIR)
+	@AAH_BUILD=$(BUILD) sh tests/gpu/run.sh $(FAKE_DIR)
 
 test-fast: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(TESTS) $(FUZZ_REPLAY) $(TOKENIZER)

@@ -7,12 +7,9 @@
 set -u
 BUILD=${1:-${BUILD:-build}}
 export AAH_TESTDATA=${AAH_TESTDATA:-tests/data}
-# check_gpu runs aah-mkmodel and aah-convert (its GGUF test): BUILD's own, else the folder above BUILD's (the
-# emulation's build/fakecuda has only the test binaries; its tools are build/'s)
-if [ -z "${AAH_BUILD:-}" ]; then
-	if [ -x "$BUILD/aah-convert" ]; then AAH_BUILD=$BUILD; else AAH_BUILD=$(dirname "$BUILD"); fi
-fi
-export AAH_BUILD
+# check_gpu's GGUF test runs aah-mkmodel and aah-convert from AAH_BUILD: BUILD's own unless the caller says where
+# (`make test-gpu-emulated`, whose build/fakecuda holds only test binaries, names build/)
+export AAH_BUILD=${AAH_BUILD:-$BUILD}
 passed=0
 failed=0
 names=""
