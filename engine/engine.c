@@ -26,6 +26,15 @@ typedef struct layer_tensors {
 	aah_tensor wqkv, w_gate_up;
 } layer_tensors;
 
+/* The pages a prompt item's windowed rings drop before the item ends (a ring shorter than the item), written to pages
+ * of the prefix cache's own instead of being lost: engine_prefix_insert hands them to their blocks, and whatever it
+ * does not take returns to the pool (docs/prefix_cache.md). */
+typedef struct seq_spill {
+	int32_t lp0, n_lp;             /* logical pages [lp0, lp0 + n_lp) */
+	int32_t *pages;                /* (n_lp, n_layers · n_kv) a page of the spill's own, or -1 */
+	int64_t cap;                   /* entries allocated */
+} seq_spill;
+
 /* A sequence's attention measurement (engine_seq_measure). */
 typedef struct seq_measure {
 	engine_measure *m;             /* the caller's, or NULL: not measured */
@@ -85,7 +94,12 @@ struct engine {
 	bool prefix_on;
 	prefix_cache prefix;
 	prefix_block **prefix_chain;   /* (ctx_len / AAH_PAGE_LEN + 1) a lookup's blocks */
-	int32_t *prefix_keep;          /* (n_layers · n_kv) blocks a hit needs per head (prefix_cache_prompt_end) */
+	int32_t *prefix_run;           /* (ctx_len / AAH_PAGE_LEN + 1) prefix_usable's scratch */
+	seq_spill *spill;              /* max_seqs */
+	int32_t *spill_rings;          /* forward_chunk's scratch: a spilling span's pages of one layer, as a ring */
+	int64_t spill_rings_cap;
+	aah_attn_seq *spill_seqs;      /* rows: the spilling spans, as kv_store reads them */
+	int32_t *spill_span;           /* rows: their index among the chunk's spans */
 	uint64_t prefix_queries, prefix_hits, prefix_hit_tokens;
 	bool fuse;                     /* fused QKV and gate/up projections where a layer's layout allows */
 	float *fused;                  /* (rows, max(qd + 2·kvd, 2·intermediate)) a fused projection's output; NULL unless
@@ -431,9 +445,24 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	if (alloc_scratch(e, err, err_len) != 0)
 		goto fail;
 	if (e->p.prefix_cache > 0) {
-		e->prefix_chain = malloc(((size_t)e->p.ctx_len / AAH_PAGE_LEN + 1) * sizeof *e->prefix_chain);
-		e->prefix_keep = malloc(heads * sizeof *e->prefix_keep);
-		if (!e->prefix_chain || !e->prefix_keep || prefix_cache_init(&e->prefix, &e->kv, e->p.prefix_cache_bytes) != 0) {
+		const size_t nb = (size_t)e->p.ctx_len / AAH_PAGE_LEN + 1;
+		e->prefix_chain = malloc(nb * sizeof *e->prefix_chain);
+		e->prefix_run = malloc(nb * sizeof *e->prefix_run);
+		e->spill = calloc((size_t)e->p.max_seqs, sizeof *e->spill);
+		e->spill_seqs = calloc((size_t)e->p.max_batch_tokens, sizeof *e->spill_seqs);
+		e->spill_span = calloc((size_t)e->p.max_batch_tokens, sizeof *e->spill_span);
+		/* what a hit needs of each head before its boundary: a windowed head its window's blocks, a full head all */
+		int32_t *keep = malloc((size_t)e->regimes.n * heads * sizeof *keep);
+		for (int32_t r = 0; keep && r < e->regimes.n; r++)
+			for (size_t h = 0; h < heads; h++) {
+				const int32_t cap = e->regimes.r[r].head_capacity[h];
+				keep[(size_t)r * heads + h] = cap < e->p.ctx_len ? (cap + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN : 0;
+			}
+		int rc = !e->prefix_chain || !e->prefix_run || !e->spill || !e->spill_seqs || !e->spill_span || !keep
+		             ? -1
+		             : prefix_cache_init(&e->prefix, &e->kv, e->p.prefix_cache_bytes, e->regimes.n, keep);
+		free(keep);
+		if (rc != 0) {
 			snprintf(err, err_len, "out of memory for the prefix cache");
 			goto fail;
 		}
@@ -456,6 +485,8 @@ void engine_free(engine *e)
 		for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 			if (*bufs[i])
 				e->be->iface.buf_free(e->be, *bufs[i]);
+		for (int32_t i = 0; e->spill && i < e->p.max_seqs; i++)
+			free(e->spill[i].pages);   /* their pages go with the pool */
 		if (e->prefix_on)
 			prefix_cache_free(&e->prefix);
 		if (e->kv.pool.data)
@@ -499,7 +530,11 @@ void engine_free(engine *e)
 	free(e->aseqs);
 	free(e->span_seq);
 	free(e->prefix_chain);
-	free(e->prefix_keep);
+	free(e->prefix_run);
+	free(e->spill);
+	free(e->spill_rings);
+	free(e->spill_seqs);
+	free(e->spill_span);
 	model_files_free(&e->mf);
 	free(e);
 }
@@ -674,10 +709,23 @@ static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, u
 	st->kv_bytes_full_peak = pages * (int64_t)e->kv.page_bytes;
 }
 
+/* Returns the pages of seq's spill that no block took to the pool. */
+static void spill_release(engine *e, int32_t seq)
+{
+	seq_spill *sp = &e->spill[seq];
+	const int64_t n = (int64_t)sp->n_lp * e->cfg.n_layers * e->cfg.n_kv_heads;
+	for (int64_t i = 0; i < n; i++)
+		if (sp->pages[i] >= 0)
+			kv_cache_page_unref(&e->kv, sp->pages[i]);
+	sp->n_lp = 0;
+}
+
 void engine_seq_close(engine *e, int32_t seq)
 {
 	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
 		return;
+	if (e->prefix_on)
+		spill_release(e, seq);
 	kv_cache_release(&e->kv, seq);
 	e->seq_used[seq] = false;
 	e->seq_len[seq] = 0;
@@ -739,6 +787,122 @@ int64_t engine_seq_kv_bytes(const engine *e, int32_t seq)
 	return seq >= 0 && seq < e->p.max_seqs ? e->kv.seq_pages[seq] * (int64_t)e->kv.page_bytes : 0;
 }
 
+/* ---- spilled pages: a prompt's positions that its windowed rings drop, kept for the prefix cache ---- */
+
+/* Gives seq's item of n positions from pos0, whose reservation is made, a page of its own for every full logical page
+ * that a ring of seq drops before the item's end (logical pages below hi − n_slots + 1, hi the item's last): the
+ * spill. A page written partly before the item (pos0 not at a page start) starts as a copy of the ring's page. Takes
+ * only free pages, evicting no more than out-of-window pages of the cache for them (never another prefix's blocks nor
+ * anything a running sequence needs: those pages are not free); what it cannot get is not spilled. */
+static void spill_prepare(engine *e, int32_t seq, int64_t pos0, int64_t n)
+{
+	seq_spill *sp = &e->spill[seq];
+	spill_release(e, seq);
+	const int32_t nkv = e->cfg.n_kv_heads;
+	const int64_t heads = (int64_t)e->cfg.n_layers * nkv;
+	const int64_t lo = pos0 / AAH_PAGE_LEN, hi = (pos0 + n - 1) / AAH_PAGE_LEN;
+	int64_t min_slots = INT64_MAX;
+	for (int32_t l = 0; l < e->cfg.n_layers; l++)
+		for (int32_t h = 0; h < nkv; h++)
+			if (kv_cache_slots(&e->kv, seq, l)[h] < min_slots)
+				min_slots = kv_cache_slots(&e->kv, seq, l)[h];
+	const int64_t n_lp = hi - min_slots + 1 - lo;   /* [lo, hi − min_slots]: what the shortest ring drops */
+	if (n_lp <= 0)
+		return;
+	if (n_lp * heads > sp->cap) {
+		int32_t *p = realloc(sp->pages, (size_t)(n_lp * heads) * sizeof *p);
+		if (!p)
+			return;
+		sp->pages = p;
+		sp->cap = n_lp * heads;
+	}
+	sp->lp0 = (int32_t)lo;
+	sp->n_lp = (int32_t)n_lp;
+	for (int64_t i = 0; i < n_lp * heads; i++)
+		sp->pages[i] = -1;
+	char *data = e->kv.pool.data;
+	for (int32_t l = 0; l < e->cfg.n_layers; l++) {
+		const int32_t *slots = kv_cache_slots(&e->kv, seq, l), *rings = kv_cache_rings(&e->kv, seq, l);
+		for (int32_t h = 0; h < nkv; h++)
+			for (int64_t lp = lo; lp <= hi - slots[h]; lp++) {
+				int32_t page = kv_cache_page_alloc(&e->kv);
+				while (page < 0 && prefix_cache_evict_window(&e->prefix))
+					page = kv_cache_page_alloc(&e->kv);
+				if (page < 0)
+					return;
+				if (lp == lo && pos0 % AAH_PAGE_LEN != 0) {
+					/* its first rows are in the ring's page (the slot the item reuses keeps them until kv_store) */
+					const int32_t from = rings[(int64_t)h * e->kv.ring_stride + lp % slots[h]];
+					e->be->iface.buf_copy(e->be, data + (size_t)page * e->kv.page_bytes,
+					                      data + (size_t)from * e->kv.page_bytes, e->kv.page_bytes);
+				}
+				sp->pages[(lp - lo) * heads + (int64_t)l * nkv + h] = page;
+			}
+	}
+}
+
+/* The chunk's spans whose sequence has a spill over their positions, listed in e->spill_span. Returns how many. */
+static int32_t spill_spans(engine *e, int32_t n_spans)
+{
+	if (!e->prefix_on)
+		return 0;
+	int32_t n = 0;
+	for (int32_t s = 0; s < n_spans; s++) {
+		const seq_spill *sp = &e->spill[e->span_seq[s]];
+		const aah_attn_seq *a = &e->aseqs[s];
+		if (sp->n_lp == 0 || a->n_new <= 0 || a->pos0 / AAH_PAGE_LEN >= sp->lp0 + sp->n_lp ||
+		    (a->pos0 + a->n_new - 1) / AAH_PAGE_LEN < sp->lp0)
+			continue;
+		e->spill_span[n++] = s;
+	}
+	return n;
+}
+
+/* Writes layer l's new keys and values of the spilling spans into their spill pages too: kv_store over rings that
+ * hold each span's spilled pages, one slot per logical page of the span and one more (so none wraps), and -1 (which
+ * kv_store skips) for the pages the real ring keeps. */
+static void spill_store(engine *e, int32_t l, int32_t n_spill)
+{
+	const int32_t nkv = e->cfg.n_kv_heads;
+	const int64_t heads = (int64_t)e->cfg.n_layers * nkv;
+	int64_t need = 0;
+	for (int32_t i = 0; i < n_spill; i++) {
+		const aah_attn_seq *a = &e->aseqs[e->spill_span[i]];
+		need += ((int64_t)(a->pos0 + a->n_new - 1) / AAH_PAGE_LEN - a->pos0 / AAH_PAGE_LEN + 3) * nkv;
+	}
+	if (need > e->spill_rings_cap) {
+		int32_t *p = realloc(e->spill_rings, (size_t)need * sizeof *p);
+		if (!p) {
+			/* out of memory: nothing spills from this chunk on, so engine_prefix_insert takes no unwritten page */
+			for (int32_t i = 0; i < n_spill; i++)
+				spill_release(e, e->span_seq[e->spill_span[i]]);
+			return;
+		}
+		e->spill_rings = p;
+		e->spill_rings_cap = need;
+	}
+	int32_t *at = e->spill_rings;
+	for (int32_t i = 0; i < n_spill; i++) {
+		const aah_attn_seq *a = &e->aseqs[e->spill_span[i]];
+		const seq_spill *sp = &e->spill[e->span_seq[e->spill_span[i]]];
+		const int64_t lo = a->pos0 / AAH_PAGE_LEN, hi = (a->pos0 + a->n_new - 1) / AAH_PAGE_LEN;
+		const int32_t T = (int32_t)(hi - lo + 2);
+		int32_t *slots = at, *rings = at + nkv;
+		at += (int64_t)nkv * (T + 1);
+		for (int32_t h = 0; h < nkv; h++) {
+			slots[h] = T;
+			for (int64_t lp = lo; lp <= hi; lp++) {
+				const int64_t j = lp - sp->lp0;
+				rings[(int64_t)h * T + lp % T] =
+					j >= 0 && j < sp->n_lp ? sp->pages[j * heads + (int64_t)l * nkv + h] : -1;
+			}
+		}
+		e->spill_seqs[i] = (aah_attn_seq){ .row0 = a->row0, .n_new = a->n_new, .pos0 = a->pos0, .ring_stride = T,
+		                                   .rings = rings, .n_slots = slots };
+	}
+	e->be->iface.kv_store(e->be, &e->kv.pool, e->k, e->v, e->spill_seqs, n_spill, nkv);
+}
+
 /* One chunk of at most max_batch_tokens rows: e->ids, e->pos filled; spans in e->aseqs; n_logit rows of
  * e->lrow to be written to the caller's rows e->ldst. */
 static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit, float *logits_out)
@@ -760,7 +924,8 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 		if (ms->m && ms->m->band_mass)
 			memset(ms->band, 0, (size_t)c->n_layers * nh * ms->m->n_bands * sizeof *ms->band);
 	}
-	recorded = recorded && f->step_begin(b, (uint64_t)n);
+	const int32_t n_spill = spill_spans(e, n_spans);
+	recorded = recorded && n_spill == 0 && f->step_begin(b, (uint64_t)n);
 	uint64_t work;
 layers:
 	work = 0;
@@ -813,6 +978,8 @@ layers:
 		work += f->attention(b, e->att, e->q, e->k, e->v, &e->kv.pool, e->aseqs, n_spans, nh, nkv, scale,
 		                     e->span_work);
 		f->kv_store(b, &e->kv.pool, e->k, e->v, e->aseqs, n_spans, nkv);
+		if (n_spill > 0)
+			spill_store(e, l, n_spill);
 		f->matmul(b, e->xn, e->att, n, &t->wo);
 		f->add(b, e->x, e->xn, (int64_t)n * c->hidden_size);
 		f->rmsnorm(b, e->xn, e->x, &t->ffn_norm, n, c->rms_norm_eps);
@@ -938,6 +1105,9 @@ int32_t engine_logits_rows_max(const engine *e) { return e->logit_rows; }
 
 int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *logits, char *err, size_t err_len)
 {
+	for (int32_t i = 0; e->prefix_on && i < e->p.max_seqs; i++)
+		if (e->spill[i].n_lp > 0)   /* an earlier step's that engine_prefix_insert did not take */
+			spill_release(e, i);
 	if (validate_items(e, items, n_items, err, err_len) != 0)
 		return -1;
 	int64_t n_rows = 0;
@@ -953,6 +1123,9 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 			snprintf(err, err_len, "KV cache full");   /* cannot happen after validate_items */
 			return -1;
 		}
+	for (int32_t i = 0; e->prefix_on && i < n_items; i++)   /* after every reservation: a spill takes what is left */
+		if (items[i].cache)
+			spill_prepare(e, items[i].seq, e->seq_len[items[i].seq], items[i].n_tokens);
 	const model_config *c = &e->cfg;
 	const int32_t cap = e->p.max_batch_tokens;
 	int32_t n = 0, n_spans = 0, n_logit = 0;
@@ -1023,32 +1196,40 @@ int engine_logits_row(engine *e, int32_t row, float *host)
 
 /* ---- the prefix cache (engine.h; docs/prefix_cache.md) ---- */
 
-/* The longest k ≤ n_chain whose blocks give every head of seq's regime what a sequence resumed at 16·k − 1 reads:
- * blocks [k − ceil(capacity / 16), k) of a windowed head (its ring minus the spare page), all k of a full one. */
+/* The longest k ≤ n_chain whose blocks give every head of the regime what a sequence resumed at 16·k − 1 reads:
+ * blocks [k − ceil(capacity / 16), k) of a windowed head (its ring minus the spare page), all k of a full one — the
+ * intersection over heads, as vLLM's over its groups. Per head one pass: run[j] is the length of the run of blocks
+ * ending at j that hold its page, and a boundary k is good for it when that run covers what it needs. */
 static int32_t prefix_usable(const engine *e, int32_t regime, prefix_block *const *chain, int32_t n_chain)
 {
 	const int32_t *cap = e->regimes.r[regime].head_capacity;
 	const int64_t heads = (int64_t)e->cfg.n_layers * e->cfg.n_kv_heads;
-	for (int32_t k = n_chain; k > 0; k--) {
-		bool ok = true;
-		for (int64_t h = 0; h < heads && ok; h++) {
-			int32_t keep = (cap[h] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
-			for (int32_t b = k - keep > 0 ? k - keep : 0; b < k && ok; b++)
-				ok = chain[b]->pages[h] >= 0;
+	int32_t *good = e->prefix_run;   /* good[j]: boundary j + 1 is good for every head so far */
+	for (int32_t j = 0; j < n_chain; j++)
+		good[j] = 1;
+	for (int64_t h = 0; h < heads; h++) {
+		const int32_t keep = cap[h] < e->p.ctx_len ? (cap[h] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN : INT32_MAX;
+		int32_t r = 0;
+		for (int32_t j = 0; j < n_chain; j++) {
+			r = chain[j]->pages[h] >= 0 ? r + 1 : 0;
+			if (r < keep && r < j + 1)   /* neither its window's blocks nor all of them from 0 */
+				good[j] = 0;
 		}
-		if (ok)
-			return k;
 	}
-	return 0;
+	int32_t k = n_chain;
+	while (k > 0 && !good[k - 1])
+		k--;
+	return k;
 }
 
 /* Blocks of tokens (n) the cache can give a sequence of this regime now, in e->prefix_chain. */
-static int32_t prefix_match(const engine *e, int32_t regime, const int32_t *tokens, int32_t n, int32_t lp_top)
+static int32_t prefix_match(const engine *e, int32_t regime, const char *tenant, const int32_t *tokens, int32_t n,
+                            int32_t lp_top)
 {
 	if (!e->prefix_on || n < 2)
 		return 0;
 	int32_t max_blocks = (n - 1) / AAH_PAGE_LEN;   /* P = 16·k ≤ n − 1: positions P − 1 … n − 1 are fed, ≥ 2 */
-	int32_t k = prefix_cache_lookup(&e->prefix, regime, tokens, max_blocks, e->prefix_chain);
+	int32_t k = prefix_cache_lookup(&e->prefix, regime, tenant, tokens, max_blocks, e->prefix_chain);
 	if (lp_top >= 0) {
 		int32_t j = 0;
 		while (j < k && e->prefix_chain[j]->lp_top >= lp_top)
@@ -1058,23 +1239,25 @@ static int32_t prefix_match(const engine *e, int32_t regime, const int32_t *toke
 	return prefix_usable(e, regime, e->prefix_chain, k);
 }
 
-int32_t engine_prefix_peek(const engine *e, const char *regime, const int32_t *tokens, int32_t n, int32_t lp_top)
+int32_t engine_prefix_peek(const engine *e, const char *regime, const char *tenant, const int32_t *tokens, int32_t n,
+                           int32_t lp_top)
 {
 	int32_t ri = regime ? aah_regimes_find(&e->regimes, regime) : e->regimes.default_index;
 	if (ri < 0)
 		return 0;
-	int32_t k = prefix_match(e, ri, tokens, n, lp_top);
+	int32_t k = prefix_match(e, ri, tenant, tokens, n, lp_top);
 	return k > 0 ? k * AAH_PAGE_LEN - 1 : 0;
 }
 
-int32_t engine_prefix_restore(engine *e, int32_t seq, const int32_t *tokens, int32_t n, const engine_prefix_lp *lp)
+int32_t engine_prefix_restore(engine *e, int32_t seq, const char *tenant, const int32_t *tokens, int32_t n,
+                              const engine_prefix_lp *lp)
 {
 	if (!e->prefix_on || seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq] || e->seq_len[seq] != 0 ||
 	    e->kv.seq_pages[seq] != 0)
 		return 0;
 	e->prefix_queries++;
 	const int32_t ri = e->policy[seq].regime;
-	const int32_t k = prefix_match(e, ri, tokens, n, lp ? lp->n_top : -1);
+	const int32_t k = prefix_match(e, ri, tenant, tokens, n, lp ? lp->n_top : -1);
 	if (k == 0)
 		return 0;
 	prefix_block **chain = e->prefix_chain;
@@ -1160,28 +1343,35 @@ static void prefix_block_lp(prefix_block *b, const engine_prefix_lp *lp)
 	b->lp_top = lp->n_top;
 }
 
-void engine_prefix_insert(engine *e, int32_t seq, const int32_t *tokens, const engine_prefix_lp *lp, bool through)
+void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int32_t *tokens,
+                          const engine_prefix_lp *lp, bool through)
 {
 	if (!e->prefix_on || seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
 		return;
 	const int32_t ri = e->policy[seq].regime, len = e->seq_len[seq], nkv = e->cfg.n_kv_heads;
 	const int32_t n_blocks = len / AAH_PAGE_LEN, live = (len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+	const int64_t heads = (int64_t)e->cfg.n_layers * nkv;
+	const seq_spill *sp = &e->spill[seq];
 	prefix_block *parent = NULL;
 	int32_t k = 0;
 	for (; k < n_blocks; k++) {
-		prefix_block *b = prefix_cache_child(&e->prefix, parent, ri, tokens + (int64_t)k * AAH_PAGE_LEN);
+		prefix_block *b = prefix_cache_child(&e->prefix, parent, ri, tenant, tokens + (int64_t)k * AAH_PAGE_LEN);
 		if (!b)
 			break;
 		e->prefix_chain[k] = b;
+		const int64_t sj = k - sp->lp0;   /* this block in the last item's spill */
 		for (int32_t l = 0; l < e->cfg.n_layers; l++) {
 			const int32_t *slots = kv_cache_slots(&e->kv, seq, l);
 			const int32_t *rings = kv_cache_rings(&e->kv, seq, l);
 			for (int32_t h = 0; h < nkv; h++) {
 				const int64_t hi = (int64_t)l * nkv + h;
-				/* the ring holds logical pages [live − n_slots, live): older ones were overwritten */
-				if (b->pages[hi] >= 0 || k < live - slots[h])
+				if (b->pages[hi] >= 0)
 					continue;
-				int32_t page = rings[(int64_t)h * e->kv.ring_stride + k % slots[h]];
+				/* the ring holds logical pages [live − n_slots, live); an older one the last item dropped is in its
+				 * spill, unless the pool had no page for it */
+				int32_t page = k >= live - slots[h] ? rings[(int64_t)h * e->kv.ring_stride + k % slots[h]]
+				               : sj >= 0 && sj < sp->n_lp ? sp->pages[sj * heads + hi]
+				                                           : -1;
 				if (page >= 0)
 					prefix_cache_block_hold(&e->prefix, b, (int32_t)hi, page);
 			}
@@ -1190,13 +1380,9 @@ void engine_prefix_insert(engine *e, int32_t seq, const int32_t *tokens, const e
 			prefix_block_lp(b, lp);
 		parent = b;
 	}
-	if (through && k == n_blocks) {
-		int32_t *keep = e->prefix_keep;
-		const int32_t *cap = e->regimes.r[ri].head_capacity;
-		for (int64_t h = 0; h < (int64_t)e->cfg.n_layers * nkv; h++)
-			keep[h] = (cap[h] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
-		prefix_cache_prompt_end(&e->prefix, e->prefix_chain, k, keep);
-	}
+	spill_release(e, seq);   /* the blocks hold what they took */
+	if (through && k == n_blocks)
+		prefix_cache_prompt_end(&e->prefix, e->prefix_chain, k);
 	prefix_cache_touch(&e->prefix, e->prefix_chain, k);
 	prefix_cache_trim(&e->prefix);
 }
@@ -1211,6 +1397,7 @@ void engine_prefix_stats_get(const engine *e, engine_prefix_stats *out)
 	out->hits = e->prefix_hits;
 	out->hit_tokens = e->prefix_hit_tokens;
 	out->evictions = e->prefix.evictions;
+	out->window_evictions = e->prefix.window_evictions;
 	out->bytes = e->prefix.pages * (int64_t)e->kv.page_bytes;
 	out->blocks = e->prefix.n_blocks;
 	out->max_bytes = e->prefix.max_pages * (int64_t)e->kv.page_bytes;

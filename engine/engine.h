@@ -157,6 +157,8 @@ typedef struct engine_item {
 	const int32_t *tokens;      /* n_tokens ≥ 1 ids appended to the sequence */
 	int32_t n_tokens;
 	bool all_logits;            /* logits after every token, else only after the last */
+	bool cache;                 /* prompt positions the prefix cache will take (engine_prefix_insert after the step):
+	                             * the pages a windowed ring drops before the item ends are spilled, not lost */
 } engine_item;
 
 /* An item of one token at a position > 0 is a generated token to the adaptive policy (engine/aah_policy.h): it counts
@@ -194,9 +196,11 @@ int engine_logits_row(engine *e, int32_t row, float *host);
 void engine_argmax_rows(engine *e, int32_t *ids, const float *const *rows, int32_t n_rows, int32_t n_cols);
 
 /* ---- the prefix cache (engine_params.prefix_cache; docs/prefix_cache.md) ----
- * A prompt whose first 16·k tokens the engine computed before under the same regime starts after them: their KV
- * pages are shared (copy-on-write), not recomputed, and everything the sequence then computes is bit for bit what it
- * computes without the cache. Prompt log-probabilities of the cached tokens come from the cache as well. */
+ * A prompt whose first 16·k tokens the engine computed before under the same regime and tenant starts after them:
+ * their KV pages are shared (copy-on-write), not recomputed, and everything the sequence then computes is bit for bit
+ * what it computes without the cache. Prompt log-probabilities of the cached tokens come from the cache as well.
+ * tenant: the namespace a prompt's blocks live in (a cache salt, an API key's name; NULL or "": the shared one);
+ * prompts of different tenants never share a block. */
 
 /* Prompt log-probabilities, in the caller's arrays: row t of logprob (n) and top_ids / top_logprobs (n, n_top) is token
  * t of the prompt given the tokens before it. */
@@ -214,20 +218,25 @@ typedef struct engine_prefix_lp {
  * the cache). With lp (a request that wants prompt log-probabilities), only a prefix whose rows the cache has with at
  * least lp->n_top alternatives, and rows 1 … P − 1 are written. Returns the positions restored (0: a miss, or the
  * cache is off). Counts a query, and a hit when it returns more than 0. */
-int32_t engine_prefix_restore(engine *e, int32_t seq, const int32_t *tokens, int32_t n, const engine_prefix_lp *lp);
+int32_t engine_prefix_restore(engine *e, int32_t seq, const char *tenant, const int32_t *tokens, int32_t n,
+                              const engine_prefix_lp *lp);
 /* What engine_prefix_restore would restore now for this prompt, changing nothing (no counters either). */
-int32_t engine_prefix_peek(const engine *e, const char *regime, const int32_t *tokens, int32_t n, int32_t lp_top);
+int32_t engine_prefix_peek(const engine *e, const char *regime, const char *tenant, const int32_t *tokens, int32_t n,
+                           int32_t lp_top);
 /* seq's positions [0, len) are tokens of its prompt, and it has generated nothing yet: the cache takes the pages of
  * its whole 16-token blocks (those its rings still hold), with the prompt's log-probabilities when lp (rows 0 … len −
- * 1 computed). Called after every prompt chunk, so that a windowed head's ring copies the pages the cache holds
- * rather than overwrite them; through: the prompt is complete, and the windowed heads' pages no hit can need go
- * (prefix_cache.h). Then evicts down to the byte cap. Out of memory: it keeps less. */
-void engine_prefix_insert(engine *e, int32_t seq, const int32_t *tokens, const engine_prefix_lp *lp, bool through);
+ * 1 computed), and the pages the last step spilled for it (engine_item.cache). Called after every prompt chunk, so
+ * that a windowed head's ring copies the pages the cache holds rather than overwrite them; through: the prompt is
+ * complete (the windowed pages near its end leave eviction tier 1: prefix_cache.h). Then evicts down to the byte cap.
+ * Out of memory: it keeps less. */
+void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int32_t *tokens,
+                          const engine_prefix_lp *lp, bool through);
 
 typedef struct engine_prefix_stats {
 	bool enabled;
 	uint64_t queries, hits, hit_tokens;   /* engine_prefix_restore calls, those that restored, positions restored */
 	uint64_t evictions;                   /* blocks evicted (for room or for the byte cap) */
+	uint64_t window_evictions;            /* out-of-window pages evicted (eviction tier 1) */
 	int64_t bytes;                        /* pages the cache holds × page bytes (some shared with running sequences) */
 	int64_t blocks;
 	int64_t max_bytes;                    /* its cap */

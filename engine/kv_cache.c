@@ -132,6 +132,16 @@ static void ring_drop(kv_cache *c, int32_t page)
 	kv_cache_page_unref(c, page);
 }
 
+int32_t kv_cache_page_alloc(kv_cache *c)
+{
+	if (c->n_free == 0)
+		return -1;
+	int32_t p = c->free_pages[--c->n_free];
+	c->page_refs[p] = 1;
+	c->pages_used++;
+	return p;
+}
+
 void kv_cache_page_ref(kv_cache *c, int32_t page)
 {
 	c->page_refs[page]++;

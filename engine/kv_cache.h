@@ -64,6 +64,8 @@ void kv_cache_release(kv_cache *c, int32_t seq);
 /* Makes dst, which holds no pages, a copy of src: the same ring sizes and the same pages, shared (copy-on-write), so
  * that dst continues exactly where src stands. Takes no free page. Returns 0. */
 int kv_cache_fork(kv_cache *c, aah_backend *b, int32_t dst, int32_t src);
+/* A free page with one holder, the caller (no ring): a prefix cache's spilled page (engine.c). -1 when none is free. */
+int32_t kv_cache_page_alloc(kv_cache *c);
 /* One more holder of page (a prefix-cache block). */
 void kv_cache_page_ref(kv_cache *c, int32_t page);
 /* One holder fewer; the page returns to the pool when none is left. */

@@ -14,19 +14,33 @@ static uint64_t mix(uint64_t h, uint64_t v)
 	return z ^ (z >> 31);
 }
 
-static uint64_t block_hash(const prefix_block *parent, int32_t regime, const int32_t *tokens)
+/* A root's seed: the tenant's bytes, so two tenants' chains land in different buckets (the string is compared too). */
+static uint64_t tenant_hash(const char *tenant)
 {
-	uint64_t h = mix(parent ? parent->hash : 0x5851f42d4c957f2dull, (uint64_t)(uint32_t)regime);
+	uint64_t h = 0x5851f42d4c957f2dull;
+	for (const unsigned char *p = (const unsigned char *)(tenant ? tenant : ""); *p; p++)
+		h = mix(h, *p);
+	return h;
+}
+
+static uint64_t block_hash(const prefix_block *parent, int32_t regime, const char *tenant, const int32_t *tokens)
+{
+	uint64_t h = mix(parent ? parent->hash : tenant_hash(tenant), (uint64_t)(uint32_t)regime);
 	for (int32_t i = 0; i < AAH_PAGE_LEN; i++)
 		h = mix(h, (uint64_t)(uint32_t)tokens[i]);
 	return h;
 }
 
-int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes)
+int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes, int32_t n_regimes, const int32_t *keep)
 {
 	memset(pc, 0, sizeof *pc);
 	pc->kv = kv;
 	pc->n_heads = kv->n_layers * kv->n_kv;
+	pc->n_regimes = n_regimes;
+	pc->keep = malloc((size_t)n_regimes * (size_t)pc->n_heads * sizeof *pc->keep);
+	if (!pc->keep)
+		return -1;
+	memcpy(pc->keep, keep, (size_t)n_regimes * (size_t)pc->n_heads * sizeof *pc->keep);
 	int64_t pool = kv->pool.n_pages;
 	pc->max_pages = max_bytes > 0 ? max_bytes / (int64_t)kv->page_bytes : pool;
 	if (pc->max_pages > pool)
@@ -40,8 +54,16 @@ int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes)
 	return pc->buckets ? 0 : -1;
 }
 
+/* Whether b's page of head h is out of window: a windowed head, and no prompt through b ends within its window. */
+static bool page_out(const prefix_cache *pc, const prefix_block *b, int32_t h)
+{
+	const int32_t keep = pc->keep[(int64_t)b->regime * pc->n_heads + h];
+	return keep > 0 && (int64_t)b->min_end - b->depth > keep;
+}
+
 static void block_free(prefix_block *b)
 {
+	free(b->tenant);
 	free(b->pages);
 	free(b->lp);
 	free(b->lp_ids);
@@ -67,6 +89,17 @@ static void block_remove(prefix_cache *pc, prefix_block *b)
 	block_free(b);
 }
 
+/* Drops b's page of head h. */
+static void page_drop(prefix_cache *pc, prefix_block *b, int32_t h)
+{
+	if (page_out(pc, b, h))
+		b->n_out--;
+	kv_cache_page_unref(pc->kv, b->pages[h]);
+	b->pages[h] = -1;
+	b->n_pages--;
+	pc->pages--;
+}
+
 void prefix_cache_free(prefix_cache *pc)
 {
 	/* leaves first, so that every removal is of a leaf; a parent comes after its children in no fixed order, so
@@ -78,27 +111,33 @@ void prefix_cache_free(prefix_cache *pc)
 	}
 	free(pc->buckets);
 	free(pc->all);
+	free(pc->keep);
 	memset(pc, 0, sizeof *pc);
 }
 
-static prefix_block *find(const prefix_cache *pc, const prefix_block *parent, int32_t regime, const int32_t *tokens,
-                          uint64_t h)
+static bool same_tenant(const char *a, const char *b)
+{
+	return !strcmp(a ? a : "", b ? b : "");
+}
+
+static prefix_block *find(const prefix_cache *pc, const prefix_block *parent, int32_t regime, const char *tenant,
+                          const int32_t *tokens, uint64_t h)
 {
 	for (prefix_block *b = pc->buckets[h & (uint64_t)(pc->n_buckets - 1)]; b; b = b->hnext)
 		if (b->hash == h && b->parent == parent && b->regime == regime &&
-		    !memcmp(b->tokens, tokens, sizeof b->tokens))
+		    !memcmp(b->tokens, tokens, sizeof b->tokens) && (parent || same_tenant(b->tenant, tenant)))
 			return b;
 	return NULL;
 }
 
-int32_t prefix_cache_lookup(const prefix_cache *pc, int32_t regime, const int32_t *tokens, int32_t n_blocks,
-                            prefix_block **out)
+int32_t prefix_cache_lookup(const prefix_cache *pc, int32_t regime, const char *tenant, const int32_t *tokens,
+                            int32_t n_blocks, prefix_block **out)
 {
 	const prefix_block *parent = NULL;
 	int32_t k = 0;
 	while (k < n_blocks) {
 		const int32_t *t = tokens + (int64_t)k * AAH_PAGE_LEN;
-		prefix_block *b = find(pc, parent, regime, t, block_hash(parent, regime, t));
+		prefix_block *b = find(pc, parent, regime, tenant, t, block_hash(parent, regime, tenant, t));
 		if (!b)
 			break;
 		out[k++] = b;
@@ -107,10 +146,11 @@ int32_t prefix_cache_lookup(const prefix_cache *pc, int32_t regime, const int32_
 	return k;
 }
 
-prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t regime, const int32_t *tokens)
+prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t regime, const char *tenant,
+                                 const int32_t *tokens)
 {
-	uint64_t h = block_hash(parent, regime, tokens);
-	prefix_block *b = find(pc, parent, regime, tokens, h);
+	uint64_t h = block_hash(parent, regime, tenant, tokens);
+	prefix_block *b = find(pc, parent, regime, tenant, tokens, h);
 	if (b)
 		return b;
 	if (pc->n_blocks == pc->cap_blocks) {
@@ -125,7 +165,11 @@ prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t
 	if (!b)
 		return NULL;
 	b->pages = malloc((size_t)pc->n_heads * sizeof *b->pages);
-	if (!b->pages) {
+	if (!parent && tenant && *tenant)
+		b->tenant = strdup(tenant);
+	if (!b->pages || (!parent && tenant && *tenant && !b->tenant)) {
+		free(b->pages);
+		free(b->tenant);
 		free(b);
 		return NULL;
 	}
@@ -154,22 +198,20 @@ void prefix_cache_block_hold(prefix_cache *pc, prefix_block *b, int32_t h, int32
 	kv_cache_page_ref(pc->kv, page);
 	b->pages[h] = page;
 	b->n_pages++;
+	b->n_out += page_out(pc, b, h);
 	pc->pages++;
 }
 
-void prefix_cache_prompt_end(prefix_cache *pc, prefix_block *const *chain, int32_t n, const int32_t *keep)
+void prefix_cache_prompt_end(prefix_cache *pc, prefix_block *const *chain, int32_t n)
 {
 	for (int32_t i = 0; i < n; i++) {
 		prefix_block *b = chain[i];
-		if (n < b->min_end)
-			b->min_end = n;
+		if (n >= b->min_end)
+			continue;
+		b->min_end = n;
+		b->n_out = 0;
 		for (int32_t h = 0; h < pc->n_heads; h++)
-			if (b->pages[h] >= 0 && (int64_t)b->min_end - b->depth > (int64_t)PREFIX_WINDOW_REACH * keep[h]) {
-				kv_cache_page_unref(pc->kv, b->pages[h]);
-				b->pages[h] = -1;
-				b->n_pages--;
-				pc->pages--;
-			}
+			b->n_out += b->pages[h] >= 0 && page_out(pc, b, h);
 	}
 }
 
@@ -180,8 +222,36 @@ void prefix_cache_touch(prefix_cache *pc, prefix_block *const *chain, int32_t n)
 		chain[i]->last_used = pc->tick;
 }
 
+bool prefix_cache_evict_window(prefix_cache *pc)
+{
+	/* the least recently used block with out-of-window pages; among equals the shallowest, so that what is left of a
+	 * prompt's window pages is the run nearest its end, which serves the longest hits of the prompts that part from it
+	 * late (a chat's regenerated turn, a new question after a shared context) */
+	prefix_block *victim = NULL;
+	for (int32_t i = 0; i < pc->n_blocks; i++) {
+		prefix_block *b = pc->all[i];
+		if (b->n_out > 0 && (!victim || b->last_used < victim->last_used ||
+		                     (b->last_used == victim->last_used && b->depth < victim->depth)))
+			victim = b;
+	}
+	if (!victim)
+		return false;
+	for (int32_t h = 0; h < pc->n_heads && victim->n_out > 0; h++)
+		if (victim->pages[h] >= 0 && page_out(pc, victim, h)) {
+			page_drop(pc, victim, h);
+			pc->window_evictions++;
+		}
+	if (victim->n_pages == 0 && victim->n_children == 0) {   /* a leaf with nothing left serves no hit */
+		block_remove(pc, victim);
+		pc->evictions++;
+	}
+	return true;
+}
+
 bool prefix_cache_evict_one(prefix_cache *pc)
 {
+	if (prefix_cache_evict_window(pc))
+		return true;
 	/* the least recently used leaf; among equals the deepest (a chain's ticks are equal after a touch, and its tail
 	 * must go before its beginning). A linear scan: blocks are few (each holds a page of every full head) and an
 	 * eviction happens only when the pool runs short. */

@@ -1,15 +1,20 @@
-/* engine/prefix_cache.h — the prefix cache's blocks: a tree of 16-token blocks (one KV page long) per regime, each
- * holding references on the KV pages its positions left in the pool, per (layer, KV head). Only bookkeeping lives
- * here: engine.c decides what a hit needs and restores it into a sequence (docs/prefix_cache.md has the design).
+/* engine/prefix_cache.h — the prefix cache's blocks: a tree of 16-token blocks (one KV page long) per regime and tenant,
+ * each holding references on the KV pages its positions left in the pool, per (layer, KV head). Only bookkeeping lives
+ * here: engine.c decides what a hit needs, spills the pages a windowed ring drops during a prompt, and restores a hit
+ * into a sequence (docs/prefix_cache.md has the design).
  *
- * A block is found by a hash chained from its parent's (so a match is always a whole prefix) over its tokens and the
- * regime; the tokens and the parent are compared too, so a hash collision can never give a wrong hit. A full-attention
- * head's block keeps its page for as long as the block lives. A windowed head's block keeps one while its prompt is
- * being prefilled (the block's reference makes the ring's wrap copy instead of overwrite), and once the prompt is
- * through only where a hit can still need it: within PREFIX_WINDOW_REACH · ceil(capacity / 16) blocks before the end
- * of some prompt through it — so a hit is possible at every boundary of a full-attention head and at the boundaries
- * within a capacity before a prompt's end for a windowed one, and an AAH regime's prefix costs fewer pages. 
- * Eviction takes the least recently used leaf (a prefix's tail before the beginning other prefixes share). */
+ * A block is found by a hash chained from its parent's (so a match is always a whole prefix) over its tokens, the
+ * regime and, at the root, the tenant (cache salt); the tokens, the parent and the root's tenant are compared too, so a
+ * hash collision can never give a wrong hit nor a hit across tenants. Every head's page of every block is kept, a
+ * windowed head's too: a page its ring dropped during the prompt was spilled to a page of the cache's own, so a hit is
+ * possible at every boundary in every regime.
+ *
+ * Eviction, when the pool or the byte cap runs short, in two tiers:
+ *  1. out-of-window pages: a windowed head's pages of a block more than that head's window (in blocks) before the
+ *     end of every prompt through it — they serve only hits in the middle of a cached prompt. Least recently used
+ *     block first; the block stays (its other heads' pages and its tokens keep deeper hits possible).
+ *  2. whole leaf blocks, least recently used, so a prefix's tail goes before the beginning other prefixes share.
+ * A page spilled for a prompt in progress may take the pool only by evicting tier 1, never another prefix's block. */
 #ifndef AAH_PREFIX_CACHE_H
 #define AAH_PREFIX_CACHE_H
 
@@ -22,22 +27,20 @@
 extern "C" {
 #endif
 
-/* A windowed head keeps the pages of the last PREFIX_WINDOW_REACH · ceil(capacity / 16) blocks before a prompt's end:
- * a hit at boundary k needs blocks [k − ceil(capacity / 16), k), so boundaries up to a capacity before the end hit. */
-#define PREFIX_WINDOW_REACH 2
-
 typedef struct prefix_block {
 	struct prefix_block *parent;   /* the block before it; NULL at position 0 */
 	struct prefix_block *hnext;    /* the next in its hash bucket */
 	uint64_t hash;                 /* chained: hash(parent's hash, regime, tokens) */
 	int32_t regime;
+	char *tenant;                  /* the root's: the cache salt it was made under (NULL: none); children inherit it */
 	int32_t depth;                 /* block index: positions [16·depth, 16·depth + 16) */
 	int32_t n_children;
-	int32_t min_end;               /* the shortest prompt through it, in blocks, that ended at or after it (trimming) */
+	int32_t min_end;               /* the shortest prompt through it, in blocks, that ended at or after it (tier 1) */
 	int32_t at;                    /* index in prefix_cache.all */
 	uint64_t last_used;            /* prefix_cache.tick when last inserted or hit */
 	int32_t tokens[AAH_PAGE_LEN];
 	int32_t n_pages;               /* pages it holds (≥ 0 entries of pages) */
+	int32_t n_out;                 /* of them, out-of-window pages (eviction tier 1) */
 	int32_t *pages;                /* (n_layers · n_kv) page id holding these positions of that head, or -1 */
 	/* Prompt log-probabilities of the block's tokens (echo requests), when a request computed them: logprob
 	 * (AAH_PAGE_LEN) of token 16·depth + j given the tokens before it (NaN for token 0), and its lp_top best
@@ -51,6 +54,9 @@ typedef struct prefix_block {
 typedef struct prefix_cache {
 	kv_cache *kv;                  /* borrowed: the pool the pages are in */
 	int32_t n_heads;               /* n_layers · n_kv */
+	int32_t n_regimes;
+	int32_t *keep;                 /* (n_regimes, n_heads) blocks a hit at a boundary needs of a windowed head before it
+	                                * (ceil(capacity / 16)); 0: a full head (every block before it) */
 	int64_t max_pages;             /* pages the blocks may hold at most (the byte cap) */
 	prefix_block **buckets;        /* (n_buckets) hash chains */
 	int32_t n_buckets;             /* a power of two */
@@ -58,31 +64,36 @@ typedef struct prefix_cache {
 	int32_t n_blocks, cap_blocks;
 	uint64_t tick;
 	int64_t pages;                 /* pages the blocks hold (some shared with running sequences) */
-	uint64_t evictions;            /* blocks evicted */
+	uint64_t evictions;            /* blocks evicted (tier 2) */
+	uint64_t window_evictions;     /* out-of-window pages evicted (tier 1) */
 } prefix_cache;
 
-/* max_bytes: the most the blocks may hold (0: the whole pool). Returns 0, or -1 when out of memory. Free with
- * prefix_cache_free, which drops every block's pages. */
-int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes);
+/* max_bytes: the most the blocks may hold (0: the whole pool). keep: (n_regimes, n_layers · n_kv) as prefix_cache.keep,
+ * copied. Returns 0, or -1 when out of memory. Free with prefix_cache_free, which drops every block's pages. */
+int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes, int32_t n_regimes, const int32_t *keep);
 void prefix_cache_free(prefix_cache *pc);
 
-/* The chain of blocks that holds tokens [0, 16·n_blocks) under regime: out[0 … k-1]; returns k ≤ n_blocks, the blocks
- * found one after another from position 0. */
-int32_t prefix_cache_lookup(const prefix_cache *pc, int32_t regime, const int32_t *tokens, int32_t n_blocks,
-                            prefix_block **out);
-/* The child of parent (NULL: position 0) with these AAH_PAGE_LEN tokens, made (holding no pages) when there is none.
- * NULL when out of memory. */
-prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t regime, const int32_t *tokens);
+/* The chain of blocks that holds tokens [0, 16·n_blocks) under regime and tenant (NULL or "": none): out[0 … k-1];
+ * returns k ≤ n_blocks, the blocks found one after another from position 0. */
+int32_t prefix_cache_lookup(const prefix_cache *pc, int32_t regime, const char *tenant, const int32_t *tokens,
+                            int32_t n_blocks, prefix_block **out);
+/* The child of parent (NULL: position 0, under tenant) with these AAH_PAGE_LEN tokens, made (holding no pages) when
+ * there is none. NULL when out of memory. */
+prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t regime, const char *tenant,
+                                 const int32_t *tokens);
 /* Gives block b a reference on page for head h (it holds none there yet). */
 void prefix_cache_block_hold(prefix_cache *pc, prefix_block *b, int32_t h, int32_t page);
-/* A prompt of n blocks ended at the end of chain (n blocks): the windowed heads' pages that no hit can need any more go
- * (keep: (n_layers · n_kv) blocks each head's hit needs before a boundary; a full head's is at least n). */
-void prefix_cache_prompt_end(prefix_cache *pc, prefix_block *const *chain, int32_t n, const int32_t *keep);
+/* A prompt of n blocks ended at the end of chain (n blocks): the windowed pages within a window of its end leave
+ * eviction tier 1. */
+void prefix_cache_prompt_end(prefix_cache *pc, prefix_block *const *chain, int32_t n);
 /* Marks blocks [0, n) of a chain as just used. */
 void prefix_cache_touch(prefix_cache *pc, prefix_block *const *chain, int32_t n);
-/* Evicts the least recently used leaf block (its references go; pages nobody else holds return to the pool).
- * Returns false when there is nothing to evict. */
+/* Evicts one unit, tier 1 first (the least recently used block's out-of-window pages), else tier 2 (the least
+ * recently used leaf block, its references going; pages nobody else holds return to the pool). Returns false when
+ * there is nothing to evict. */
 bool prefix_cache_evict_one(prefix_cache *pc);
+/* Tier 1 only: false when no block holds an out-of-window page. */
+bool prefix_cache_evict_window(prefix_cache *pc);
 /* Evicts least recently used leaves while the blocks hold more than the cap. */
 void prefix_cache_trim(prefix_cache *pc);
 

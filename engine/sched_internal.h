@@ -8,10 +8,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/scheduler.h"
 
 typedef struct sched_slot sched_slot;   /* the engine thread's (scheduler.c) */
+typedef struct sched_request sched_request;
 
 struct sched_request {
 	sched *s;
@@ -26,6 +28,7 @@ struct sched_request {
 	int32_t n_prompt;
 	int32_t max_tokens;
 	int32_t regime;                   /* index into s->regimes */
+	char *tenant;                     /* the prefix cache's namespace; NULL: the shared one */
 	int32_t logprobs;
 	bool prompt_lp;
 	int32_t stop_ids[SCHED_MAX_STOP_IDS];
@@ -51,6 +54,12 @@ struct sched_request {
 	sched_result result;
 };
 
+/* Whether two requests' prompts live in one prefix-cache namespace (sched_request_params.cache_tenant). */
+static inline bool sched_same_tenant(const sched_request *a, const sched_request *b)
+{
+	return !strcmp(a->tenant ? a->tenant : "", b->tenant ? b->tenant : "");
+}
+
 struct sched {
 	engine *e;
 	sched_params p;
@@ -60,8 +69,6 @@ struct sched {
 	int32_t default_regime;
 	int64_t kv_heads;                 /* n_layers · n_kv_heads: page rings per sequence */
 	bool prefix;                      /* the engine's prefix cache is on */
-	int32_t prefix_reach[SCHED_MAX_REGIMES];   /* blocks before a prompt's end where the cache can still hit (its
-	                                            * smallest windowed capacity's; INT32_MAX for full attention) */
 	int64_t page_bytes;
 	int64_t pool_pages;
 

@@ -27,6 +27,7 @@ static void request_free(sched_request *r)
 {
 	sampler_free(&r->smp);
 	free(r->prompt);
+	free(r->tenant);
 	free(r->tokens);
 	free(r->gen_lp.logprob);
 	free(r->gen_lp.top_ids);
@@ -77,7 +78,9 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 	int32_t n_top = p->logprobs > 0 ? (p->logprobs < s->vocab ? p->logprobs : s->vocab) : 0;
 	r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
 	r->tokens = malloc((size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof *r->tokens);
-	int bad = !r->prompt || !r->tokens || sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
+	if (p->cache_tenant && *p->cache_tenant)
+		r->tenant = strdup(p->cache_tenant);
+	int bad = !r->prompt || !r->tokens || (p->cache_tenant && *p->cache_tenant && !r->tenant) || sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
 	          stop_text_init(&r->stop, s->p.tok, p->stop, p->stop_len, p->n_stop) != 0;   /* validate checked it */
 	if (!bad && p->logprobs >= 0)
 		bad = lp_rows_alloc(&r->gen_lp, p->max_tokens, n_top);
@@ -123,6 +126,10 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 	/* stop strings: each within the engine matcher's limits, and none without the scheduler's tokenizer */
 	if (stop_text_check(s->p.tok, p->stop, p->stop_len, p->n_stop, err, err_len) != 0)
 		return SCHED_ERR_INVALID;
+	if (p->cache_tenant && strlen(p->cache_tenant) > SCHED_MAX_TENANT) {
+		snprintf(err, err_len, "the cache tenant has more than %d bytes", SCHED_MAX_TENANT);
+		return SCHED_ERR_INVALID;
+	}
 	if (p->n_prompt > s->ctx_len) {
 		snprintf(err, err_len, "the prompt has %d tokens; the context holds %d", p->n_prompt, s->ctx_len);
 		return SCHED_ERR_TOO_LONG;
@@ -148,7 +155,7 @@ static int32_t prompt_leader(sched_request *const *rs, int32_t i)
 	const sched_request *r = rs[i];
 	for (int32_t j = 0; j < i; j++) {
 		const sched_request *l = rs[j];
-		if (l->regime == r->regime && l->n_prompt == r->n_prompt &&
+		if (l->regime == r->regime && l->n_prompt == r->n_prompt && sched_same_tenant(l, r) &&
 		    (!r->prompt_lp || (l->prompt_lp && l->prompt_lp_rows.n_top == r->prompt_lp_rows.n_top)) &&
 		    !memcmp(l->prompt, r->prompt, (size_t)r->n_prompt * sizeof *r->prompt))
 			return j;

@@ -430,30 +430,31 @@ static void slot_prefill(sched *s, sched_slot *sl)
 	}
 	if (s->prefix) {
 		engine_prefix_lp lp;
-		sl->cached = engine_prefix_restore(s->e, sl->seq, sl->r->prompt, sl->r->n_prompt, prompt_lp_of(sl->r, &lp));
+		sl->cached = engine_prefix_restore(s->e, sl->seq, sl->r->tenant, sl->r->prompt, sl->r->n_prompt,
+		                                   prompt_lp_of(sl->r, &lp));
 		sl->n_fed = sl->cached;
 	}
 }
 
-/* The running prefill whose prompt, once in the prefix cache, would give sl's more than the cache gives it now, by
- * at least a block; -1: none (sl prefills at once). A windowed regime's cache hits only within its reach before that
- * prompt's end (prefix_cache.h), so a prompt that parts from the other earlier does not wait. */
+/* The running prefill of the same regime and tenant whose prompt, once in the prefix cache, would give sl's more than
+ * the cache gives it now, by at least a block; -1: none (sl prefills at once). Every regime's cache hits at every
+ * boundary (its windowed heads' dropped pages are spilled to the cache), so any shared beginning is worth the wait. */
 static int32_t prefix_leader(sched *s, const sched_slot *sl)
 {
 	const sched_request *r = sl->r;
 	const int32_t lp_top = r->prompt_lp ? r->prompt_lp_rows.n_top : -1;
-	const int32_t have = engine_prefix_peek(s->e, s->regimes[r->regime], r->prompt, r->n_prompt, lp_top);
+	const int32_t have = engine_prefix_peek(s->e, s->regimes[r->regime], r->tenant, r->prompt, r->n_prompt, lp_top);
 	int32_t best = -1, best_blocks = (have + 1) / AAH_PAGE_LEN;   /* a hit of k blocks restores 16·k − 1 */
 	for (int32_t i = 0; i < s->n_order; i++) {
 		const sched_slot *l = &s->slots[s->order[i]];
-		if (l == sl || l->state != SCHED_SLOT_PREFILL || l->r->regime != r->regime ||
+		if (l == sl || l->state != SCHED_SLOT_PREFILL || l->r->regime != r->regime || !sched_same_tenant(l->r, r) ||
 		    (lp_top >= 0 && (!l->r->prompt_lp || l->r->prompt_lp_rows.n_top < lp_top)))
 			continue;
 		int32_t c = 0, lim = r->n_prompt - 1 < l->r->n_prompt ? r->n_prompt - 1 : l->r->n_prompt;
 		while (c < lim && r->prompt[c] == l->r->prompt[c])
 			c++;
 		int32_t k = c / AAH_PAGE_LEN;
-		if (k == 0 || l->r->n_prompt / AAH_PAGE_LEN - k > s->prefix_reach[r->regime])
+		if (k == 0)
 			continue;
 		if (k > best_blocks) {
 			best = s->order[i];
@@ -625,7 +626,7 @@ static void sched_step(sched *s)
 				sl->changed = false;
 				if (sl->state != SCHED_SLOT_DECODE)
 					continue;
-				s->items[n_items] = (engine_item){ sl->seq, &sl->next, 1, false };
+				s->items[n_items] = (engine_item){ sl->seq, &sl->next, 1, false, false };
 				sl->chunk = 1;
 				sl->row0 = rows++;
 			} else {
@@ -648,7 +649,7 @@ static void sched_step(sched *s)
 				if (c <= 0)
 					continue;
 				budget -= c;
-				s->items[n_items] = (engine_item){ sl->seq, r->prompt + sl->n_fed, c, r->prompt_lp };
+				s->items[n_items] = (engine_item){ sl->seq, r->prompt + sl->n_fed, c, r->prompt_lp, s->prefix };
 				sl->chunk = c;
 				sl->row0 = rows;
 				if (r->prompt_lp) {
@@ -737,7 +738,8 @@ static void sched_step(sched *s)
 			sl->n_fed += sl->chunk;
 			if (s->prefix) {   /* its blocks so far, with their log-probabilities: the rows above are complete */
 				engine_prefix_lp lp;
-				engine_prefix_insert(s->e, sl->seq, r->prompt, prompt_lp_of(r, &lp), sl->n_fed == r->n_prompt);
+				engine_prefix_insert(s->e, sl->seq, r->tenant, r->prompt, prompt_lp_of(r, &lp),
+				                     sl->n_fed == r->n_prompt);
 			}
 			if (sl->n_fed < r->n_prompt)
 				continue;
@@ -832,17 +834,9 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 		/* every window the regime may count, from the start (at 0): a counter series that appears only with its
 		 * first increase loses that increase to Prometheus's rate() */
 		engine_regime_layout lay;
-		s->prefix_reach[i] = INT32_MAX;
-		if (engine_regime_layout_get(e, i, &lay) == 0) {
+		if (engine_regime_layout_get(e, i, &lay) == 0)
 			for (int32_t w = 0; w < lay.n_usage_windows && g->n_windows < SCHED_MAX_WINDOWS; w++)
 				g->windows[g->n_windows++] = lay.usage_windows[w];
-			for (int32_t gi = 0; gi < lay.n_groups; gi++) {
-				int32_t keep = (lay.group_capacity[gi] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
-				int32_t reach = (PREFIX_WINDOW_REACH - 1) * keep;
-				if (lay.group_capacity[gi] < s->ctx_len && reach < s->prefix_reach[i])
-					s->prefix_reach[i] = reach;
-			}
-		}
 		histogram_init(&g->ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
 		histogram_init(&g->inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
 		histogram_init(&g->duration, duration_bounds, (int32_t)(sizeof duration_bounds / sizeof *duration_bounds));

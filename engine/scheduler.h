@@ -23,6 +23,7 @@ extern "C" {
 #define SCHED_MAX_REGIMES 16      /* regimes the metrics keep apart */
 #define SCHED_MAX_WINDOWS 16      /* distinct windows the branch-usage metric keeps apart per regime */
 #define SCHED_HIST_MAX_BOUNDS 16  /* histogram bucket bounds (the +Inf bucket is extra) */
+#define SCHED_MAX_TENANT 512      /* bytes of a prefix-cache tenant (sched_request_params.cache_tenant) */
 
 typedef struct sched sched;
 typedef struct sched_request sched_request;
@@ -78,6 +79,9 @@ typedef struct sched_request_params {
 	int32_t max_tokens;       /* ≥ 0: tokens to generate at most; 0 runs the prompt only */
 	sampler_params sampling;  /* seeded per request: the same seed gives the same tokens whatever else runs */
 	const char *regime;       /* NULL = the engine's default; copied */
+	const char *cache_tenant; /* the prefix cache's namespace (a cache salt, an API key's name): requests of different
+	                           * tenants never share a cached block nor wait for each other's prefill; NULL or "":
+	                           * the shared one. At most SCHED_MAX_TENANT bytes; copied */
 	int32_t logprobs;         /* -1 = none; else the log-probability of each generated token and the top-N, N ≤ 20 */
 	bool prompt_logprobs;     /* also for prompt tokens 1 … n_prompt-1 (echo; top-N as logprobs, or 0) */
 	const int32_t *stop_ids;  /* n_stop_ids ≤ SCHED_MAX_STOP_IDS token ids that end the request (EOS), copied */

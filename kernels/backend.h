@@ -143,7 +143,8 @@ typedef struct aah_backend_iface {
 	                      const aah_kv_pool *pool, const aah_attn_seq *seqs, int32_t n_seqs,
 	                      int32_t n_heads, int32_t n_kv, float scale, uint64_t *seq_work);
 	/* Writes the new positions' k, v rows into the pages. Positions older than a ring can hold are
-	 * skipped (the ring keeps the newest n_slots pages). */
+	 * skipped (the ring keeps the newest n_slots pages), and so are positions whose ring slot is -1 (the engine's
+	 * second call for the pages a prompt spills to the prefix cache passes rings with only those). */
 	void (*kv_store)(aah_backend *b, const aah_kv_pool *pool, const float *k, const float *v,
 	                 const aah_attn_seq *seqs, int32_t n_seqs, int32_t n_kv);
 

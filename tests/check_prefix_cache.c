@@ -85,6 +85,7 @@ enum { MAXP = 200, GEN = 12 };
  * row's logits kept, then GEN greedy tokens. rows: (n + GEN, vocab) logits after each position, the restored positions'
  * rows left as they were. Returns the positions restored. */
 static engine_seq_stats last_stats;   /* engine_run's sequence's, just before it closed */
+static const char *run_tenant;        /* the prefix-cache tenant engine_run's prompts are under (NULL: none) */
 
 static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, int32_t n, int32_t chunk, float *rows,
                           int32_t *gen)
@@ -93,7 +94,7 @@ static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, 
 	const int32_t V = engine_config(e)->vocab_size;
 	int32_t seq = engine_seq_open(e, regime, err, sizeof err);
 	ck_assert_msg(seq >= 0, "%s", err);
-	const int32_t restored = engine_prefix_restore(e, seq, prompt, n, NULL);
+	const int32_t restored = engine_prefix_restore(e, seq, run_tenant, prompt, n, NULL);
 	ck_assert_int_eq(engine_seq_len(e, seq), restored);
 	ck_assert_int_le(restored, n - 2);
 	int32_t at = restored;
@@ -101,15 +102,15 @@ static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, 
 		int32_t c = n - at < chunk ? n - at : chunk;
 		if (n - at - c == 1)
 			c--;
-		engine_item it = { seq, prompt + at, c, true };
+		engine_item it = { seq, prompt + at, c, true, true };
 		ck_assert_msg(engine_forward(e, &it, 1, rows + (int64_t)at * V, err, sizeof err) == 0, "%s", err);
 		at += c;
-		engine_prefix_insert(e, seq, prompt, NULL, at == n);
+		engine_prefix_insert(e, seq, run_tenant, prompt, NULL, at == n);
 	}
 	const float *last = rows + (int64_t)(n - 1) * V;
 	for (int32_t g = 0; g < GEN; g++) {
 		gen[g] = sampler_argmax(last, V);
-		engine_item it = { seq, &gen[g], 1, false };
+		engine_item it = { seq, &gen[g], 1, false, false };
 		ck_assert_msg(engine_forward(e, &it, 1, rows + (int64_t)(n + g) * V, err, sizeof err) == 0, "%s", err);
 		last = rows + (int64_t)(n + g) * V;
 	}
@@ -147,6 +148,11 @@ static int32_t engine_prompts(int32_t toks[][MAXP], int32_t *lens)
 	make_tokens(toks[k] + 40, 90, 777);
 	lens[k++] = 130;
 	return k;
+}
+
+static int32_t engine_peek_tenant(engine *e, const char *tenant, const int32_t *p)
+{
+	return engine_prefix_peek(e, "st", tenant, p, 120, -1);
 }
 
 /* Every row the cached run computed equals the uncached run's, bit for bit, and so do the generated tokens. */
@@ -233,11 +239,127 @@ START_TEST(test_engine_regime_apart)
 	make_tokens(p, 120, 5);
 	float *rows = malloc((size_t)(120 + GEN) * V * sizeof(float));
 	ck_assert_int_eq(engine_run(e, "st", p, 120, 64, rows, g), 0);
-	ck_assert_int_eq(engine_prefix_peek(e, "full_attention", p, 120, -1), 0);
-	ck_assert_int_eq(engine_prefix_peek(e, "ad", p, 120, -1), 0);
-	ck_assert_int_eq(engine_prefix_peek(e, "st", p, 120, -1), 7 * 16 - 1);
+	ck_assert_int_eq(engine_prefix_peek(e, "full_attention", NULL, p, 120, -1), 0);
+	ck_assert_int_eq(engine_prefix_peek(e, "ad", NULL, p, 120, -1), 0);
+	ck_assert_int_eq(engine_prefix_peek(e, "st", NULL, p, 120, -1), 7 * 16 - 1);
 	ck_assert_int_eq(engine_run(e, "full_attention", p, 120, 64, rows, g), 0);
 	ck_assert_int_eq(engine_run(e, "st", p, 120, 64, rows, g), 7 * 16 - 1);
+	free(rows);
+	engine_free(e);
+}
+END_TEST
+
+/* One beginning, different continuations, in every regime: P (150 tokens) + tails of 20, 60 and 90 tokens, each prompt
+ * fed whole (one item longer than every windowed ring, so the rings drop pages inside it and the spill keeps them) or
+ * in chunks of 64. Every continuation after the first restores P's 9 whole blocks (143 positions), bit for bit; a
+ * prompt that parts from the second inside its tail (after 200 tokens, past the partly restored page the second
+ * started on) restores 12 blocks, which needs the spilled pages around that boundary. */
+static void divergent(const char *regime, aah_dtype kv, int32_t chunk)
+{
+	char err[512];
+	engine_params off = eparams(kv, 0), on = eparams(kv, 1);
+	engine *a, *b;
+	ck_assert_msg(engine_init(&a, aah_dir, &off, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(engine_init(&b, aah_dir, &on, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(a)->vocab_size;
+	static int32_t toks[4][CTX];
+	const int32_t lens[4] = { 170, 210, 240, 230 };
+	make_tokens(toks[0], 150, 21);
+	for (int32_t t = 0; t < 3; t++) {
+		memcpy(toks[t], toks[0], 150 * sizeof(int32_t));
+		make_tokens(toks[t] + 150, lens[t] - 150, 300u + (uint32_t)t);
+	}
+	memcpy(toks[3], toks[1], 200 * sizeof(int32_t));
+	make_tokens(toks[3] + 200, 30, 400);
+	const int32_t want[4] = { 0, 143, 143, 12 * 16 - 1 };
+	float *ra = malloc((size_t)(CTX + GEN) * V * sizeof(float));
+	float *rb = malloc((size_t)(CTX + GEN) * V * sizeof(float));
+	for (int32_t i = 0; i < 4; i++) {
+		int32_t ga[GEN], gb[GEN];
+		ck_assert_int_eq(engine_run(a, regime, toks[i], lens[i], lens[i], ra, ga), 0);
+		const engine_seq_stats sa = last_stats;
+		int32_t r = engine_run(b, regime, toks[i], lens[i], chunk, rb, gb);
+		ck_assert_msg(r == want[i], "%s %s chunk %d prompt %d: %d positions restored, want %d", regime,
+		              aah_dtype_name(kv), chunk, i, r, want[i]);
+		ck_assert(sa.attn_products == last_stats.attn_products && sa.acr == last_stats.acr);
+		ck_assert_int_eq(sa.kv_bytes_peak, last_stats.kv_bytes_peak);
+		for (int32_t p = r; p < lens[i] + GEN; p++)
+			ck_assert_msg(!memcmp(ra + (int64_t)p * V, rb + (int64_t)p * V, (size_t)V * sizeof(float)),
+			              "%s prompt %d: the logits after position %d differ", regime, i, p);
+		ck_assert_mem_eq(ga, gb, sizeof ga);
+	}
+	/* every page is the cache's alone now, and accounted */
+	engine_prefix_stats st;
+	engine_prefix_stats_get(b, &st);
+	ck_assert_int_eq(engine_kv_pages_used(b) * engine_kv_page_bytes(b), st.bytes);
+	engine_prefix_clear(b);
+	ck_assert_int_eq(engine_kv_pages_used(b), 0);
+	free(ra);
+	free(rb);
+	engine_free(a);
+	engine_free(b);
+}
+
+static const char *const div_regimes[3] = { "st", "ad", "full_attention" };
+START_TEST(test_divergent_whole) { divergent(div_regimes[_i % 3], _i < 3 ? AAH_DTYPE_F32 : AAH_DTYPE_F16, CTX); }
+END_TEST
+START_TEST(test_divergent_chunks) { divergent(div_regimes[_i % 3], _i < 3 ? AAH_DTYPE_F16 : AAH_DTYPE_F32, 64); }
+END_TEST
+
+/* Tenants: the same prompt under another tenant restores nothing; under its own it hits. */
+START_TEST(test_tenants_apart)
+{
+	char err[512];
+	engine_params on = eparams(AAH_DTYPE_F32, 1);
+	engine *e;
+	ck_assert_msg(engine_init(&e, aah_dir, &on, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(e)->vocab_size;
+	int32_t p[120], g[GEN];
+	make_tokens(p, 120, 5);
+	float *rows = malloc((size_t)(120 + GEN) * V * sizeof(float));
+	const char *order[] = { "A", "B", NULL, "", "A", "B", "AB" };
+	const int32_t want[] = { 0, 0, 0, 7 * 16 - 1, 7 * 16 - 1, 7 * 16 - 1, 0 };   /* "" is the shared one, as NULL */
+	for (int32_t i = 0; i < 7; i++) {
+		run_tenant = order[i];
+		ck_assert_int_eq(engine_peek_tenant(e, order[i], p), want[i]);
+		ck_assert_msg(engine_run(e, "st", p, 120, 64, rows, g) == want[i], "tenant %s", order[i] ? order[i] : "NULL");
+	}
+	run_tenant = NULL;
+	free(rows);
+	engine_free(e);
+}
+END_TEST
+
+/* Eviction tier 1 first: under a byte cap that holds only the window pages near a prompt's end, those stay (a repeat
+ * hits in full) and the out-of-window ones go (a prompt parting in the middle misses), and no block is evicted. */
+START_TEST(test_evict_out_of_window_first)
+{
+	char err[512];
+	engine_params on = eparams(AAH_DTYPE_F32, 1);
+	engine *e;
+	ck_assert_msg(engine_init(&e, aah_dir, &on, err, sizeof err) == 0, "%s", err);
+	const int64_t page = engine_kv_page_bytes(e);
+	engine_free(e);
+	/* 200 tokens: 12 blocks of 4 heads (capacities 64 and 128 in layer 0, 48 in layer 1: 4, 8 and 3 blocks). Near
+	 * the end: 4 + 8 + 3 + 3 = 18 pages; the other 30 are out of window. */
+	on.prefix_cache_bytes = 18 * page;
+	ck_assert_msg(engine_init(&e, aah_dir, &on, err, sizeof err) == 0, "%s", err);
+	const int32_t V = engine_config(e)->vocab_size;
+	int32_t p[200], q[200], g[GEN];
+	make_tokens(p, 200, 77);
+	memcpy(q, p, 100 * sizeof(int32_t));
+	make_tokens(q + 100, 100, 78);
+	float *rows = malloc((size_t)(200 + GEN) * V * sizeof(float));
+	ck_assert_int_eq(engine_run(e, "st", p, 200, 200, rows, g), 0);
+	engine_prefix_stats st;
+	engine_prefix_stats_get(e, &st);
+	ck_assert_uint_eq(st.window_evictions, 30);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_int_eq(st.bytes, 18 * page);
+	ck_assert_int_eq(engine_run(e, "st", q, 200, 200, rows, g), 0);   /* its window pages at 96 are gone */
+	engine_prefix_clear(e);
+	ck_assert_int_eq(engine_run(e, "st", p, 200, 200, rows, g), 0);
+	ck_assert_int_eq(engine_run(e, "st", p, 200, 200, rows, g), 12 * 16 - 1);   /* the end's survived */
 	free(rows);
 	engine_free(e);
 }
@@ -258,25 +380,25 @@ START_TEST(test_fork_copy_on_write)
 	float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
 	float *lr = malloc((size_t)V * sizeof(float));
 	int32_t a = engine_seq_open(e, "st", err, sizeof err);
-	engine_item it = { a, p, 101, false };   /* 101: the last page is partly written, and shared */
+	engine_item it = { a, p, 101, false, false };   /* 101: the last page is partly written, and shared */
 	ck_assert(engine_forward(e, &it, 1, la, err, sizeof err) == 0);
 	int64_t used = engine_kv_pages_used(e);
 	int32_t b = engine_seq_fork(e, a, err, sizeof err);
 	ck_assert_msg(b >= 0, "%s", err);
 	ck_assert_int_eq(engine_kv_pages_used(e), used);   /* shared, not copied */
 	int32_t s = engine_seq_open(r, "st", err, sizeof err);
-	engine_item ir = { s, p, 101, false };
+	engine_item ir = { s, p, 101, false, false };
 	ck_assert(engine_forward(r, &ir, 1, lr, err, sizeof err) == 0);
 	/* a and b diverge: a is fed p[101…], b other tokens; each must equal a lone run of its own tokens */
 	int32_t q[60];
 	make_tokens(q, 60, 22);
-	engine_item two[2] = { { a, p + 101, 49, false }, { b, q, 49, false } };
+	engine_item two[2] = { { a, p + 101, 49, false, false }, { b, q, 49, false, false } };
 	ck_assert(engine_forward(e, two, 2, NULL, err, sizeof err) == 0);
-	engine_item more = { s, p + 101, 49, false };
+	engine_item more = { s, p + 101, 49, false, false };
 	ck_assert(engine_forward(r, &more, 1, lr, err, sizeof err) == 0);
-	engine_item step_a = { a, p + 149, 1, false };
+	engine_item step_a = { a, p + 149, 1, false, false };
 	ck_assert(engine_forward(e, &step_a, 1, la, err, sizeof err) == 0);
-	engine_item step_r = { s, p + 149, 1, false };
+	engine_item step_r = { s, p + 149, 1, false, false };
 	ck_assert(engine_forward(r, &step_r, 1, lr, err, sizeof err) == 0);
 	ck_assert_mem_eq(la, lr, (size_t)V * sizeof(float));
 	engine_seq_close(r, s);
@@ -284,9 +406,9 @@ START_TEST(test_fork_copy_on_write)
 	int32_t pq[160];
 	memcpy(pq, p, 101 * sizeof(int32_t));
 	memcpy(pq + 101, q, 50 * sizeof(int32_t));
-	engine_item whole = { s, pq, 151, false };
+	engine_item whole = { s, pq, 151, false, false };
 	ck_assert(engine_forward(r, &whole, 1, lr, err, sizeof err) == 0);
-	engine_item step_b = { b, q + 49, 1, false };
+	engine_item step_b = { b, q + 49, 1, false, false };
 	ck_assert(engine_forward(e, &step_b, 1, lb, err, sizeof err) == 0);
 	ck_assert_mem_eq(lb, lr, (size_t)V * sizeof(float));
 	engine_seq_close(e, a);
@@ -323,20 +445,20 @@ START_TEST(test_fork_batch_need_exact)
 	float *l = malloc((size_t)3 * V * sizeof(float)), *lr = malloc((size_t)V * sizeof(float));
 	int32_t s[3];
 	s[0] = engine_seq_open(e, "full_attention", err, sizeof err);
-	engine_item it = { s[0], p, 10, false };
+	engine_item it = { s[0], p, 10, false, false };
 	ck_assert_msg(engine_forward(e, &it, 1, l, err, sizeof err) == 0, "%s", err);
 	s[1] = engine_seq_fork(e, s[0], err, sizeof err);
 	s[2] = engine_seq_fork(e, s[0], err, sizeof err);
 	ck_assert(s[1] >= 0 && s[2] >= 0);
 	ck_assert_int_eq(engine_kv_pages_used(e), rings);
-	engine_item three[3] = { { s[0], &next[0], 1, false }, { s[1], &next[1], 1, false }, { s[2], &next[2], 1, false } };
+	engine_item three[3] = { { s[0], &next[0], 1, false, false }, { s[1], &next[1], 1, false, false }, { s[2], &next[2], 1, false, false } };
 	ck_assert_msg(engine_forward(e, three, 3, l, err, sizeof err) == 0, "%s", err);
 	ck_assert_int_eq(engine_kv_pages_used(e), 3 * rings);
 	for (int32_t k = 0; k < 3; k++) {
 		int32_t q = engine_seq_open(r, "full_attention", err, sizeof err), pq[11];
 		memcpy(pq, p, sizeof p);
 		pq[10] = next[k];
-		engine_item w = { q, pq, 11, false };
+		engine_item w = { q, pq, 11, false, false };
 		ck_assert(engine_forward(r, &w, 1, lr, err, sizeof err) == 0);
 		ck_assert_mem_eq(l + (int64_t)k * V, lr, (size_t)V * sizeof(float));
 		engine_seq_close(r, q);
@@ -678,6 +800,10 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_engine_regime_apart);
 	tcase_add_test(tc, test_fork_copy_on_write);
 	tcase_add_test(tc, test_fork_batch_need_exact);
+	tcase_add_loop_test(tc, test_divergent_whole, 0, 6);
+	tcase_add_loop_test(tc, test_divergent_chunks, 0, 6);
+	tcase_add_test(tc, test_tenants_apart);
+	tcase_add_test(tc, test_evict_out_of_window_first);
 	suite_add_tcase(s, tc);
 	TCase *ts = tcase_create("scheduler");
 	tcase_set_timeout(ts, 120);

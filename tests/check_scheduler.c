@@ -312,7 +312,7 @@ START_TEST(test_prompt_logprobs)
 	const int32_t vocab = engine_config(ref_eng)->vocab_size;
 	float *logits = malloc((size_t)NP * vocab * sizeof *logits);
 	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
-	engine_item it = { seq, prompt, NP, true };
+	engine_item it = { seq, prompt, NP, true, false };
 	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
 	engine_seq_close(ref_eng, seq);
 	for (int32_t pos = 1; pos < NP; pos++) {

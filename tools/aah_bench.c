@@ -228,7 +228,7 @@ static int bench_measure(engine *e, const int32_t *ids, int32_t n_prompt, float 
 			break;
 		}
 		double t0 = now_s();
-		engine_item it = { seq, ids, n_prompt, false };
+		engine_item it = { seq, ids, n_prompt, false, false };
 		rc = engine_forward(e, &it, 1, logits, err, sizeof err);
 		double tps = n_prompt / (now_s() - t0);
 		double *best = rep % 2 ? measured_tps : plain_tps;
@@ -273,13 +273,13 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % c->vocab_size);
 	/* A short warm-up brings the weights into the page cache and the thread pool up to speed. */
 	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
-	engine_item warm = { seq, ids, n_prompt < 16 ? n_prompt : 16, false };
+	engine_item warm = { seq, ids, n_prompt < 16 ? n_prompt : 16, false, false };
 	engine_forward(e, &warm, 1, logits, err, sizeof err);
 	engine_seq_close(e, seq);
 
 	seq = engine_seq_open(e, NULL, err, sizeof err);
 	double t0 = now_s();
-	engine_item it = { seq, ids, n_prompt, false };
+	engine_item it = { seq, ids, n_prompt, false, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
 		return 1;
@@ -288,7 +288,7 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	int64_t kv0 = engine_seq_kv_bytes(e, seq);
 	int32_t tok = sampler_argmax(logits, c->vocab_size);
 	for (int32_t i = 0; i < n_gen; i++) {
-		engine_item step = { seq, &tok, 1, false };
+		engine_item step = { seq, &tok, 1, false, false };
 		engine_forward(e, &step, 1, logits, err, sizeof err);
 		tok = sampler_argmax(logits, c->vocab_size);
 	}
@@ -373,7 +373,7 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			seq[wi] = -1;
 		for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
 			seq[wi] = engine_seq_open(e[wi], NULL, err, sizeof err);
-			engine_item it = { seq[wi], ids, rep ? n_prompt : (n_prompt < 16 ? n_prompt : 16), false };
+			engine_item it = { seq[wi], ids, rep ? n_prompt : (n_prompt < 16 ? n_prompt : 16), false, false };
 			double t0 = now_s();
 			if (seq[wi] < 0 || engine_forward(e[wi], &it, 1, logits, err, sizeof err) != 0) {
 				fprintf(stderr, "aah-bench: %s\n", err);
@@ -388,7 +388,7 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
 				double t0 = now_s();
 				for (int32_t i = done; i < n_gen && i < done + WEIGHT_SEGMENT; i++) {
-					engine_item step = { seq[wi], &tok[wi], 1, false };
+					engine_item step = { seq[wi], &tok[wi], 1, false, false };
 					if (engine_forward(e[wi], &step, 1, logits, err, sizeof err) != 0) {
 						fprintf(stderr, "aah-bench: %s\n", err);
 						rc = 1;
@@ -494,7 +494,7 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 		int32_t n_dec = s == N_STAGES - 1 ? gen : probe;
 		int32_t target = stage_ctx[s] - n_dec;
 		double t0 = now_s();
-		engine_item it = { seq, ids + len, target - len, false };
+		engine_item it = { seq, ids + len, target - len, false, false };
 		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 			fprintf(stderr, "aah-bench: %s\n", err);
 			return -1;
@@ -505,7 +505,7 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 		double t1 = now_s();
 		for (int32_t i = 0; i < n_dec; i++) {
 			int32_t tok = sampler_argmax(logits, V);
-			engine_item step = { seq, &tok, 1, false };
+			engine_item step = { seq, &tok, 1, false, false };
 			if (engine_forward(e, &step, 1, logits, err, sizeof err) != 0) {
 				fprintf(stderr, "aah-bench: %s\n", err);
 				return -1;
@@ -672,7 +672,7 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 	for (int32_t i = 0; i < n_prompt; i++)
 		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
 	int32_t tmpl = engine_seq_open(e, regime, err, sizeof err);
-	engine_item it = { tmpl, ids, n_prompt, false };
+	engine_item it = { tmpl, ids, n_prompt, false, false };
 	if (tmpl < 0 || engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
 		goto done;
@@ -700,7 +700,7 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 					goto done;
 				}
 				toks[i] = first;
-				items[i] = (engine_item){ seqs[i], &toks[i], 1, false };
+				items[i] = (engine_item){ seqs[i], &toks[i], 1, false, false };
 			}
 			double t0 = 0;
 			for (int32_t step = 0; step < gen; step++) {
@@ -982,11 +982,11 @@ done:
 			int32_t c = n_prefix - at < 256 ? n_prefix - at : 256;
 			if (n_prefix - at - c == 1)
 				c--;   /* never a one-token chunk past position 0 (scheduler.c) */
-			engine_item it = { seq, ids + at, c, false };
+			engine_item it = { seq, ids + at, c, false, true };
 			ok = engine_forward(e, &it, 1, logits, err, sizeof err) == 0;
 			at += c;
 			if (ok)
-				engine_prefix_insert(e, seq, ids, NULL, at == n_prefix);
+				engine_prefix_insert(e, seq, NULL, ids, NULL, at == n_prefix);
 		}
 		if (ok) {
 			engine_seq_close(e, seq);

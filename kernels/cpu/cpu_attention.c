@@ -362,6 +362,8 @@ void cpu_kv_store(aah_backend *b, const aah_kv_pool *pool, const float *k, const
 				if (pos < keep_from)
 					continue;
 				const int32_t page = s->rings[(int64_t)h * s->ring_stride + (pos / AAH_PAGE_LEN) % slots];
+				if (page < 0)
+					continue;
 				store_rows(kt, pool, page, 0, pos % AAH_PAGE_LEN, k + (int64_t)(s->row0 + i) * stride + (int64_t)h * hd,
 				           hd);
 				store_rows(kt, pool, page, 1, pos % AAH_PAGE_LEN, v + (int64_t)(s->row0 + i) * stride + (int64_t)h * hd,

@@ -761,7 +761,10 @@ void cuda_kv_store_run(cuda_ctx *c, const aah_kv_pool *pool, const float *k, con
 				const int64_t pos = (int64_t)s->pos0 + i;
 				if (pos < keep_from)
 					continue;
-				h[e++] = kv_entry{ s->row0 + i, kh, ring[(pos / PAGE) % slots], (int32_t)(pos % PAGE) };
+				const int32_t page = ring[(pos / PAGE) % slots];
+				if (page < 0)
+					continue;   /* backend.h: a slot of -1 is not written */
+				h[e++] = kv_entry{ s->row0 + i, kh, page, (int32_t)(pos % PAGE) };
 			}
 		}
 	}
