@@ -544,6 +544,12 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 	if (cr->max_tokens < 0 && j->max_tokens > s->ctx_len - longest)
 		j->max_tokens = s->ctx_len - longest;
 	uint64_t seed = cr->seed_set ? cr->seed : random_seed();
+	/* the prefix cache's tenant (docs/prefix_cache.md): the key's name unless the scope is global, then the salt; the
+	 * tags keep "key a, salt b" and "salt a\nb" apart (a name has no newline) */
+	char tenant[API_KEY_NAME_MAX + COMPLETION_MAX_SALT + 8];
+	snprintf(tenant, sizeof tenant, "%s%s%s%s%s", s->cache_per_key && req->key_name ? "k:" : "",
+	         s->cache_per_key && req->key_name ? req->key_name : "", s->cache_per_key && req->key_name ? "\n" : "",
+	         cr->cache_salt ? "s:" : "", cr->cache_salt ? cr->cache_salt : "");
 	for (int32_t i = 0; i < cr->n_prompts; i++)
 		for (int32_t k = 0; k < cr->n; k++) {
 			int32_t ci = i * cr->n + k;
@@ -570,6 +576,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 			/* a model's vocabulary is often padded past its tokenizer's: never draw an id with no text */
 			p->sampling.vocab_limit = tokenizer_vocab_size(s->tok);
 			p->regime = s->regimes[j->regime];
+			p->cache_tenant = tenant;
 			p->logprobs = cr->logprobs;
 			p->prompt_logprobs = k == 0 && cr->echo && cr->logprobs >= 0;   /* one per prompt; its choices share it */
 			p->stop_ids = s->eos_ids;

@@ -232,8 +232,11 @@ int completion_request_parse_shared(completion_request *r, const completion_limi
 	parse_ctx c = { r->json, err, err_len, param };
 	int64_t v;
 	bool present = false;
-	if (get_string(&c, "model", &r->model) || get_string(&c, "aah_regime", &r->regime))
+	if (get_string(&c, "model", &r->model) || get_string(&c, "aah_regime", &r->regime) ||
+	    get_string(&c, "cache_salt", &r->cache_salt))
 		return -1;
+	if (r->cache_salt && (!*r->cache_salt || strlen(r->cache_salt) > COMPLETION_MAX_SALT))
+		return fail(&c, "cache_salt", "'cache_salt' must be a string of 1 to %d bytes", COMPLETION_MAX_SALT);
 	v = 1;
 	if (get_int(&c, "n", 1, lim->max_n, NULL, &v))
 		return -1;

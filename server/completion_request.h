@@ -13,6 +13,7 @@
 #define COMPLETION_MAX_STOP STOP_TEXT_MAX               /* stop strings, as OpenAI: what the engine matches */
 #define COMPLETION_MAX_STOP_BYTES STOP_TEXT_MAX_BYTES
 #define COMPLETION_MAX_LOGPROBS 20
+#define COMPLETION_MAX_SALT 256                        /* bytes of a cache_salt */
 
 /* One prompt: text (to be tokenized) or token ids. */
 typedef struct completion_prompt {
@@ -40,6 +41,7 @@ typedef struct completion_request {
 	bool echo;
 	int32_t n;
 	const char *regime;                  /* aah_regime, or NULL */
+	const char *cache_salt;              /* vLLM's cache_salt (1 to COMPLETION_MAX_SALT bytes), or NULL */
 } completion_request;
 
 typedef struct completion_limits {
@@ -56,7 +58,7 @@ void completion_request_free(completion_request *r);
 /* The pieces of completion_request_parse that /v1/chat/completions shares (chat_request.c). _defaults sets every
  * field to its default; _load parses the body into r->json (an object) after the defaults; _parse_shared reads the
  * fields both endpoints have — model, aah_regime, n, max_tokens, temperature, top_p, min_p, top_k, the penalties,
- * seed, stop, stream, stream_options — from r->json. Each returns 0, or -1 with err and *param as above. */
+ * seed, stop, stream, stream_options, cache_salt — from r->json. Each returns 0, or -1 with err and *param as above. */
 void completion_request_defaults(completion_request *r);
 int completion_request_load(completion_request *r, const char *body, size_t len, char *err, size_t err_len,
                             const char **param);

@@ -25,6 +25,7 @@ static const char *const backends[] = { "auto", "cpu", "cuda", NULL };
 static const char *const dtypes[] = { "f32", "f16", "bf16", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const on_off[] = { "on", "off", NULL };
+static const char *const cache_scopes[] = { "key", "global", NULL };
 
 #define STR(f) CONFIG_STRING, offsetof(aahd_config, f), 0, 0, NULL
 #define INT(f, lo, hi) CONFIG_INT, offsetof(aahd_config, f), lo, hi, NULL
@@ -70,6 +71,12 @@ static const config_row rows[] = {
 	{ "api_key", STR(api_key), "",
 	  "require 'Authorization: Bearer KEY' (every endpoint but /health); empty: none. The environment variable "
 	  "AAHD_API_KEY overrides it (keeps the key out of files and the process list)" },
+	{ "api_keys", STR(api_keys), "",
+	  "a file of named API keys, one 'NAME KEY' per line (# comments); any of them opens every endpoint but /health, "
+	  "as api_key does (which may be set beside it, as the key named default); empty: none" },
+	{ "prefix_cache_scope", ENUM(prefix_cache_scope, cache_scopes), "key",
+	  "whose cached prompts a request may reuse: key (only those sent with its own API key; with no key, everyone "
+	  "shares one scope), global (every key's); a request's cache_salt narrows it further" },
 	{ "log_level", ENUM(log_level, levels), "info", "error, warn, info (one line per request), debug" },
 	{ "max_connections", INT(max_connections, 1, 65536), "256",
 	  "HTTP connections served at once (no thread of their own; buffers and libmicrohttpd's pool, about 110 KiB "

@@ -32,6 +32,8 @@ typedef struct aahd_config {
 	int64_t max_n;                  /* choices (n × prompts) per request at most */
 	int64_t queue_length;
 	char *api_key;                  /* "" = no authentication */
+	char *api_keys;                 /* a file of named keys (server/api_keys.h); "" = none */
+	char *prefix_cache_scope;       /* key: each API key's prefixes its own; global: shared by every key */
 	char *log_level;
 	int64_t max_connections;        /* served at once */
 	int64_t probe_connections;      /* beyond them, for /health and /metrics */

@@ -312,11 +312,11 @@ static bool request_id_acceptable(const char *s)
 /* The key as `Authorization: Bearer KEY`, or as the password of `Basic` credentials (http_credentials.h). */
 static bool authorized(http_request *req)
 {
-	const char *key = req->srv->api_key;
-	if (!key)
+	if (req->srv->keys.n == 0)
 		return true;
-	return http_credentials_match(
-	        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), key);
+	req->key_name = api_keys_match(&req->srv->keys, MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+	                                                                            MHD_HTTP_HEADER_AUTHORIZATION));
+	return req->key_name != NULL;
 }
 
 /* The first call for a request: key, route, method. Answers at once when any is wrong. The key comes first, so that

@@ -39,6 +39,7 @@ typedef struct http_request {
 	struct http_request *park_prev, *park_next;
 	int status;                       /* the status answered, for the log and the metrics */
 	char note[160];                   /* a handler's summary for the log line */
+	const char *key_name;             /* the name of the API key it carried (server_ctx.keys); NULL: none needed */
 	/* a handler's state that outlives its call (a stream); freed when the request completes. on_abort runs first
 	 * when the client went away before the end. */
 	void *state;

@@ -80,7 +80,8 @@ int server_run(const aahd_config *cfg)
 	srv->cfg = cfg;
 	srv->created = time(NULL);
 	const char *env_key = getenv("AAHD_API_KEY");
-	srv->api_key = env_key && *env_key ? env_key : *cfg->api_key ? cfg->api_key : NULL;
+	const char *one_key = env_key && *env_key ? env_key : *cfg->api_key ? cfg->api_key : NULL;
+	srv->cache_per_key = !strcmp(cfg->prefix_cache_scope, "key");
 	atomic_init(&srv->draining, false);
 
 	engine_params ep = { 0 };
@@ -100,6 +101,20 @@ int server_run(const aahd_config *cfg)
 	int rc = 1;
 	engine *e = NULL;
 	http_server *http = NULL;
+	if (*cfg->api_keys && api_keys_load(&srv->keys, cfg->api_keys, err, sizeof err) != 0) {
+		log_msg(LOG_ERROR, NULL, "api_keys: %s", err);
+		goto done;
+	}
+	if (one_key) {   /* the single key beside the file's: named "default", or "api_key" when the file has a default */
+		bool taken = false;
+		for (int i = 0; i < srv->keys.n; i++)
+			taken |= !strcmp(srv->keys.k[i].name, "default");
+		if (strlen(one_key) > API_KEY_MAX ||
+		    api_keys_add(&srv->keys, taken ? "api_key" : "default", one_key, err, sizeof err) != 0) {
+			log_msg(LOG_ERROR, NULL, "api_key: %s", strlen(one_key) > API_KEY_MAX ? "longer than 256 bytes" : err);
+			goto done;
+		}
+	}
 	double t0 = aah_now_s();
 	log_msg(LOG_INFO, NULL, "loading %s", cfg->model);
 	if (aah_resolve_model_dir(cfg->model, cfg->checkpoint_step > 0 ? cfg->checkpoint_step : -1, dir, sizeof dir, err,
@@ -194,7 +209,7 @@ int server_run(const aahd_config *cfg)
 		goto done;
 	}
 	log_msg(LOG_INFO, NULL, "listening on http://%s%s%s:%u%s", strchr(cfg->host, ':') ? "[" : "", cfg->host,
-	        strchr(cfg->host, ':') ? "]" : "", http_server_port(http), srv->api_key ? " (API key required)" : "");
+	        strchr(cfg->host, ':') ? "]" : "", http_server_port(http), srv->keys.n ? " (API key required)" : "");
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s port %u", srv->model_name, cfg->host, http_server_port(http));
 
 	int sig = signals_wait(-1);
@@ -230,6 +245,7 @@ done:
 	engine_free(e);
 	tokenizer_free(srv->tok);
 	chat_template_free(srv->chat);
+	api_keys_free(&srv->keys);
 	free(srv);
 	if (rc == 0)
 		log_msg(LOG_INFO, NULL, "stopped");

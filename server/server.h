@@ -10,6 +10,7 @@
 
 #include "engine/scheduler.h"
 #include "models/tokenizer.h"
+#include "server/api_keys.h"
 #include "server/config.h"
 #include "server/metrics.h"
 
@@ -17,7 +18,8 @@ struct chat_template;
 
 typedef struct server_ctx {
 	const aahd_config *cfg;
-	const char *api_key;              /* NULL: none (cfg or AAHD_API_KEY) */
+	api_keys keys;                    /* api_keys's and api_key's (named "default"); none: no authentication */
+	bool cache_per_key;               /* prefix_cache_scope = key: a request's key is part of its cache tenant */
 	tokenizer *tok;
 	sched *sch;                       /* owns the engine; HTTP threads only submit and read */
 	char model_name[256];

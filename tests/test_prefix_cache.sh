@@ -13,4 +13,4 @@ if [ ! -x "$BUILD/aahd" ] || [ ! -x "$BUILD/aah-mkmodel" ]; then
 	echo "test_prefix_cache: FAILURE: $BUILD/aahd or $BUILD/aah-mkmodel is not built"
 	exit 1
 fi
-exec timeout -k 10 240 node --test --test-reporter=spec tests/server/prefix_cache.test.mjs
+exec timeout -k 10 420 node --test --test-reporter=spec tests/server/prefix_cache.test.mjs

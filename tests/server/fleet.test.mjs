@@ -13,11 +13,12 @@ import { joinStream, metrics, request, sseEvents, startServer, until } from './l
 const PROMPTS = Array.from({ length: 10 }, (_, i) => `Replica prompt ${i}: the ${['fox', 'dog', 'cat', 'owl', 'elk'][i % 5]} says`);
 
 // One completion through a fresh connection, with our X-Request-Id; streamed ones are joined into one choice.
-function complete(port, body, rid) {
+function complete(port, body, rid, extra = {}) {
   return new Promise((resolve, reject) => {
     const data = JSON.stringify(body);
     const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/completions', agent: false,
-      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data), 'X-Request-Id': rid } },
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data), 'X-Request-Id': rid,
+        ...extra } },
     (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
@@ -103,6 +104,26 @@ describe('three replicas behind nginx', () => {
       for (const l of log) assert.deepEqual(l.upstreamStatus, ['200'], l.line);
       console.log(`# requests per replica: ${counts.join(', ')}`);
     });
+
+  test('a session (X-Session-Id) stays on one replica, and the sessions spread over them', async () => {
+    // 12 sessions × 3 turns, sent concurrently: every turn of a session reaches the replica its key hashes to
+    const reqs = [];
+    for (let s = 0; s < 12; s++)
+      for (let t = 0; t < 3; t++)
+        reqs.push(complete(nginx.port, { prompt: `${PROMPTS[s % 10]} turn ${t}`, max_tokens: 2, temperature: 0 },
+          `sess-${s}-${t}`, { 'X-Session-Id': `user-${s}` }));
+    for (const r of await Promise.all(reqs)) assert.equal(r.status, 200, r.text);
+    const sessLog = () => nginx.accessLog().filter((l) => l.rid && l.rid.startsWith('sess-'));
+    await until(async () => sessLog().length === 36, 10000, 'the access log lines');
+    const where = new Map();
+    for (const l of sessLog()) {
+      const s = l.rid.split('-')[1];
+      assert.equal(l.upstreams.length, 1, l.line);
+      if (!where.has(s)) where.set(s, l.upstreams[0]);
+      assert.equal(l.upstreams[0], where.get(s), `session ${s}: ${l.line}`);
+    }
+    assert.ok(new Set(where.values()).size > 1, `12 sessions all on one replica: ${[...where.values()]}`);
+  });
 
   test('everything an OpenAI-completions client or an evaluator uses passes through nginx unchanged', async () => {
     const direct = replicas[0].port;

@@ -34,11 +34,12 @@ export function templateConfig(text, upstreamPorts, listenPort, accessLog) {
   const re = /^(\s*)server 127\.0\.0\.1:\d+( .*;)$/gm;
   const servers = [...text.matchAll(re)];
   if (servers.length === 0) throw new Error('deploy/nginx/aahd.conf: no "server 127.0.0.1:PORT …;" line in the upstream');
-  const [, indent, params] = servers[0];
-  let i = 0;
-  // the first server line becomes one per replica, with the shipped parameters; the others go
-  let out = text.replace(re, () => (i++ === 0
-    ? upstreamPorts.map((p) => `${indent}server 127.0.0.1:${p}${params}`).join('\n') : '\u0000'));
+  // in each upstream block, the first server line becomes one per replica, with the shipped parameters; the others go
+  let out = text.replace(/^upstream [a-z_]+ \{\n[^}]*\}$/gm, (block) => {
+    let i = 0;
+    return block.replace(re, (line, indent, params) => (i++ === 0
+      ? upstreamPorts.map((p) => `${indent}server 127.0.0.1:${p}${params}`).join('\n') : '\u0000'));
+  });
   out = out.split('\n').filter((l) => l !== '\u0000').join('\n');
   if (!/^\s*listen 8080;$/m.test(out)) throw new Error('deploy/nginx/aahd.conf: no "listen 8080;"');
   out = out.replace(/^(\s*)listen 8080;$/m, `$1listen 127.0.0.1:${listenPort};`);

@@ -131,3 +131,141 @@ describe('prefix cache: the configuration', () => {
     assert.match(out, /^prefix_cache_bytes = 67108864$/m);
   });
 });
+
+// The issue's workload in an AAH regime whose windows (32, 64, 128 and 4096, one per layer) are far shorter than
+// the prompts and the prefill chunk: one 1500-token beginning P, then P + a tail of 20, 200 and 1000 tokens. Each
+// continuation after the first restores P's 93 whole blocks (1487 positions, at least |P| − 32), and every answer —
+// choices, prompt and generated log-probabilities, finish reasons, usage and the aah object — is what a daemon with
+// the cache off answers. In f16 and f32 KV, and in full attention for comparison.
+describe('prefix cache: one beginning, different continuations, in an AAH regime', () => {
+  const CTXL = 4096;
+  let dir;
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'aahd-prefix-div-'));
+    execFileSync(`${BUILD}/aah-mkmodel`, ['--preset', 'tiny', '--layers', '4', '--tokenizer', MODEL, '--aah',
+      '--aah-context', String(CTXL), '--aah-windows', '32,64,128,4096', '--aah-layer-windows', '32,64,128,4096',
+      '--aah-default', 'shallow_freeze', '--out', dir], { stdio: 'pipe' });
+  });
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  for (const kv of ['f16', 'f32']) {
+    test(`P + A, then P + B (tails of 20, 200, 1000 tokens): ${kv} KV`, async () => {
+      const args = ['--ctx-len', String(CTXL), '--max-batch', '4', '--kv-dtype', kv];
+      const [on, off] = await Promise.all([startServer(args, {}, dir),
+        startServer([...args, '--prefix-cache', 'off'], {}, dir)]);
+      try {
+        const P = promptIds(1500, 17);
+        for (const regime of ['shallow_freeze', 'full_attention']) {
+          for (const [t, len] of [20, 200, 1000].entries()) {
+            for (const k of [0, 1]) {
+              const body = { prompt: [...P, ...promptIds(len, 1000 * t + 10 * k + (regime === 'full_attention'))],
+                max_tokens: 6, temperature: 0, logprobs: 2, echo: true, aah_regime: regime };
+              const [a, b] = await Promise.all([request(on.port, 'POST', '/v1/completions', body),
+                request(off.port, 'POST', '/v1/completions', body)]);
+              assert.equal(a.status, 200, a.text);
+              assert.equal(b.status, 200, b.text);
+              assert.deepEqual(a.json.choices, b.json.choices, `${regime} tail ${len} #${k}`);
+              assert.deepEqual(a.json.aah, b.json.aah, `${regime} tail ${len} #${k}: the aah object`);
+              assert.equal(a.json.usage.prompt_tokens, b.json.usage.prompt_tokens);
+              const cached = a.json.usage.prompt_tokens_details.cached_tokens;
+              // the first of the six in a regime misses; every other starts after P's blocks
+              if (t > 0 || k > 0) assert.ok(cached >= 1500 - 32, `${regime} tail ${len} #${k}: ${cached} cached`);
+            }
+          }
+        }
+      } finally {
+        const r = await Promise.all([on.stop(), off.stop()]);
+        assert.equal(r[0].code, 0, on.log());
+        assert.equal(r[1].code, 0, off.log());
+      }
+    });
+  }
+});
+
+// Tenants: a prefix cache is a timing side channel, so prompts sent under different cache_salt values, or with
+// different API keys (prefix_cache_scope = key, the default), never share a block; the same salt or key does.
+describe('prefix cache: tenants kept apart', () => {
+  let dir;
+  let keys;
+  let srv;
+  let global;
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'aahd-prefix-tenants-'));
+    keys = path.join(dir, 'keys');
+    fs.writeFileSync(keys, '# name key\nalice sk-alice-0123456789\nbob\tsk-bob-0123456789\n');
+    const args = ['--ctx-len', '512', '--max-batch', '2', '--api-keys', keys, '--chat-template', 'conf/chat-template.jinja'];
+    [srv, global] = await Promise.all([startServer(args), startServer([...args, '--prefix-cache-scope', 'global'])]);
+  });
+  after(async () => {
+    const r = await Promise.all([srv.stop(), global.stop()]);
+    fs.rmSync(dir, { recursive: true, force: true });
+    assert.equal(r[0].code, 0, srv.log());
+    assert.equal(r[1].code, 0, global.log());
+  });
+  const alice = { Authorization: 'Bearer sk-alice-0123456789' };
+  const bob = { Authorization: 'Bearer sk-bob-0123456789' };
+  const cachedOf = async (port, body, headers, path_ = '/v1/completions') => {
+    const r = await request(port, 'POST', path_, body, headers);
+    assert.equal(r.status, 200, r.text);
+    return r.json.usage.prompt_tokens_details.cached_tokens;
+  };
+
+  test('cache_salt: another salt restores nothing, the same salt hits (completions and chat)', async () => {
+    const prompt = promptIds(300, 5);
+    const body = (salt) => ({ prompt, max_tokens: 1, temperature: 0, ...(salt === undefined ? {} : { cache_salt: salt }) });
+    assert.equal(await cachedOf(srv.port, body('A'), alice), 0);
+    assert.equal(await cachedOf(srv.port, body('B'), alice), 0);
+    assert.equal(await cachedOf(srv.port, body(undefined), alice), 0);
+    assert.ok(await cachedOf(srv.port, body('A'), alice) >= 287);
+    assert.ok(await cachedOf(srv.port, body(undefined), alice) >= 287);
+    const chat = (salt) => ({ messages: [{ role: 'system', content: 'x '.repeat(200) }, { role: 'user', content: 'hi' }],
+      max_tokens: 1, temperature: 0, cache_salt: salt });
+    assert.equal(await cachedOf(srv.port, chat('C'), alice, '/v1/chat/completions'), 0);
+    assert.equal(await cachedOf(srv.port, chat('D'), alice, '/v1/chat/completions'), 0);
+    assert.ok(await cachedOf(srv.port, chat('C'), alice, '/v1/chat/completions') > 0);
+  });
+
+  test('API keys: by default each key\'s prefixes are its own; prefix_cache_scope global shares them', async () => {
+    const prompt = promptIds(300, 6);
+    const body = { prompt, max_tokens: 1, temperature: 0 };
+    assert.equal(await cachedOf(srv.port, body, alice), 0);
+    assert.equal(await cachedOf(srv.port, body, bob), 0);
+    assert.ok(await cachedOf(srv.port, body, bob) >= 287);
+    assert.equal(await cachedOf(global.port, body, alice), 0);
+    assert.ok(await cachedOf(global.port, body, bob) >= 287);
+    // and a salt still parts them within one scope
+    assert.equal(await cachedOf(global.port, { ...body, cache_salt: 'x' }, bob), 0);
+  });
+
+  test('a key not in the file is refused; a malformed cache_salt is a 400 that names it', async () => {
+    const r = await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 1 },
+      { Authorization: 'Bearer sk-carol' });
+    assert.equal(r.status, 401);
+    for (const salt of ['', 7, ['a'], 'é'.repeat(200)]) {
+      const b = await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 1, cache_salt: salt }, alice);
+      assert.equal(b.status, 400, `${JSON.stringify(salt)}: ${b.text}`);
+      assert.equal(b.json.error.param, 'cache_salt');
+      const c = await request(srv.port, 'POST', '/v1/chat/completions',
+        { messages: [{ role: 'user', content: 'x' }], max_tokens: 1, cache_salt: salt }, alice);
+      assert.equal(c.status, 400, `chat ${JSON.stringify(salt)}: ${c.text}`);
+      assert.equal(c.json.error.param, 'cache_salt');
+    }
+  });
+
+  test('an api_keys file that lies is refused at start, naming the line', () => {
+    for (const [text, want] of [['alice k1\nbob k1\n', /line 2: the key of 'bob' is also the key of 'alice'/],
+      ['alice k1\nalice k2\n', /line 2: the name 'alice' is given twice/], ['al ice k1\n', /line 1: want 'NAME KEY'/],
+      ['# nothing\n', /no key in it/], ['al/ice k1\n', /line 1: a name is/]]) {
+      fs.writeFileSync(keys + '.bad', text);
+      let err = '';
+      try {
+        execFileSync(`${BUILD}/aahd`, ['--model', MODEL, '--port', '0', '--api-keys', keys + '.bad'],
+          { stdio: 'pipe', timeout: 20000 });
+      } catch (e) {
+        err = String(e.stderr);
+      }
+      assert.match(err, want, text);
+      assert.doesNotMatch(err, /k1|k2/, 'the message quotes no key');
+    }
+  });
+});
