@@ -451,18 +451,8 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 		e->spill = calloc((size_t)e->p.max_seqs, sizeof *e->spill);
 		e->spill_seqs = calloc((size_t)e->p.max_batch_tokens, sizeof *e->spill_seqs);
 		e->spill_span = calloc((size_t)e->p.max_batch_tokens, sizeof *e->spill_span);
-		/* what a hit needs of each head before its boundary: a windowed head its window's blocks, a full head all */
-		int32_t *keep = malloc((size_t)e->regimes.n * heads * sizeof *keep);
-		for (int32_t r = 0; keep && r < e->regimes.n; r++)
-			for (size_t h = 0; h < heads; h++) {
-				const int32_t cap = e->regimes.r[r].head_capacity[h];
-				keep[(size_t)r * heads + h] = cap < e->p.ctx_len ? (cap + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN : 0;
-			}
-		int rc = !e->prefix_chain || !e->prefix_run || !e->spill || !e->spill_seqs || !e->spill_span || !keep
-		             ? -1
-		             : prefix_cache_init(&e->prefix, &e->kv, e->p.prefix_cache_bytes, e->regimes.n, keep);
-		free(keep);
-		if (rc != 0) {
+		if (!e->prefix_chain || !e->prefix_run || !e->spill || !e->spill_seqs || !e->spill_span ||
+		    prefix_cache_init(&e->prefix, &e->kv, e->p.prefix_cache_bytes) != 0) {
 			snprintf(err, err_len, "out of memory for the prefix cache");
 			goto fail;
 		}
@@ -792,8 +782,8 @@ int64_t engine_seq_kv_bytes(const engine *e, int32_t seq)
 /* Gives seq's item of n positions from pos0, whose reservation is made, a page of its own for every full logical page
  * that a ring of seq drops before the item's end (logical pages below hi − n_slots + 1, hi the item's last): the
  * spill. A page written partly before the item (pos0 not at a page start) starts as a copy of the ring's page. Takes
- * only free pages, evicting no more than out-of-window pages of the cache for them (never another prefix's blocks nor
- * anything a running sequence needs: those pages are not free); what it cannot get is not spilled. */
+ * only free pages, evicting for them only cached blocks older than seq's own (never anything a running sequence holds:
+ * those pages are not free); what it cannot get is not spilled. */
 static void spill_prepare(engine *e, int32_t seq, int64_t pos0, int64_t n)
 {
 	seq_spill *sp = &e->spill[seq];
@@ -826,7 +816,7 @@ static void spill_prepare(engine *e, int32_t seq, int64_t pos0, int64_t n)
 		for (int32_t h = 0; h < nkv; h++)
 			for (int64_t lp = lo; lp <= hi - slots[h]; lp++) {
 				int32_t page = kv_cache_page_alloc(&e->kv);
-				while (page < 0 && prefix_cache_evict_window(&e->prefix))
+				while (page < 0 && prefix_cache_evict_before(&e->prefix, e->prefix.tick))
 					page = kv_cache_page_alloc(&e->kv);
 				if (page < 0)
 					return;
@@ -1344,7 +1334,7 @@ static void prefix_block_lp(prefix_block *b, const engine_prefix_lp *lp)
 }
 
 void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int32_t *tokens,
-                          const engine_prefix_lp *lp, bool through)
+                          const engine_prefix_lp *lp)
 {
 	if (!e->prefix_on || seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
 		return;
@@ -1381,8 +1371,6 @@ void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int3
 		parent = b;
 	}
 	spill_release(e, seq);   /* the blocks hold what they took */
-	if (through && k == n_blocks)
-		prefix_cache_prompt_end(&e->prefix, e->prefix_chain, k);
 	prefix_cache_touch(&e->prefix, e->prefix_chain, k);
 	prefix_cache_trim(&e->prefix);
 }
@@ -1397,7 +1385,6 @@ void engine_prefix_stats_get(const engine *e, engine_prefix_stats *out)
 	out->hits = e->prefix_hits;
 	out->hit_tokens = e->prefix_hit_tokens;
 	out->evictions = e->prefix.evictions;
-	out->window_evictions = e->prefix.window_evictions;
 	out->bytes = e->prefix.pages * (int64_t)e->kv.page_bytes;
 	out->blocks = e->prefix.n_blocks;
 	out->max_bytes = e->prefix.max_pages * (int64_t)e->kv.page_bytes;

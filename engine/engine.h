@@ -226,17 +226,15 @@ int32_t engine_prefix_peek(const engine *e, const char *regime, const char *tena
 /* seq's positions [0, len) are tokens of its prompt, and it has generated nothing yet: the cache takes the pages of
  * its whole 16-token blocks (those its rings still hold), with the prompt's log-probabilities when lp (rows 0 … len −
  * 1 computed), and the pages the last step spilled for it (engine_item.cache). Called after every prompt chunk, so
- * that a windowed head's ring copies the pages the cache holds rather than overwrite them; through: the prompt is
- * complete (the windowed pages near its end leave eviction tier 1: prefix_cache.h). Then evicts down to the byte cap.
- * Out of memory: it keeps less. */
+ * that a windowed head's ring copies the pages the cache holds rather than overwrite them. Then evicts down to the
+ * byte cap. Out of memory: it keeps less. */
 void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int32_t *tokens,
-                          const engine_prefix_lp *lp, bool through);
+                          const engine_prefix_lp *lp);
 
 typedef struct engine_prefix_stats {
 	bool enabled;
 	uint64_t queries, hits, hit_tokens;   /* engine_prefix_restore calls, those that restored, positions restored */
 	uint64_t evictions;                   /* blocks evicted (for room or for the byte cap) */
-	uint64_t window_evictions;            /* out-of-window pages evicted (eviction tier 1) */
 	int64_t bytes;                        /* pages the cache holds × page bytes (some shared with running sequences) */
 	int64_t blocks;
 	int64_t max_bytes;                    /* its cap */

@@ -31,16 +31,11 @@ static uint64_t block_hash(const prefix_block *parent, int32_t regime, const cha
 	return h;
 }
 
-int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes, int32_t n_regimes, const int32_t *keep)
+int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes)
 {
 	memset(pc, 0, sizeof *pc);
 	pc->kv = kv;
 	pc->n_heads = kv->n_layers * kv->n_kv;
-	pc->n_regimes = n_regimes;
-	pc->keep = malloc((size_t)n_regimes * (size_t)pc->n_heads * sizeof *pc->keep);
-	if (!pc->keep)
-		return -1;
-	memcpy(pc->keep, keep, (size_t)n_regimes * (size_t)pc->n_heads * sizeof *pc->keep);
 	int64_t pool = kv->pool.n_pages;
 	pc->max_pages = max_bytes > 0 ? max_bytes / (int64_t)kv->page_bytes : pool;
 	if (pc->max_pages > pool)
@@ -52,13 +47,6 @@ int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes, int32_t
 		pc->n_buckets <<= 1;
 	pc->buckets = calloc((size_t)pc->n_buckets, sizeof *pc->buckets);
 	return pc->buckets ? 0 : -1;
-}
-
-/* Whether b's page of head h is out of window: a windowed head, and no prompt through b ends within its window. */
-static bool page_out(const prefix_cache *pc, const prefix_block *b, int32_t h)
-{
-	const int32_t keep = pc->keep[(int64_t)b->regime * pc->n_heads + h];
-	return keep > 0 && (int64_t)b->min_end - b->depth > keep;
 }
 
 static void block_free(prefix_block *b)
@@ -89,17 +77,6 @@ static void block_remove(prefix_cache *pc, prefix_block *b)
 	block_free(b);
 }
 
-/* Drops b's page of head h. */
-static void page_drop(prefix_cache *pc, prefix_block *b, int32_t h)
-{
-	if (page_out(pc, b, h))
-		b->n_out--;
-	kv_cache_page_unref(pc->kv, b->pages[h]);
-	b->pages[h] = -1;
-	b->n_pages--;
-	pc->pages--;
-}
-
 void prefix_cache_free(prefix_cache *pc)
 {
 	/* leaves first, so that every removal is of a leaf; a parent comes after its children in no fixed order, so
@@ -111,7 +88,6 @@ void prefix_cache_free(prefix_cache *pc)
 	}
 	free(pc->buckets);
 	free(pc->all);
-	free(pc->keep);
 	memset(pc, 0, sizeof *pc);
 }
 
@@ -180,7 +156,6 @@ prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t
 	b->regime = regime;
 	b->depth = parent ? parent->depth + 1 : 0;
 	b->lp_top = -1;
-	b->min_end = INT32_MAX;
 	b->last_used = pc->tick;
 	memcpy(b->tokens, tokens, sizeof b->tokens);
 	prefix_block **bucket = &pc->buckets[h & (uint64_t)(pc->n_buckets - 1)];
@@ -198,21 +173,7 @@ void prefix_cache_block_hold(prefix_cache *pc, prefix_block *b, int32_t h, int32
 	kv_cache_page_ref(pc->kv, page);
 	b->pages[h] = page;
 	b->n_pages++;
-	b->n_out += page_out(pc, b, h);
 	pc->pages++;
-}
-
-void prefix_cache_prompt_end(prefix_cache *pc, prefix_block *const *chain, int32_t n)
-{
-	for (int32_t i = 0; i < n; i++) {
-		prefix_block *b = chain[i];
-		if (n >= b->min_end)
-			continue;
-		b->min_end = n;
-		b->n_out = 0;
-		for (int32_t h = 0; h < pc->n_heads; h++)
-			b->n_out += b->pages[h] >= 0 && page_out(pc, b, h);
-	}
 }
 
 void prefix_cache_touch(prefix_cache *pc, prefix_block *const *chain, int32_t n)
@@ -222,43 +183,15 @@ void prefix_cache_touch(prefix_cache *pc, prefix_block *const *chain, int32_t n)
 		chain[i]->last_used = pc->tick;
 }
 
-bool prefix_cache_evict_window(prefix_cache *pc)
+bool prefix_cache_evict_before(prefix_cache *pc, uint64_t tick)
 {
-	/* the least recently used block with out-of-window pages; among equals the shallowest, so that what is left of a
-	 * prompt's window pages is the run nearest its end, which serves the longest hits of the prompts that part from it
-	 * late (a chat's regenerated turn, a new question after a shared context) */
-	prefix_block *victim = NULL;
-	for (int32_t i = 0; i < pc->n_blocks; i++) {
-		prefix_block *b = pc->all[i];
-		if (b->n_out > 0 && (!victim || b->last_used < victim->last_used ||
-		                     (b->last_used == victim->last_used && b->depth < victim->depth)))
-			victim = b;
-	}
-	if (!victim)
-		return false;
-	for (int32_t h = 0; h < pc->n_heads && victim->n_out > 0; h++)
-		if (victim->pages[h] >= 0 && page_out(pc, victim, h)) {
-			page_drop(pc, victim, h);
-			pc->window_evictions++;
-		}
-	if (victim->n_pages == 0 && victim->n_children == 0) {   /* a leaf with nothing left serves no hit */
-		block_remove(pc, victim);
-		pc->evictions++;
-	}
-	return true;
-}
-
-bool prefix_cache_evict_one(prefix_cache *pc)
-{
-	if (prefix_cache_evict_window(pc))
-		return true;
 	/* the least recently used leaf; among equals the deepest (a chain's ticks are equal after a touch, and its tail
-	 * must go before its beginning). A linear scan: blocks are few (each holds a page of every full head) and an
-	 * eviction happens only when the pool runs short. */
+	 * must go before its beginning). A linear scan: blocks are few (each holds a page of every head) and an eviction
+	 * happens only when the pool runs short. */
 	prefix_block *victim = NULL;
 	for (int32_t i = 0; i < pc->n_blocks; i++) {
 		prefix_block *b = pc->all[i];
-		if (b->n_children == 0 &&
+		if (b->n_children == 0 && b->last_used < tick &&
 		    (!victim || b->last_used < victim->last_used ||
 		     (b->last_used == victim->last_used && b->depth > victim->depth)))
 			victim = b;
@@ -268,6 +201,11 @@ bool prefix_cache_evict_one(prefix_cache *pc)
 	block_remove(pc, victim);
 	pc->evictions++;
 	return true;
+}
+
+bool prefix_cache_evict_one(prefix_cache *pc)
+{
+	return prefix_cache_evict_before(pc, UINT64_MAX);
 }
 
 void prefix_cache_trim(prefix_cache *pc)

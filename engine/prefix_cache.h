@@ -9,12 +9,12 @@
  * windowed head's too: a page its ring dropped during the prompt was spilled to a page of the cache's own, so a hit is
  * possible at every boundary in every regime.
  *
- * Eviction, when the pool or the byte cap runs short, in two tiers:
- *  1. out-of-window pages: a windowed head's pages of a block more than that head's window (in blocks) before the
- *     end of every prompt through it — they serve only hits in the middle of a cached prompt. Least recently used
- *     block first; the block stays (its other heads' pages and its tokens keep deeper hits possible).
- *  2. whole leaf blocks, least recently used, so a prefix's tail goes before the beginning other prefixes share.
- * A page spilled for a prompt in progress may take the pool only by evicting tier 1, never another prefix's block. */
+ * Eviction, when the pool or the byte cap runs short: the least recently used leaf block, whole; among equals the
+ * deepest. A hit or an insert marks its whole chain used, so a parent is never older than its children: a prefix's
+ * tail (its out-of-window pages with it) goes before the beginning other prompts share, and a beginning goes only
+ * once no cached prompt through it is newer. A page spilled for a prompt in progress takes the pool only by evicting
+ * blocks older than the prompt's own (prefix_cache_evict_before), never the running sequences' pages (they are not
+ * free to take). docs/prefix_cache.md has the alternatives measured. */
 #ifndef AAH_PREFIX_CACHE_H
 #define AAH_PREFIX_CACHE_H
 
@@ -35,12 +35,10 @@ typedef struct prefix_block {
 	char *tenant;                  /* the root's: the cache salt it was made under (NULL: none); children inherit it */
 	int32_t depth;                 /* block index: positions [16·depth, 16·depth + 16) */
 	int32_t n_children;
-	int32_t min_end;               /* the shortest prompt through it, in blocks, that ended at or after it (tier 1) */
 	int32_t at;                    /* index in prefix_cache.all */
 	uint64_t last_used;            /* prefix_cache.tick when last inserted or hit */
 	int32_t tokens[AAH_PAGE_LEN];
 	int32_t n_pages;               /* pages it holds (≥ 0 entries of pages) */
-	int32_t n_out;                 /* of them, out-of-window pages (eviction tier 1) */
 	int32_t *pages;                /* (n_layers · n_kv) page id holding these positions of that head, or -1 */
 	/* Prompt log-probabilities of the block's tokens (echo requests), when a request computed them: logprob
 	 * (AAH_PAGE_LEN) of token 16·depth + j given the tokens before it (NaN for token 0), and its lp_top best
@@ -54,9 +52,6 @@ typedef struct prefix_block {
 typedef struct prefix_cache {
 	kv_cache *kv;                  /* borrowed: the pool the pages are in */
 	int32_t n_heads;               /* n_layers · n_kv */
-	int32_t n_regimes;
-	int32_t *keep;                 /* (n_regimes, n_heads) blocks a hit at a boundary needs of a windowed head before it
-	                                * (ceil(capacity / 16)); 0: a full head (every block before it) */
 	int64_t max_pages;             /* pages the blocks may hold at most (the byte cap) */
 	prefix_block **buckets;        /* (n_buckets) hash chains */
 	int32_t n_buckets;             /* a power of two */
@@ -64,13 +59,12 @@ typedef struct prefix_cache {
 	int32_t n_blocks, cap_blocks;
 	uint64_t tick;
 	int64_t pages;                 /* pages the blocks hold (some shared with running sequences) */
-	uint64_t evictions;            /* blocks evicted (tier 2) */
-	uint64_t window_evictions;     /* out-of-window pages evicted (tier 1) */
+	uint64_t evictions;            /* blocks evicted */
 } prefix_cache;
 
-/* max_bytes: the most the blocks may hold (0: the whole pool). keep: (n_regimes, n_layers · n_kv) as prefix_cache.keep,
- * copied. Returns 0, or -1 when out of memory. Free with prefix_cache_free, which drops every block's pages. */
-int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes, int32_t n_regimes, const int32_t *keep);
+/* max_bytes: the most the blocks may hold (0: the whole pool). Returns 0, or -1 when out of memory. Free with
+ * prefix_cache_free, which drops every block's pages. */
+int prefix_cache_init(prefix_cache *pc, kv_cache *kv, int64_t max_bytes);
 void prefix_cache_free(prefix_cache *pc);
 
 /* The chain of blocks that holds tokens [0, 16·n_blocks) under regime and tenant (NULL or "": none): out[0 … k-1];
@@ -83,17 +77,14 @@ prefix_block *prefix_cache_child(prefix_cache *pc, prefix_block *parent, int32_t
                                  const int32_t *tokens);
 /* Gives block b a reference on page for head h (it holds none there yet). */
 void prefix_cache_block_hold(prefix_cache *pc, prefix_block *b, int32_t h, int32_t page);
-/* A prompt of n blocks ended at the end of chain (n blocks): the windowed pages within a window of its end leave
- * eviction tier 1. */
-void prefix_cache_prompt_end(prefix_cache *pc, prefix_block *const *chain, int32_t n);
 /* Marks blocks [0, n) of a chain as just used. */
 void prefix_cache_touch(prefix_cache *pc, prefix_block *const *chain, int32_t n);
-/* Evicts one unit, tier 1 first (the least recently used block's out-of-window pages), else tier 2 (the least
- * recently used leaf block, its references going; pages nobody else holds return to the pool). Returns false when
- * there is nothing to evict. */
+/* Evicts the least recently used leaf block (its references go; pages nobody else holds return to the pool).
+ * Returns false when there is nothing to evict. */
 bool prefix_cache_evict_one(prefix_cache *pc);
-/* Tier 1 only: false when no block holds an out-of-window page. */
-bool prefix_cache_evict_window(prefix_cache *pc);
+/* The same, among the blocks last used before tick (a prompt in progress passes the tick of its last insert, so that
+ * it never evicts its own blocks nor newer prompts' to spill more). False when there is none. */
+bool prefix_cache_evict_before(prefix_cache *pc, uint64_t tick);
 /* Evicts least recently used leaves while the blocks hold more than the cap. */
 void prefix_cache_trim(prefix_cache *pc);
 

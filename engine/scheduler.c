@@ -738,8 +738,7 @@ static void sched_step(sched *s)
 			sl->n_fed += sl->chunk;
 			if (s->prefix) {   /* its blocks so far, with their log-probabilities: the rows above are complete */
 				engine_prefix_lp lp;
-				engine_prefix_insert(s->e, sl->seq, r->tenant, r->prompt, prompt_lp_of(r, &lp),
-				                     sl->n_fed == r->n_prompt);
+				engine_prefix_insert(s->e, sl->seq, r->tenant, r->prompt, prompt_lp_of(r, &lp));
 			}
 			if (sl->n_fed < r->n_prompt)
 				continue;

@@ -141,7 +141,7 @@ static void prefix_cache_metrics(FILE *f, const engine_prefix_stats *p)
 	family(f, "aahd_prefix_cache_bytes_capacity", "gauge", "The most the prefix cache may hold (prefix_cache_bytes).");
 	fprintf(f, "aahd_prefix_cache_bytes_capacity %lld\n", (long long)p->max_bytes);
 	family(f, "aahd_prefix_cache_evictions_total", "counter",
-	       "Cached 16-token blocks evicted (least recently used first), for room or for the byte cap.");
+	       "Cached 16-token blocks evicted (least recently used leaf first), for room or for the byte cap.");
 	fprintf(f, "aahd_prefix_cache_evictions_total %llu\n", (unsigned long long)p->evictions);
 }
 

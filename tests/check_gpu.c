@@ -795,7 +795,7 @@ START_TEST(test_engine_prefix_hits)
 			at[k] = engine_prefix_restore(e[k], seq[k], NULL, ids[j], 100, NULL);
 			engine_item it = { seq[k], ids[j] + at[k], 100 - at[k], true, true };
 			ck_assert_msg(engine_forward(e[k], &it, 1, l[k] + (int64_t)at[k] * V, err, sizeof err) == 0, "%s", err);
-			engine_prefix_insert(e[k], seq[k], NULL, ids[j], NULL, true);
+			engine_prefix_insert(e[k], seq[k], NULL, ids[j], NULL);
 			for (int32_t g = 0; g < 20; g++) {   /* decode over the shared pages: the first writes copy them */
 				engine_item dg = { seq[k], &ids[j][100 + g], 1, false, false };
 				ck_assert_msg(engine_forward(e[k], &dg, 1, l[k] + (int64_t)(100 + g) * V, err, sizeof err) == 0, "%s",

@@ -105,7 +105,7 @@ static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, 
 		engine_item it = { seq, prompt + at, c, true, true };
 		ck_assert_msg(engine_forward(e, &it, 1, rows + (int64_t)at * V, err, sizeof err) == 0, "%s", err);
 		at += c;
-		engine_prefix_insert(e, seq, run_tenant, prompt, NULL, at == n);
+		engine_prefix_insert(e, seq, run_tenant, prompt, NULL);
 	}
 	const float *last = rows + (int64_t)(n - 1) * V;
 	for (int32_t g = 0; g < GEN; g++) {
@@ -330,9 +330,11 @@ START_TEST(test_tenants_apart)
 }
 END_TEST
 
-/* Eviction tier 1 first: under a byte cap that holds only the window pages near a prompt's end, those stay (a repeat
- * hits in full) and the out-of-window ones go (a prompt parting in the middle misses), and no block is evicted. */
-START_TEST(test_evict_out_of_window_first)
+/* Eviction under a byte cap that holds two 200-token prompts' pages (12 blocks of 4 heads each: 48 pages, every
+ * head's, the windowed ones' spilled pages included): a shared beginning outlives the tails of older prompts. P + A,
+ * then P + B (a hit at P's 6 blocks touches them), then Q (another beginning): the cap evicts A's tail first, the
+ * least recently used leaves, and P + C still hits P's blocks; and a spill never evicts its own prompt's blocks. */
+START_TEST(test_evict_tails_before_shared_beginning)
 {
 	char err[512];
 	engine_params on = eparams(AAH_DTYPE_F32, 1);
@@ -340,26 +342,37 @@ START_TEST(test_evict_out_of_window_first)
 	ck_assert_msg(engine_init(&e, aah_dir, &on, err, sizeof err) == 0, "%s", err);
 	const int64_t page = engine_kv_page_bytes(e);
 	engine_free(e);
-	/* 200 tokens: 12 blocks of 4 heads (capacities 64 and 128 in layer 0, 48 in layer 1: 4, 8 and 3 blocks). Near
-	 * the end: 4 + 8 + 3 + 3 = 18 pages; the other 30 are out of window. */
-	on.prefix_cache_bytes = 18 * page;
+	on.prefix_cache_bytes = 100 * page;
 	ck_assert_msg(engine_init(&e, aah_dir, &on, err, sizeof err) == 0, "%s", err);
 	const int32_t V = engine_config(e)->vocab_size;
-	int32_t p[200], q[200], g[GEN];
-	make_tokens(p, 200, 77);
-	memcpy(q, p, 100 * sizeof(int32_t));
-	make_tokens(q + 100, 100, 78);
+	static int32_t pa[200], pb[200], pc[200], q[200];
+	int32_t g[GEN];
+	make_tokens(pa, 200, 77);
+	memcpy(pb, pa, 100 * sizeof(int32_t));
+	memcpy(pc, pa, 100 * sizeof(int32_t));
+	make_tokens(pa + 100, 100, 1);
+	make_tokens(pb + 100, 100, 2);
+	make_tokens(pc + 100, 100, 3);
+	make_tokens(q, 200, 4);
 	float *rows = malloc((size_t)(200 + GEN) * V * sizeof(float));
-	ck_assert_int_eq(engine_run(e, "st", p, 200, 200, rows, g), 0);
+	ck_assert_int_eq(engine_run(e, "st", pa, 200, 200, rows, g), 0);
 	engine_prefix_stats st;
 	engine_prefix_stats_get(e, &st);
-	ck_assert_uint_eq(st.window_evictions, 30);
+	ck_assert_int_eq(st.bytes, 48 * page);   /* every head's page of every block: the windowed heads' spilled too */
+	ck_assert_int_eq(engine_run(e, "st", pb, 200, 200, rows, g), 6 * 16 - 1);
+	engine_prefix_stats_get(e, &st);
+	ck_assert_int_eq(st.bytes, (12 + 6) * 4 * page);   /* P's 6 blocks once, A's and B's tails */
 	ck_assert_uint_eq(st.evictions, 0);
-	ck_assert_int_eq(st.bytes, 18 * page);
-	ck_assert_int_eq(engine_run(e, "st", q, 200, 200, rows, g), 0);   /* its window pages at 96 are gone */
-	engine_prefix_clear(e);
-	ck_assert_int_eq(engine_run(e, "st", p, 200, 200, rows, g), 0);
-	ck_assert_int_eq(engine_run(e, "st", p, 200, 200, rows, g), 12 * 16 - 1);   /* the end's survived */
+	ck_assert_int_eq(engine_run(e, "st", q, 200, 200, rows, g), 0);
+	engine_prefix_stats_get(e, &st);
+	ck_assert_int_le(st.bytes, 100 * page);
+	ck_assert_uint_eq(st.evictions, 5);   /* 120 pages over the cap of 100: 5 of the 6 blocks of A's tail */
+	ck_assert_int_eq(engine_run(e, "st", pb, 200, 200, rows, g), 12 * 16 - 1);   /* B is whole */
+	ck_assert_int_eq(engine_run(e, "st", pc, 200, 200, rows, g), 6 * 16 - 1);    /* P's beginning is there */
+	/* C's tail took the room of A's last block, the oldest leaf: A again hits only P's 6 */
+	ck_assert_int_eq(engine_run(e, "st", pa, 200, 200, rows, g), 6 * 16 - 1);
+	engine_prefix_stats_get(e, &st);
+	ck_assert_int_le(st.bytes, 100 * page);
 	free(rows);
 	engine_free(e);
 }
@@ -803,7 +816,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(tc, test_divergent_whole, 0, 6);
 	tcase_add_loop_test(tc, test_divergent_chunks, 0, 6);
 	tcase_add_test(tc, test_tenants_apart);
-	tcase_add_test(tc, test_evict_out_of_window_first);
+	tcase_add_test(tc, test_evict_tails_before_shared_beginning);
 	suite_add_tcase(s, tc);
 	TCase *ts = tcase_create("scheduler");
 	tcase_set_timeout(ts, 120);

@@ -68,21 +68,38 @@ for t in f32 f16; do
 done
 grep -q "^$reg kv f16 / kv f32: prefill" "$out" || say_fail "--context: no f16 / f32 line for $reg"
 
-# shared prefixes on the tiny AAH model: the cache off and on for full attention and the default regime, the same
-# tokens, the cache's tokens, the prefix bytes and their ratio; a bad size exits 2
-if ! timeout 120 "$BENCH" --shared-prefix --threads 1 --prefix 64 --tail 8 --requests 4 --kv-dtype f16 "$aah" \
+# shared prefixes on the tiny AAH model: one beginning and different tails of two lengths, the cache off and on for
+# full attention and the default regime, the same tokens, the cache's tokens, the beginning's bytes; then the pool
+# filling (16 beginnings, 2 rounds: the second restores from the cache); a bad size or list exits 2
+if ! timeout 120 "$BENCH" --shared-prefix --threads 1 --prefix 64 --tail 8,40 --requests 4 --kv-dtype f16 "$aah" \
 	>"$out" 2>&1; then
 	say_fail "aah-bench --shared-prefix failed"; cat "$out"
 fi
 for r in full_attention "$reg"; do
-	grep -Eq "^$r +off +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +288 +0 *$" "$out" || say_fail "--shared-prefix: no $r off row"
-	grep -Eq "^$r +on +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[1-9][0-9]* +yes$" "$out" ||
-		say_fail "--shared-prefix: no $r on row with cached tokens and the same tokens"
-	grep -Eq "^$r +cache on: .* one cached 64-token prefix holds" "$out" || say_fail "--shared-prefix: no $r summary"
+	for t in 8 40; do
+		sent=$((4 * (64 + t)))
+		grep -Eq "^$r +$t +off +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +$sent +0 *$" "$out" ||
+			say_fail "--shared-prefix: no $r tail $t off row"
+		grep -Eq "^$r +$t +on +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[1-9][0-9]* +yes$" "$out" ||
+			say_fail "--shared-prefix: no $r tail $t on row with cached tokens and the same tokens"
+		grep -Eq "^$r +$t cache on: .* fewer tokens prefilled" "$out" || say_fail "--shared-prefix: no $r tail $t summary"
+	done
+	grep -Eq "^$r +one cached 64-token beginning holds .* fit in" "$out" || say_fail "--shared-prefix: no $r bytes line"
 done
-grep -q "^$reg fits .* as many cached prefixes as full attention" "$out" || say_fail "--shared-prefix: no ratio line"
+if ! timeout 120 "$BENCH" --shared-prefix --threads 1 --prefix 64 --tail 8 --fill 0.25 --rounds 2 --kv-dtype f16 "$aah" \
+	>"$out" 2>&1; then
+	say_fail "aah-bench --shared-prefix --fill failed"; cat "$out"
+fi
+for r in full_attention "$reg"; do
+	grep -Eq "^$r +25% +16 +[0-9.]+ +[0-9]+ +[1-9][0-9]* +1008 +[0-9.]+% +[0-9.]+$" "$out" ||
+		say_fail "--shared-prefix --fill: no $r row with cached tokens (ideal 16 x 63)"
+done
 timeout 30 "$BENCH" --shared-prefix --prefix 8 "$aah" >"$out" 2>&1
 [ $? -eq 2 ] || say_fail "--shared-prefix --prefix 8 should exit 2"
+timeout 30 "$BENCH" --shared-prefix --tail 8,x "$aah" >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--shared-prefix --tail 8,x should exit 2"
+timeout 30 "$BENCH" --shared-prefix --fill 0 "$aah" >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--shared-prefix --fill 0 should exit 2"
 
 # the attention op alone: one row per KV type asked for
 if ! timeout 120 "$BENCH" --attention --reps 1 --window 512 --kv-dtype bf16,f32 >"$out" 2>&1; then

@@ -900,26 +900,41 @@ typedef struct prefix_run {
 	double ttft_mean, ttft_max;  /* seconds */
 	uint64_t prefilled;          /* prompt tokens the engine computed */
 	uint64_t cached;             /* prompt tokens the cache gave */
+	uint64_t sent;               /* prompt tokens sent */
 	int32_t *first;              /* (requests) each request's token */
 } prefix_run;
 
-/* n_req requests, prompt = the shared prefix (n_prefix ids) + a tail of its own (n_tail), one greedy token each,
- * submitted at once to a scheduler of `slots` sequences over an engine with the cache on or off. */
+/* The workload of a prefix run: rounds of per_round requests, request q of a round = beginning q mod n_begin
+ * (n_prefix ids, the same in every round) + a tail of its own (n_tail ids), one greedy token each. A round's requests
+ * are submitted at once, the next round when they are done. */
+typedef struct prefix_load {
+	int32_t n_prefix, n_tail, n_begin, per_round, rounds, slots;
+	int64_t budget;              /* the engine's KV budget; 0: the default (slots full contexts) */
+} prefix_load;
+
+static int32_t prefix_token(int32_t begin, int32_t i, int32_t req, int32_t n_prefix, int32_t V)
+{
+	int64_t x = i < n_prefix ? (int64_t)i + (int64_t)begin * 1000003 : (int64_t)i * 31 + (int64_t)req * 7717 + 77;
+	return (int32_t)((x * 7919 + 13) % (V - 8));
+}
+
+/* Runs the load on an engine with the cache on or off. prefix_bytes (cache on, optional): what one beginning alone
+ * costs the cache in this regime. */
 static int prefix_bench_run(const char *dir, int32_t threads, const char *regime, aah_dtype kv, int32_t prefix_on,
-                            int32_t n_prefix, int32_t n_tail, int32_t n_req, int32_t slots, prefix_run *out,
-                            int64_t *prefix_bytes)
+                            const prefix_load *ld, prefix_run *out, int64_t *prefix_bytes)
 {
 	char err[512];
-	const int32_t n = n_prefix + n_tail;
-	engine_params ep = { .backend = backend_name, .n_threads = threads, .max_seqs = slots, .ctx_len = n + 8,
-	                     .max_batch_tokens = 256 + slots, .kv_dtype = kv, .prefix_cache = prefix_on };
+	const int32_t n = ld->n_prefix + ld->n_tail, n_req = ld->per_round;
+	engine_params ep = { .backend = backend_name, .n_threads = threads, .max_seqs = ld->slots, .ctx_len = n + 8,
+	                     .max_batch_tokens = 256 + ld->slots, .kv_dtype = kv, .prefix_cache = prefix_on,
+	                     .kv_budget_bytes = ld->budget };
 	engine *e;
 	if (engine_init(&e, dir, &ep, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
 		return -1;
 	}
 	const int32_t V = engine_config(e)->vocab_size;
-	sched_params sp = { .max_seqs = slots, .queue_length = n_req, .step_tokens = 256 };
+	sched_params sp = { .max_seqs = ld->slots, .queue_length = n_req, .step_tokens = 256 };
 	sched *s;
 	if (sched_init(&s, e, &ep, &sp, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
@@ -930,35 +945,43 @@ static int prefix_bench_run(const char *dir, int32_t threads, const char *regime
 	sched_request_params *rp = calloc((size_t)n_req, sizeof *rp);
 	sched_request **r = calloc((size_t)n_req, sizeof *r);
 	int rc = -1;
-	if (!ids || !rp || !r)
-		goto done;
-	for (int32_t q = 0; q < n_req; q++) {
-		int32_t *p = ids + (int64_t)q * n;
-		for (int32_t i = 0; i < n; i++)   /* the prefix alike for all, then a tail of each request's own */
-			p[i] = (int32_t)(((int64_t)(i < n_prefix ? i : i * 31 + q * 7717) * 7919 + 13) % (V - 8));
-		rp[q] = (sched_request_params){ .prompt = p, .n_prompt = n, .max_tokens = 1, .regime = regime,
-		                                .logprobs = -1 };
-		rp[q].sampling.top_p = 1;
-	}
-	double t0 = now_s();
-	if (sched_submit(s, rp, n_req, r, err, sizeof err) != SCHED_OK) {
-		fprintf(stderr, "aah-bench: %s\n", err);
-		goto done;
-	}
 	out->ttft_mean = out->ttft_max = 0;
-	for (int32_t q = 0; q < n_req; q++) {
-		sched_view v = { 0 };
-		while (v.finish == SCHED_FINISH_NONE)
-			sched_request_wait(r[q], v.version, 1000, &v);
-		sched_result res;
-		sched_request_result(r[q], &res);
-		if (res.finish != SCHED_FINISH_LENGTH) {
-			fprintf(stderr, "aah-bench: request %d ended with %d: %s\n", q, res.finish, res.err);
+	out->sent = 0;
+	double t0 = now_s();
+	for (int32_t round = 0; round < ld->rounds; round++) {
+		if (!ids || !rp || !r)
+			goto done;
+		for (int32_t q = 0; q < n_req; q++) {
+			int32_t *p = ids + (int64_t)q * n;
+			for (int32_t i = 0; i < n; i++)
+				p[i] = prefix_token(q % ld->n_begin, i, round * n_req + q, ld->n_prefix, V);
+			rp[q] = (sched_request_params){ .prompt = p, .n_prompt = n, .max_tokens = 1, .regime = regime,
+			                                .logprobs = -1 };
+			rp[q].sampling.top_p = 1;
+		}
+		if (sched_submit(s, rp, n_req, r, err, sizeof err) != SCHED_OK) {
+			fprintf(stderr, "aah-bench: %s\n", err);
+			memset(r, 0, (size_t)n_req * sizeof *r);
 			goto done;
 		}
-		out->first[q] = sched_request_tokens(r[q])[0];
-		out->ttft_mean += res.ttft_s / n_req;
-		out->ttft_max = res.ttft_s > out->ttft_max ? res.ttft_s : out->ttft_max;
+		for (int32_t q = 0; q < n_req; q++) {
+			sched_view v = { 0 };
+			while (v.finish == SCHED_FINISH_NONE)
+				sched_request_wait(r[q], v.version, 1000, &v);
+			sched_result res;
+			sched_request_result(r[q], &res);
+			if (res.finish != SCHED_FINISH_LENGTH) {
+				fprintf(stderr, "aah-bench: request %d ended with %d: %s\n", q, res.finish, res.err);
+				goto done;
+			}
+			out->first[(int64_t)round * n_req + q] = sched_request_tokens(r[q])[0];
+			out->ttft_mean += res.ttft_s / (n_req * ld->rounds);
+			out->ttft_max = res.ttft_s > out->ttft_max ? res.ttft_s : out->ttft_max;
+			out->sent += (uint64_t)n;
+		}
+		for (int32_t q = 0; q < n_req; q++)
+			sched_request_release(r[q]);
+		memset(r, 0, (size_t)n_req * sizeof *r);
 	}
 	out->wall_s = now_s() - t0;
 	sched_metrics m;
@@ -968,25 +991,26 @@ static int prefix_bench_run(const char *dir, int32_t threads, const char *regime
 	rc = 0;
 done:
 	for (int32_t q = 0; r && q < n_req; q++)
-		sched_request_release(r[q]);
+		if (r[q])
+			sched_request_release(r[q]);
 	sched_free(s);
-	/* what one prefix costs the cache in this regime: the prefix alone, prefilled as the scheduler does (256-token
-	 * chunks, its blocks inserted after each, trimmed when it is through) and kept */
+	/* what one beginning costs the cache in this regime: it alone, prefilled as the scheduler does (256-token chunks,
+	 * its blocks inserted after each) and kept */
 	if (rc == 0 && prefix_on && prefix_bytes) {
 		engine_prefix_clear(e);
 		int32_t seq = engine_seq_open(e, regime, err, sizeof err);
 		float *logits = malloc((size_t)V * sizeof *logits);
 		engine_prefix_stats st = { 0 };
 		int ok = seq >= 0 && logits;
-		for (int32_t at = 0; ok && at < n_prefix;) {
-			int32_t c = n_prefix - at < 256 ? n_prefix - at : 256;
-			if (n_prefix - at - c == 1)
+		for (int32_t at = 0; ok && at < ld->n_prefix;) {
+			int32_t c = ld->n_prefix - at < 256 ? ld->n_prefix - at : 256;
+			if (ld->n_prefix - at - c == 1)
 				c--;   /* never a one-token chunk past position 0 (scheduler.c) */
 			engine_item it = { seq, ids + at, c, false, true };
 			ok = engine_forward(e, &it, 1, logits, err, sizeof err) == 0;
 			at += c;
 			if (ok)
-				engine_prefix_insert(e, seq, NULL, ids, NULL, at == n_prefix);
+				engine_prefix_insert(e, seq, NULL, ids, NULL);
 		}
 		if (ok) {
 			engine_seq_close(e, seq);
@@ -1002,52 +1026,100 @@ done:
 	return rc;
 }
 
-/* Full attention and `regime` side by side, each with the cache off and on: aggregate prompt tokens/s (tokens sent ÷
- * wall time), time to first token, tokens prefilled against sent, and how many cached prefixes fit in `budget`. */
-static int bench_shared_prefix(const char *dir, int32_t threads, const char *regime, int32_t n_prefix, int32_t n_tail,
-                               int32_t n_req, int64_t budget)
+/* Full attention and `regime` side by side, for every tail length, each with the cache off and on: n_req requests
+ * of one beginning and a different tail each, at once; prompt tokens/s (sent ÷ wall), prefill tokens/s (computed ÷
+ * wall), time to first token, tokens prefilled and taken from the cache, and how many beginnings fit in `budget`. */
+static int bench_shared_prefix(const char *dir, int32_t threads, const char *regime, int32_t n_prefix,
+                               const int32_t *tails, int32_t n_tails, int32_t n_req, int64_t budget)
 {
 	const int32_t slots = 8;
-	printf("Shared prefix: %d requests of a %d-token prefix + a %d-token tail of their own, submitted at once, one\n"
-	       "greedy token each; %d slots, 256-token prompt chunks, %d threads, KV %s; the prefix cache off and on.\n"
-	       "prompt tok/s = tokens sent / wall time. Load average %.2f\n",
-	       n_req, n_prefix, n_tail, slots, threads, aah_dtype_name(kv_types[0]), load_average());
-	printf("%-15s %-5s %8s %12s %10s %10s %10s %10s %6s\n", "regime", "cache", "wall s", "prompt tok/s", "TTFT mean",
-	       "TTFT max", "prefilled", "cached", "same");
+	printf("Shared prefix: %d requests of one %d-token beginning + a different tail each (%d tail lengths), submitted\n"
+	       "at once, one greedy token each; %d slots, 256-token prompt chunks, %d threads, KV %s; the prefix cache off\n"
+	       "and on. prompt tok/s = tokens sent / wall time; prefill tok/s = tokens computed / wall time. Load average "
+	       "%.2f\n",
+	       n_req, n_prefix, n_tails, slots, threads, aah_dtype_name(kv_types[0]), load_average());
+	printf("%-15s %5s %-5s %8s %12s %12s %10s %10s %10s %10s %6s\n", "regime", "tail", "cache", "wall s",
+	       "prompt tok/s", "prefill t/s", "TTFT mean", "TTFT max", "prefilled", "cached", "same");
 	const char *regs[2] = { AAH_FULL_ATTENTION, regime };
 	int64_t bytes[2] = { 0, 0 };
-	double speedup[2] = { 0, 0 }, ttft_ratio[2] = { 0, 0 };
+	for (int32_t ti = 0; ti < n_tails; ti++)
+		for (int32_t g = 0; g < 2; g++) {
+			prefix_run runs[2];
+			int32_t *first = calloc((size_t)2 * n_req, sizeof *first);
+			if (!first)
+				return 1;
+			for (int32_t on = 0; on < 2; on++) {
+				runs[on].first = first + (int64_t)on * n_req;
+				prefix_load one = { n_prefix, tails[ti], 1, n_req, 1, slots, 0 };
+				if (prefix_bench_run(dir, threads, regs[g], kv_types[0], on, &one, &runs[on],
+				                     on && ti == 0 ? &bytes[g] : NULL) != 0) {
+					free(first);
+					return 1;
+				}
+				const prefix_run *pr = &runs[on];
+				printf("%-15s %5d %-5s %8.2f %12.1f %12.1f %10.3f %10.3f %10llu %10llu %6s\n", regs[g], tails[ti],
+				       on ? "on" : "off", pr->wall_s, (double)pr->sent / pr->wall_s, (double)pr->prefilled / pr->wall_s,
+				       pr->ttft_mean, pr->ttft_max, (unsigned long long)pr->prefilled, (unsigned long long)pr->cached,
+				       on ? (memcmp(runs[0].first, runs[1].first, (size_t)n_req * sizeof *first) ? "NO" : "yes") : "");
+				fflush(stdout);
+			}
+			printf("%-15s %5d cache on: %.2fx the prompt tokens/s, %.2fx shorter mean TTFT, %.2fx fewer tokens "
+			       "prefilled\n",
+			       regs[g], tails[ti], runs[0].wall_s / runs[1].wall_s, runs[0].ttft_mean / runs[1].ttft_mean,
+			       (double)runs[0].prefilled / (double)runs[1].prefilled);
+			free(first);
+		}
+	for (int32_t g = 0; g < 2; g++)
+		printf("%-15s one cached %d-token beginning holds %.2f MiB: %lld fit in %.0f MiB\n", regs[g], n_prefix,
+		       (double)bytes[g] / (1 << 20), bytes[g] > 0 ? (long long)(budget / bytes[g]) : 0LL,
+		       (double)budget / (1 << 20));
+	printf("load average %.2f\n", load_average());
+	return 0;
+}
+
+/* How the hit rate falls as the pool fills: B beginnings (each with a different tail per round), rounds of B
+ * requests at once, the pool (budget) sized so that the B beginnings cached whole take `fill` of it. Reports the
+ * prompt tokens taken from the cache against what an unbounded cache would give (every round after the first restores
+ * each beginning's whole blocks). */
+static int bench_prefix_fill(const char *dir, int32_t threads, const char *regime, int32_t n_prefix, int32_t n_tail,
+                             const double *fills, int32_t n_fills, int32_t rounds)
+{
+	const int32_t slots = 8;
+	printf("Prefix cache under a filling pool: B beginnings of %d tokens, %d rounds of B requests at once (each a\n"
+	       "beginning + a different %d-token tail), %d slots, %d threads, KV %s; the pool sized so that the B\n"
+	       "beginnings, cached whole, take the given share of it. ideal = what an unbounded cache restores. Load %.2f\n",
+	       n_prefix, rounds, n_tail, slots, threads, aah_dtype_name(kv_types[0]), load_average());
+	printf("%-15s %5s %4s %10s %10s %10s %10s %8s %9s\n", "regime", "fill", "B", "pool MiB", "prefilled", "cached",
+	       "ideal", "of ideal", "wall s");
+	const char *regs[2] = { AAH_FULL_ATTENTION, regime };
 	for (int32_t g = 0; g < 2; g++) {
-		prefix_run runs[2];
-		int32_t *first = calloc((size_t)2 * n_req, sizeof *first);
-		if (!first)
+		/* one beginning's bytes in this regime, and the KV a running request may take at most */
+		prefix_run probe = { 0 };
+		int32_t tok;
+		probe.first = &tok;
+		int64_t one = 0;
+		prefix_load pl = { n_prefix, n_tail, 1, 1, 1, slots, 0 };
+		if (prefix_bench_run(dir, threads, regs[g], kv_types[0], 1, &pl, &probe, &one) != 0 || one <= 0)
 			return 1;
-		for (int32_t on = 0; on < 2; on++) {
-			runs[on].first = first + (int64_t)on * n_req;
-			if (prefix_bench_run(dir, threads, regs[g], kv_types[0], on, n_prefix, n_tail, n_req, slots, &runs[on],
-			                     on ? &bytes[g] : NULL) != 0) {
-				free(first);
+		for (int32_t fi = 0; fi < n_fills; fi++) {
+			/* B beginnings: 16, the pool = B · one / fill (at least what the slots need running) */
+			const int32_t B = 16;
+			int64_t pool = (int64_t)((double)B * (double)one / fills[fi]);
+			prefix_load ld = { n_prefix, n_tail, B, B, rounds, slots, pool };
+			prefix_run run = { 0 };
+			run.first = calloc((size_t)B * rounds, sizeof *run.first);
+			if (!run.first || prefix_bench_run(dir, threads, regs[g], kv_types[0], 1, &ld, &run, NULL) != 0) {
+				free(run.first);
 				return 1;
 			}
-			const prefix_run *pr = &runs[on];
-			printf("%-15s %-5s %8.2f %12.1f %10.3f %10.3f %10llu %10llu %6s\n", regs[g], on ? "on" : "off", pr->wall_s,
-			       (double)n_req * (n_prefix + n_tail) / pr->wall_s, pr->ttft_mean, pr->ttft_max,
-			       (unsigned long long)pr->prefilled, (unsigned long long)pr->cached,
-			       on ? (memcmp(runs[0].first, runs[1].first, (size_t)n_req * sizeof *first) ? "NO" : "yes") : "");
+			const uint64_t ideal = (uint64_t)(rounds - 1) * B * (uint64_t)((n_prefix / AAH_PAGE_LEN) * AAH_PAGE_LEN - 1);
+			printf("%-15s %4.0f%% %4d %10.1f %10llu %10llu %10llu %7.1f%% %9.2f\n", regs[g], fills[fi] * 100, B,
+			       (double)pool / (1 << 20), (unsigned long long)run.prefilled, (unsigned long long)run.cached,
+			       (unsigned long long)ideal, ideal ? 100.0 * (double)run.cached / (double)ideal : 0.0, run.wall_s);
 			fflush(stdout);
+			free(run.first);
 		}
-		speedup[g] = runs[0].wall_s / runs[1].wall_s;
-		ttft_ratio[g] = runs[0].ttft_mean / runs[1].ttft_mean;
-		free(first);
 	}
-	for (int32_t g = 0; g < 2; g++)
-		printf("%-15s cache on: %.2fx the prompt tokens/s, %.2fx shorter mean TTFT; one cached %d-token prefix holds "
-		       "%.2f MiB: %lld fit in %.0f MiB\n",
-		       regs[g], speedup[g], ttft_ratio[g], n_prefix, (double)bytes[g] / (1 << 20),
-		       bytes[g] > 0 ? (long long)(budget / bytes[g]) : 0LL, (double)budget / (1 << 20));
-	if (bytes[0] > 0 && bytes[1] > 0)
-		printf("%s fits %.2fx as many cached prefixes as full attention in one KV budget\n", regime,
-		       (double)bytes[0] / (double)bytes[1]);
 	printf("load average %.2f\n", load_average());
 	return 0;
 }
@@ -1058,8 +1130,9 @@ static void usage(FILE *f)
 	           "[--measure] MODEL_DIR...\n"
 	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
 	           "       aah-bench --attention [--kv-dtype LIST] [--window W] [--reps N]\n"
-	           "       aah-bench --shared-prefix [--prefix N] [--tail N] [--requests N] [--kv-budget BYTES] "
+	           "       aah-bench --shared-prefix [--prefix N] [--tail LIST] [--requests N] [--kv-budget BYTES] "
 	           "[--regime NAME] [--threads N] MODEL_DIR\n"
+	           "       aah-bench --shared-prefix --fill LIST [--prefix N] [--tail N] [--rounds N] [--regime NAME] MODEL_DIR\n"
 	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
 	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
@@ -1076,11 +1149,13 @@ static void usage(FILE *f)
 	           "(default: its default regime), with the sequences each admits and the ratios.\n"
 	           "--attention [--window W] [--reps N]: the CPU attention op alone (one thread, thread CPU time): a 512-row\n"
 	           "prompt chunk and a decode row at about 3k positions, window W (default 4096), for every --kv-dtype.\n"
-	           "--shared-prefix: --requests N (default 16) prompts of one --prefix N (default 1024) tokens and a --tail N\n"
-	           "(default 32) of their own, at once, with the prefix cache off and on, in full attention and --regime\n"
-	           "(default the model's default regime): prompt tokens/s, TTFT, tokens prefilled and cached, whether the\n"
-	           "tokens agree, and the bytes of one cached prefix (how many fit in --kv-budget, default 1 GiB); the\n"
-	           "first --kv-dtype.\n"
+	           "--shared-prefix: --requests N (default 16) prompts of one --prefix N (default 1024) tokens and a different\n"
+	           "tail each, at once, for every tail length of --tail LIST (default 20,200,1000), with the prefix cache off\n"
+	           "and on, in full attention and --regime (default the model's default regime): prompt and prefill tokens/s,\n"
+	           "TTFT, tokens prefilled and cached, whether the tokens agree, and the bytes of one cached beginning (how\n"
+	           "many fit in --kv-budget, default 1 GiB); the first --kv-dtype. With --fill LIST (e.g. 0.25,0.9): 16\n"
+	           "beginnings, --rounds N (default 3) rounds of 16 requests each with a new tail (the first --tail), the pool\n"
+	           "sized so the 16 beginnings cached whole take each share of it: cached tokens against an unbounded cache's.\n"
 	           "--cpu-time (every mode): speeds in this process's CPU time, not wall time: with --threads 1 the work\n"
 	           "done, whatever else the machine runs.\n"
 	           "--kv-dtype LIST (every mode): the KV element types to run side by side, e.g. f32,bf16 (default f32);\n"
@@ -1109,7 +1184,10 @@ int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
 	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
-	int32_t sp_prefix = 1024, sp_tail = 32, sp_requests = 16;
+	int32_t sp_prefix = 1024, sp_requests = 16, sp_rounds = 3;
+	int32_t sp_tails[8] = { 20, 200, 1000 }, sp_n_tails = 3;
+	double sp_fills[8];
+	int32_t sp_n_fills = 0;
 	int32_t window = 4096;
 	int64_t budget = (int64_t)1 << 30;
 	int32_t reps = 3;
@@ -1124,6 +1202,7 @@ int main(int argc, char **argv)
 		{ "attention", no_argument, 0, 'a' }, { "window", required_argument, 0, 'w' },
 		{ "cpu-time", no_argument, 0, 'C' }, { "shared-prefix", no_argument, 0, 'S' },
 		{ "prefix", required_argument, 0, 'P' }, { "tail", required_argument, 0, 'T' },
+		{ "fill", required_argument, 0, 'F' }, { "rounds", required_argument, 0, 'O' },
 		{ "requests", required_argument, 0, 'N' }, { "weights", required_argument, 0, 'W' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
@@ -1154,7 +1233,35 @@ int main(int argc, char **argv)
 		case 'w': window = int_arg("window", optarg, 1, 4096); break;
 		case 'S': shared_prefix = 1; break;
 		case 'P': sp_prefix = int_arg("prefix", optarg, 0, 1 << 20); break;
-		case 'T': sp_tail = int_arg("tail", optarg, 0, 1 << 20); break;
+		case 'T': {   /* a list: 20,200,1000 */
+			char buf[256];
+			snprintf(buf, sizeof buf, "%s", optarg);
+			sp_n_tails = 0;
+			for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (sp_n_tails == 8) {
+					fprintf(stderr, "aah-bench: --tail: at most 8 lengths\n");
+					return 2;
+				}
+				sp_tails[sp_n_tails++] = int_arg("tail", t, 2, 4096);
+			}
+			break;
+		}
+		case 'F': {   /* a list of shares of the pool: 0.25,0.9 */
+			char buf[256];
+			snprintf(buf, sizeof buf, "%s", optarg);
+			sp_n_fills = 0;
+			for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				char *end;
+				double f = strtod(t, &end);
+				if (*end || !(f > 0.01 && f <= 4) || sp_n_fills == 8) {
+					fprintf(stderr, "aah-bench: --fill takes up to 8 shares in (0.01, 4], e.g. 0.25,0.9\n");
+					return 2;
+				}
+				sp_fills[sp_n_fills++] = f;
+			}
+			break;
+		}
+		case 'O': sp_rounds = int_arg("rounds", optarg, 2, 100); break;
 		case 'N': sp_requests = int_arg("requests", optarg, 1, 4096); break;
 		case 'K':
 			if (parse_kv_types(optarg) != 0) {
@@ -1204,12 +1311,16 @@ int main(int argc, char **argv)
 			regime = def;
 	}
 	if (shared_prefix) {
-		if (sp_prefix < 16 || sp_prefix > 1 << 16 || sp_tail < 2 || sp_tail > 4096 || sp_requests < 1 ||
-		    sp_requests > 4096 || budget < 1 || optind != argc - 1) {
+		if (sp_prefix < 16 || sp_prefix > 1 << 16 || sp_n_tails < 1 || sp_requests < 1 || sp_requests > 4096 ||
+		    budget < 1 || optind != argc - 1) {
 			usage(stderr);
 			return 2;
 		}
-		return bench_shared_prefix(argv[optind], threads, regime, sp_prefix, sp_tail, sp_requests, budget);
+		if (sp_n_fills > 0)
+			return bench_prefix_fill(argv[optind], threads, regime, sp_prefix, sp_tails[0], sp_fills, sp_n_fills,
+			                         sp_rounds);
+		return bench_shared_prefix(argv[optind], threads, regime, sp_prefix, sp_tails, sp_n_tails, sp_requests,
+		                           budget);
 	}
 	if (batch) {
 		int32_t gen = gen_set ? n_gen : 16;
