@@ -226,7 +226,8 @@ run: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)
 	@sh tools/run_demo.sh $(BUILD) $(DEMO_RUN)
 
-# Tables 9 and 10 of the model `make run` serves (MODEL=DIR for another) over the benchmark subsets in DATA.
+# Tables 9 and 10 of the model `make run` serves (MODEL=DIR for another) over the benchmark subsets in DATA;
+# FEWSHOT=gpqa_diamond=5 (aah-eval's --num-fewshot) for shots, EVAL_ARGS for other flags (tools/eval_demo.sh).
 DATA ?= ../shared/benchmarks
 eval-demo: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(DEMO)

@@ -13,6 +13,7 @@
 #include "tools/eval/dataset.h"
 #include "tools/eval/groups.h"
 #include "tools/eval/prompt.h"
+#include "tools/eval/report.h"
 #include "tests/test_env.h"
 #include "tools/eval/tasks.h"
 
@@ -207,6 +208,225 @@ START_TEST(test_gpqa)
 	/* n_shot/utils.py preprocesses as zeroshot does: " [title]" → ". ", double spaces → one */
 	ck_assert_msg(strstr(run.items[1].context, "Mass. density") != NULL, "%s", run.items[1].context);
 	eval_task_run_free(&run);
+}
+END_TEST
+
+/* Where few-shot examples come from: a random draw over a file smaller than the harness's split is marked partial
+ * ("5 of 198 rows, not the harness's draw"); first_n and fixed ids are not; 0-shot reads no pool. */
+START_TEST(test_fewshot_pool)
+{
+	static const struct {
+		const char *task;
+		int32_t k;
+		bool partial;
+		const char *note;
+	} cases[] = {
+		{"gpqa_diamond", 2, true, "5 of 198 rows, not the harness's draw"},
+		{"arc_challenge", 1, true, "5 of 1119 rows, not the harness's draw"},
+		{"hellaswag", 1, true, "5 of 39905 rows, not the harness's draw"},
+		{"gsm8k", 5, true, "5 of 7473 rows, not the harness's draw"},
+		{"mmlu", 1, false, NULL},
+		{"mbpp", 3, false, NULL},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		eval_task_run run;
+		prepare(&run, cases[i].task, cases[i].k);
+		ck_assert_msg(run.pool.partial == cases[i].partial, "%s", cases[i].task);
+		ck_assert(!run.pool.full);
+		if (cases[i].note) {
+			ck_assert_str_eq(run.pool.note, cases[i].note);
+			ck_assert_msg(strstr(run.pool.detail, "the harness samples the ") != NULL, "%s", run.pool.detail);
+			/* only GPQA has a whole-split file to name */
+			ck_assert(!!strstr(run.pool.detail, "gpqa_diamond.full.jsonl, that whole split, is not in the data "
+			                                    "directory") == !strcmp(cases[i].task, "gpqa_diamond"));
+		} else {
+			ck_assert_ptr_null(run.pool.note);
+			ck_assert_ptr_null(run.pool.detail);
+		}
+		char want[128];
+		snprintf(want, sizeof want, "%s.fewshot.jsonl", cases[i].task);
+		ck_assert_str_eq(run.pool.file, want);
+		json_t *j = eval_fewshot_pool_json(&run);
+		ck_assert(json_is_true(json_object_get(j, "partial")) == cases[i].partial);
+		ck_assert_int_eq(json_integer_value(json_object_get(j, "rows")), run.fewshot.n);
+		json_decref(j);
+		eval_task_run_free(&run);
+	}
+	eval_task_run run;
+	prepare(&run, "gpqa_diamond", 0);
+	ck_assert_ptr_null(run.pool.file);
+	ck_assert(!run.pool.partial);
+	ck_assert_ptr_null(eval_fewshot_pool_json(&run));
+	eval_task_run_free(&run);
+}
+END_TEST
+
+/* A directory holding synthetic GPQA-shaped rows (never the dataset's): NAME.full.jsonl with n_full rows, one of
+ * them holding U+2028 (the file is split on \n only), and NAME.jsonl with rows first..first+n_items-1 of it. */
+static char syndir[256];
+static void synthetic_gpqa(int32_t n_full, int32_t first, int32_t n_items)
+{
+	snprintf(syndir, sizeof syndir, "/tmp/aah-eval-gpqa-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(syndir));
+	char path[512];
+	for (int pass = 0; pass < 2; pass++) {
+		snprintf(path, sizeof path, "%s/gpqa_diamond%s.jsonl", syndir, pass ? "" : ".full");
+		FILE *f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		for (int32_t i = pass ? first : 0; i < (pass ? first + n_items : n_full); i++)
+			fprintf(f, "{\"Question\": \"Synthetic%squestion %d?\", \"Correct Answer\": \"right %d\", "
+			        "\"Incorrect Answer 1\": \"wrong %d a\", \"Incorrect Answer 2\": \"wrong %d b\", "
+			        "\"Incorrect Answer 3\": \"wrong %d c\", \"Record ID\": \"syn%d\"}\n",
+			        i == 5 ? "\xe2\x80\xa8" : " ", i, i, i, i, i, i);
+		fclose(f);
+	}
+}
+
+static void remove_synthetic(void)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/gpqa_diamond.full.jsonl", syndir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/gpqa_diamond.jsonl", syndir);
+	unlink(path);
+	rmdir(syndir);
+}
+
+/* GPQA n-shot over the whole split (gpqa_diamond.full.jsonl): process_docs once over the split in its order
+ * (random.Random(42)), the items its first rows, random.Random(1234).sample(range(198), k + 1) with the item itself
+ * dropped. Expected strings from harness_reference.prepare over the same synthetic rows. */
+START_TEST(test_gpqa_full_split)
+{
+	synthetic_gpqa(198, 0, 3);
+	eval_prepare_opts o = {1, {-1, -1, 0}, -1, ""};
+	eval_task_run run;
+	char err[1024];
+	ck_assert_msg(eval_task_prepare(&run, eval_task_find("gpqa_diamond"), syndir, &o, err, sizeof err) == 0, "%s", err);
+	ck_assert(run.pool.full && !run.pool.partial);
+	ck_assert_ptr_null(run.pool.note);
+	ck_assert_str_eq(run.pool.file, "gpqa_diamond.full.jsonl");
+	ck_assert_int_eq(run.pool.rows, 198);
+	ck_assert_int_eq(run.n_items, 3);
+	for (int64_t i = 0; i < run.n_items; i++)
+		ck_assert_ptr_eq(run.items[i].doc, run.fewshot.doc[i]);   /* the items are the split's rows */
+	const char *desc = "Here are some example questions from experts. Answer the final question yourself, following "
+	                   "the format of the previous questions exactly.\n";
+	char want[1024];
+	/* item 0 draws [112, 29]: 112 */
+	snprintf(want, sizeof want, "%sQuestion: Synthetic question 112?\nChoices:\n(A) wrong 112 b\n(B) wrong 112 a\n"
+	         "(C) wrong 112 c\n(D) right 112\nAnswer: (D)\n\nQuestion: Synthetic question 0?\nChoices:\n(A) wrong 0 c\n"
+	         "(B) wrong 0 b\n(C) right 0\n(D) wrong 0 a\nAnswer:", desc);
+	ck_assert_str_eq(run.items[0].context, want);
+	ck_assert_int_eq(run.items[0].gold, 2);
+	/* item 1 draws [1, 23]: itself, dropped, then 23 */
+	snprintf(want, sizeof want, "%sQuestion: Synthetic question 23?\nChoices:\n(A) wrong 23 c\n(B) right 23\n"
+	         "(C) wrong 23 a\n(D) wrong 23 b\nAnswer: (B)\n\nQuestion: Synthetic question 1?\nChoices:\n(A) right 1\n"
+	         "(B) wrong 1 c\n(C) wrong 1 a\n(D) wrong 1 b\nAnswer:", desc);
+	ck_assert_str_eq(run.items[1].context, want);
+	ck_assert_int_eq(run.items[1].gold, 0);
+	/* item 2 draws [149, 8]: 149, whose answers were shuffled 150th in the split's order */
+	snprintf(want, sizeof want, "%sQuestion: Synthetic question 149?\nChoices:\n(A) wrong 149 a\n(B) wrong 149 c\n"
+	         "(C) wrong 149 b\n(D) right 149\nAnswer: (D)\n\nQuestion: Synthetic question 2?\nChoices:\n(A) wrong 2 b\n"
+	         "(B) right 2\n(C) wrong 2 c\n(D) wrong 2 a\nAnswer:", desc);
+	ck_assert_str_eq(run.items[2].context, want);
+	json_t *j = eval_fewshot_pool_json(&run);
+	ck_assert(json_is_true(json_object_get(j, "whole_split")) && json_is_false(json_object_get(j, "partial")));
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "split_rows")), 198);
+	json_decref(j);
+	eval_task_run_free(&run);
+	/* zero-shot reads no pool: random.seed(0) over the items, as before */
+	o.num_fewshot = 0;
+	ck_assert_int_eq(eval_task_prepare(&run, eval_task_find("gpqa_diamond"), syndir, &o, err, sizeof err), 0);
+	ck_assert_ptr_null(run.pool.file);
+	ck_assert_int_eq(run.fewshot.n, 0);
+	eval_task_run_free(&run);
+	remove_synthetic();
+
+	/* a whole split of fewer rows than the harness's (here 10 of 198): marked partial all the same */
+	synthetic_gpqa(10, 0, 2);
+	o.num_fewshot = 3;
+	ck_assert_int_eq(eval_task_prepare(&run, eval_task_find("gpqa_diamond"), syndir, &o, err, sizeof err), 0);
+	ck_assert(run.pool.full && run.pool.partial);
+	ck_assert_str_eq(run.pool.note, "10 of 198 rows, not the harness's draw");
+	ck_assert_str_eq(run.pool.detail, "the harness samples the 198 rows of its Diamond (train, the split evaluated) "
+	                                  "split");
+	eval_task_run_free(&run);
+	remove_synthetic();
+
+	/* items that are not the split's first rows, or more items than the split has: refused */
+	synthetic_gpqa(10, 1, 2);
+	ck_assert_int_eq(eval_task_prepare(&run, eval_task_find("gpqa_diamond"), syndir, &o, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "gpqa_diamond.jsonl:1 is not row 1 of") && strstr(err, "the first rows of the whole split"),
+	              "%s", err);
+	remove_synthetic();
+	synthetic_gpqa(2, 0, 3);
+	ck_assert_int_eq(eval_task_prepare(&run, eval_task_find("gpqa_diamond"), syndir, &o, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "has 3 items, more than the 2 rows of"), "%s", err);
+	remove_synthetic();
+}
+END_TEST
+
+/* The outputs mark a row whose few-shot pool is partial: "†" and a footnote in table 9, a column of table9.csv,
+ * the row's fewshot_pool in tables.json; an unmarked row says nothing. */
+START_TEST(test_partial_pool_marked)
+{
+	eval_task_run runs[2];
+	prepare(&runs[0], "mmlu", 1);
+	prepare(&runs[1], "gpqa_diamond", 2);
+	json_t **res[2];
+	for (int t = 0; t < 2; t++) {
+		res[t] = calloc((size_t)runs[t].n_items, sizeof *res[t]);
+		for (int64_t i = 0; i < runs[t].n_items; i++)
+			res[t][i] = json_pack("{s:{s:f,s:f}}", "metrics", "acc,none", (double)(i % 2), "acc_norm,none", 0.0);
+	}
+	eval_server srv = {.key = "http://x", .model = "m"};
+	const char *regimes[] = {"full_attention"};
+	double tps[] = {NAN};
+	json_t *config = json_pack("{s:I}", "max_length", (json_int_t)2048);
+	eval_report rep = {.srv = &srv, .regimes = regimes, .n_regimes = 1, .runs = runs, .n_runs = 2,
+	                   .results = (json_t *const *const *)res, .tokens_per_second = tps, .config = config,
+	                   .max_length = 2048, .max_length_from = "test"};
+	char *md = eval_report_markdown(&rep);
+	ck_assert_msg(strstr(md, "| GPQA-Diamond † | acc | 4 |") && strstr(md, "| MMLU | acc |")
+	              && strstr(md, "\n† gpqa_diamond 2-shot: partial few-shot pool: gpqa_diamond.fewshot.jsonl holds 5 of 198 "
+	                            "rows, not the harness's draw (the harness samples the 198 rows of its Diamond (train, "
+	                            "the split evaluated) split; gpqa_diamond.full.jsonl, that whole split, is not in the data "
+	                            "directory). Not comparable with published numbers.\n")
+	              && !strstr(md, "mmlu 1-shot"), "%s", md);
+	free(md);
+	char out[] = "/tmp/aah-eval-report-XXXXXX", err[512], path[600];
+	ck_assert_ptr_nonnull(mkdtemp(out));
+	ck_assert_msg(eval_report_write(&rep, out, err, sizeof err) == 0, "%s", err);
+	snprintf(path, sizeof path, "%s/tables.json", out);
+	json_t *tj = json_load_file(path, 0, NULL);
+	json_t *rows = json_object_get(json_object_get(tj, "table9"), "rows");
+	ck_assert_int_eq(json_array_size(rows), 2);
+	json_t *mm = json_array_get(rows, 0), *gp = json_array_get(rows, 1);
+	ck_assert(json_is_false(json_object_get(mm, "partial_fewshot_pool")));
+	ck_assert(json_is_false(json_object_get(json_object_get(mm, "fewshot_pool"), "partial")));
+	ck_assert(json_is_true(json_object_get(gp, "partial_fewshot_pool")));
+	ck_assert_int_eq(json_integer_value(json_object_get(gp, "num_fewshot")), 2);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(gp, "fewshot_pool"), "note")),
+	                 "5 of 198 rows, not the harness's draw");
+	json_decref(tj);
+	snprintf(path, sizeof path, "%s/table9.csv", out);
+	FILE *f = fopen(path, "r");
+	char csv[2048] = "";
+	ck_assert_ptr_nonnull(f);
+	csv[fread(csv, 1, sizeof csv - 1, f)] = 0;
+	fclose(f);
+	ck_assert_msg(strstr(csv, "full_attention_stderr,fewshot_pool\n") && strstr(csv, ",MMLU,acc,6,50.0000,23.5702,\n")
+	              && strstr(csv, ",4,50.0000,28.8675,\"partial: 5 of 198 rows, not the harness's draw\"\n"), "%s", csv);
+	char cmd[700];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+	ck_assert_int_eq(system(cmd), 0);
+	json_decref(config);
+	for (int t = 0; t < 2; t++) {
+		for (int64_t i = 0; i < runs[t].n_items; i++)
+			json_decref(res[t][i]);
+		free(res[t]);
+		eval_task_run_free(&runs[t]);
+	}
 }
 END_TEST
 
@@ -412,6 +632,9 @@ static Suite *tasks_suite(void)
 	tcase_add_test(tc, test_hellaswag);
 	tcase_add_test(tc, test_groups);
 	tcase_add_test(tc, test_gpqa);
+	tcase_add_test(tc, test_fewshot_pool);
+	tcase_add_test(tc, test_gpqa_full_split);
+	tcase_add_test(tc, test_partial_pool_marked);
 	tcase_add_test(tc, test_other_layouts);
 	tcase_add_test(tc, test_subsets_and_hashes);
 	tcase_add_test(tc, test_bad_files);

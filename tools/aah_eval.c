@@ -38,9 +38,12 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fputs("usage: aah-eval --server URL --data DIR --tasks LIST --regimes LIST --out DIR [options]\n"
+	      "       aah-eval --data DIR --tasks LIST --write-prompts FILE [--limit N | --sample N --seed S]\n"
+	      "                [--num-fewshot K]\n"
 	      "Evaluates the model a running server (aahd, or any OpenAI-completions server for the generation tasks)\n"
 	      "serves, in each AAH regime, on benchmark items read as JSONL in the public datasets' layouts\n"
-	      "(DIR/TASK.jsonl, few-shot examples in DIR/TASK.fewshot.jsonl), scored as lm-evaluation-harness does.\n\n"
+	      "(DIR/TASK.jsonl, few-shot examples in DIR/TASK.fewshot.jsonl; GPQA's in DIR/gpqa_diamond.full.jsonl, the\n"
+	      "whole split, when it is there), scored as lm-evaluation-harness does.\n\n"
 	      "  --server URL         the server (http://127.0.0.1:8080); several --server: a fleet, items spread over\n"
 	      "                       them (they must serve the same model)\n"
 	      "  --data DIR           the task files\n"
@@ -65,6 +68,8 @@ static void usage(FILE *f)
 	      "  --code-timeout S     code_eval's timeout: wall-clock seconds a HumanEval/MBPP program may run (default 3)\n"
 	      "  --sandbox MODE       where those programs run: auto (default: the strongest that works here, named on\n"
 	      "                       stderr), bwrap, bwrap-noproc, process, or none (unconfined, code_eval's guard only)\n"
+	      "  --write-prompts FILE write each selected item's prompt, continuations, choices and target as JSONL to\n"
+	      "                       FILE (- for stdout) and exit, asking no server (--server, --regimes, --out unused)\n"
 	      "  --quiet              no tables on stdout\n"
 	      "  --help               this text\n"
 	      "Exit status: 0 done, 1 an error (what was done stays in the cache), 2 bad usage, 130 interrupted.\n",
@@ -119,7 +124,7 @@ static int64_t per_task(const char *spec, const char *task, int64_t dflt)
 typedef struct options {
 	char **servers;
 	int32_t n_servers;
-	const char *data, *tasks, *regimes, *out, *cache, *api_key, *fewshot, *max_gen;
+	const char *data, *tasks, *regimes, *out, *cache, *api_key, *fewshot, *max_gen, *write_prompts;
 	eval_sandbox_mode sandbox;
 	int64_t limit, sample, seed, max_length, concurrency, prefix_token;
 	bool have_seed, add_special, quiet;
@@ -135,7 +140,7 @@ static int parse_args(options *o, int argc, char **argv)
 	o->sandbox = EVAL_SANDBOX_AUTO;
 	o->servers = xcalloc((size_t)argc + 1, sizeof *o->servers);
 	enum { O_SERVER = 1, O_DATA, O_TASKS, O_REGIMES, O_OUT, O_LIMIT, O_SAMPLE, O_SEED, O_FEWSHOT, O_MAXGEN, O_MAXLEN,
-	       O_CONC, O_ADDSPECIAL, O_PREFIX, O_CACHE, O_TIMEOUT, O_KEY, O_CODET, O_SANDBOX, O_QUIET, O_HELP };
+	       O_CONC, O_ADDSPECIAL, O_PREFIX, O_CACHE, O_TIMEOUT, O_KEY, O_CODET, O_SANDBOX, O_PROMPTS, O_QUIET, O_HELP };
 	static const struct option longopts[] = {
 		{"server", required_argument, NULL, O_SERVER}, {"data", required_argument, NULL, O_DATA},
 		{"tasks", required_argument, NULL, O_TASKS}, {"regimes", required_argument, NULL, O_REGIMES},
@@ -146,7 +151,7 @@ static int parse_args(options *o, int argc, char **argv)
 		{"add-special", no_argument, NULL, O_ADDSPECIAL}, {"prefix-token", required_argument, NULL, O_PREFIX},
 		{"cache", required_argument, NULL, O_CACHE}, {"timeout", required_argument, NULL, O_TIMEOUT},
 		{"api-key", required_argument, NULL, O_KEY}, {"code-timeout", required_argument, NULL, O_CODET},
-		{"sandbox", required_argument, NULL, O_SANDBOX},
+		{"sandbox", required_argument, NULL, O_SANDBOX}, {"write-prompts", required_argument, NULL, O_PROMPTS},
 		{"quiet", no_argument, NULL, O_QUIET}, {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -178,6 +183,7 @@ static int parse_args(options *o, int argc, char **argv)
 		case O_KEY: o->api_key = optarg; break;
 		case O_CODET: ok = aah_parse_f64(optarg, &o->code_timeout) && o->code_timeout > 0 && o->code_timeout <= 3600; break;
 		case O_SANDBOX: ok = eval_sandbox_mode_parse(optarg, &o->sandbox) == 0; break;
+		case O_PROMPTS: o->write_prompts = optarg; break;
 		case O_QUIET: o->quiet = true; break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
@@ -193,8 +199,8 @@ static int parse_args(options *o, int argc, char **argv)
 		fprintf(stderr, "aah-eval: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
-	const char *missing = !o->n_servers ? "--server" : !o->data ? "--data" : !o->tasks ? "--tasks"
-	                      : !o->regimes ? "--regimes" : !o->out ? "--out" : NULL;
+	const char *missing = !o->data ? "--data" : !o->tasks ? "--tasks" : o->write_prompts ? NULL
+	                      : !o->n_servers ? "--server" : !o->regimes ? "--regimes" : !o->out ? "--out" : NULL;
 	if (missing) {
 		fprintf(stderr, "aah-eval: %s is required (--help)\n", missing);
 		return -1;
@@ -230,6 +236,79 @@ static json_t *cached(eval_cache *c, const char *key)
 {
 	json_t *res = json_object_get(eval_cache_item(c, key), "result");
 	return json_is_object(res) && json_is_object(json_object_get(res, "metrics")) ? res : NULL;
+}
+
+/* Once per task: a few-shot pool that cannot give the harness's examples, said on stderr. */
+static void say_pool(const eval_task_run *run)
+{
+	static bool said[64];
+	bool *w = &said[(run->task - eval_tasks) & 63];
+	if (!run->pool.partial || *w)
+		return;
+	*w = true;
+	fprintf(stderr, "aah-eval: %s %d-shot: partial few-shot pool: %s holds %s (%s); its results are marked, not "
+	        "comparable with published numbers\n", run->task->name, run->k, run->pool.file, run->pool.note,
+	        run->pool.detail);
+}
+
+/* --write-prompts: every selected item's requests as text, one JSON line each, with no server. */
+static int write_prompts(const options *o, const eval_task *const *tasks, int32_t n_tasks)
+{
+	FILE *f = strcmp(o->write_prompts, "-") ? fopen(o->write_prompts, "w") : stdout;
+	if (!f) {
+		fprintf(stderr, "aah-eval: cannot write %s: %s\n", o->write_prompts, strerror(errno));
+		return 1;
+	}
+	int rc = 0;
+	for (int32_t t = 0; t < n_tasks && rc == 0; t++) {
+		char err[4096];
+		eval_prepare_opts po = {
+			.num_fewshot = (int32_t)per_task(o->fewshot, tasks[t]->name, -1),
+			.subset = {o->limit, o->sample, (uint64_t)o->seed},
+			.max_gen_toks = (int32_t)per_task(o->max_gen, tasks[t]->name, -1),
+			.settings = "",
+		};
+		eval_task_run run;
+		if (eval_task_prepare(&run, tasks[t], o->data, &po, err, sizeof err) != 0) {
+			fprintf(stderr, "aah-eval: %s\n", err);
+			rc = 1;
+			break;
+		}
+		say_pool(&run);
+		json_t *pool = eval_fewshot_pool_json(&run);
+		for (int64_t i = 0; i < run.n_items; i++) {
+			const eval_item *it = &run.items[i];
+			json_t *line = json_pack("{s:s,s:i,s:I,s:I,s:O,s:s}", "task", tasks[t]->name, "k", run.k, "doc_id",
+			                         (json_int_t)it->doc_id, "file_index", (json_int_t)it->index, "doc", it->doc,
+			                         "context", it->context);
+			if (it->n_choices > 0) {
+				json_t *cont = json_array(), *choices = json_array();
+				for (int32_t c = 0; c < it->n_choices; c++) {
+					json_array_append_new(cont, json_string(it->continuation[c]));
+					json_array_append_new(choices, json_string(it->choice[c]));
+				}
+				json_object_set_new(line, "continuations", cont);
+				json_object_set_new(line, "choices", choices);
+				json_object_set_new(line, "gold", json_integer(it->gold));
+			}
+			json_object_set(line, "target", it->target ? it->target : json_null());
+			if (pool)
+				json_object_set(line, "fewshot_pool", pool);
+			char *s = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII);
+			json_decref(line);
+			if (!s || fprintf(f, "%s\n", s) < 0)
+				rc = 1;
+			free(s);
+		}
+		json_decref(pool);
+		eval_task_run_free(&run);
+	}
+	if ((f == stdout ? fflush(f) : fclose(f)) != 0 || rc != 0) {
+		if (rc == 0)
+			fprintf(stderr, "aah-eval: cannot write %s: %s\n", o->write_prompts, strerror(errno));
+		return 1;
+	}
+	return 0;
 }
 
 /* The tasks to run, in the table's order. */
@@ -393,6 +472,7 @@ static int make_plan(plan *p, const options *o, const eval_task *const *tasks, i
 		if (rc != 0)
 			return -1;
 		p->n_runs++;
+		say_pool(&p->runs[t]);
 		static bool warned[64];   /* once per task: make_plan runs twice when the server is asked again */
 		bool *w = &warned[(task - eval_tasks) & 63];
 		if (task->output == EVAL_GENERATE_UNTIL && p->runs[t].max_gen_toks >= p->max_length - 1 && !*w) {
@@ -454,6 +534,10 @@ int main(int argc, char **argv)
 	if (parse_args(&o, argc, argv) != 0 || resolve_tasks(&o, tasks, &n_tasks) != 0) {
 		free(o.servers);
 		return 2;
+	}
+	if (o.write_prompts) {
+		free(o.servers);
+		return write_prompts(&o, tasks, n_tasks);
 	}
 	char err[4096];
 	struct stat st;
@@ -633,10 +717,13 @@ int main(int argc, char **argv)
 			eval_cache_timing(cache, tk, &tokens, &seconds);
 			tps[r] = seconds > 0 ? tokens / seconds : NAN;
 		}
-		json_t *tasks_j = json_array(), *fewshot = json_object(), *maxgen = json_object();
+		json_t *tasks_j = json_array(), *fewshot = json_object(), *maxgen = json_object(), *pools = json_object();
 		for (int32_t t = 0; t < p.n_runs; t++) {
 			json_array_append_new(tasks_j, json_string(p.runs[t].task->name));
 			json_object_set_new(fewshot, p.runs[t].task->name, json_integer(p.runs[t].k));
+			json_t *pool = eval_fewshot_pool_json(&p.runs[t]);
+			if (pool)
+				json_object_set_new(pools, p.runs[t].task->name, pool);
 			if (p.runs[t].task->output == EVAL_GENERATE_UNTIL)
 				json_object_set_new(maxgen, p.runs[t].task->name, json_integer(p.runs[t].max_gen_toks));
 		}
@@ -662,6 +749,8 @@ int main(int argc, char **argv)
 			                                                 "code_eval_timeout", o.code_timeout));
 		else
 			json_decref(modes);
+		/* where each task's few-shot examples came from; "partial": not the harness's draw */
+		json_object_set_new(config, "fewshot_pool", pools);
 		if (o.limit >= 0)
 			json_object_set_new(config, "limit", json_integer(o.limit));
 		if (o.sample >= 0)

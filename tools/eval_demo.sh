@@ -7,8 +7,9 @@
 # Usage: eval_demo.sh BUILD CACHE DATA. Settings: LIMIT (items per task, default 20), MAX_GEN (generation cap,
 # default 32), MAX_LENGTH (default server: the served model's context; the harness's own default, 2048, is longer
 # than the demo model's), CONCURRENCY (default: the server's batch), OUT (default BUILD/eval-demo), THREADS (aahd,
-# default all cores), AAHD_ARGS (more aahd flags, e.g. "--prefix-cache off"), EVAL_ARGS (more aah-eval flags, e.g.
-# "--num-fewshot mmlu=5"), SERVER=URL to evaluate a server that is already running instead.
+# default all cores), AAHD_ARGS (more aahd flags, e.g. "--prefix-cache off"), FEWSHOT (aah-eval's --num-fewshot, e.g.
+# gpqa_diamond=5: GPQA's examples from DATA/gpqa_diamond.full.jsonl, the whole split, when it is there), EVAL_ARGS
+# (more aah-eval flags), SERVER=URL to evaluate a server that is already running instead.
 set -eu
 BUILD=${1:-build}
 CACHE=${2:-.cache}
@@ -53,7 +54,7 @@ fi
 echo "eval-demo: $MODEL on $SERVER; $DATA${PPL_TEXT:+ and $PPL_TEXT}, $LIMIT items per task, generations up to" \
 	"$MAX_GEN tokens; outputs in $OUT" >&2
 "$BUILD/aah-eval" --server "$SERVER" --data "$OUT/data" --tasks all --regimes all --limit "$LIMIT" --max-gen-toks "$MAX_GEN" \
-	--max-length "$MAX_LENGTH" \
+	--max-length "$MAX_LENGTH" ${FEWSHOT:+--num-fewshot "$FEWSHOT"} \
 	${CONCURRENCY:+--concurrency "$CONCURRENCY"} ${EVAL_ARGS:-} --out "$OUT"
 # What the prefix cache saved (docs/prefix_cache.md): prompt tokens prefilled against sent, from /metrics
 if command -v curl >/dev/null 2>&1 &&

@@ -120,7 +120,8 @@ TASKS = {
                      target=lambda d: d["answer"], until=["Question:"],
                      filters=[("custom-extract", r"answer is \(?([ABCDEFGHIJ])\)?", 0)], metric="exact_match",
                      rules=dict(ignore_case=True, ignore_punctuation=True, regexes=[])),
-    "gpqa_diamond": dict(kind="mc", k=0, sampler="random", same_split=True, process=gpqa_process, seeds=(0, 42),
+    "gpqa_diamond": dict(kind="mc", k=0, sampler="random", same_split=True, full_split=True, process=gpqa_process,
+                         seeds=(0, 42),
                          description=lambda d, k: None if k == 0 else "Here are some example questions from experts. "
                          "Answer the final question yourself, following the format of the previous questions exactly.\n",
                          text=lambda d, k: ("What is the correct answer to this question:" if k == 0 else "Question: ")
@@ -209,12 +210,22 @@ def select(n, task, limit=None, sample=None, seed=0):
 
 
 def load(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """JSONL split on "\n" only: some GPQA values hold U+2028/U+2029, at which str.splitlines() would split too."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return [json.loads(line) for line in f.read().split("\n") if line.strip()]
 
 
-def prepare(data_dir, name, k=None, limit=None, sample=None, seed=0):
-    """The items of a task: (doc_id, file index, doc, context, continuations, choices, gold, target)."""
+def full_split(data_dir, name):
+    """DIR/NAME.full.jsonl: the whole split a task's items are the first rows of and its few-shot examples are drawn
+    from (gpqa_diamond_n_shot draws from the Diamond split it evaluates); None when the task has none or it is absent."""
+    path = f"{data_dir}/{name}.full.jsonl"
+    return path if TASKS[name].get("full_split") and os.path.exists(path) else None
+
+
+def prepare(data_dir, name, k=None, limit=None, sample=None, seed=0, fewshot_seed=1234, shuffle_seed=None):
+    """The items of a task: (doc_id, file index, doc, context, continuations, choices, gold, target). fewshot_seed
+    (the harness's fewshot_random_seed) and shuffle_seed (GPQA n-shot's Random(42)) only change for tests that show
+    a comparison can fail."""
     t = TASKS[name]
     if t["kind"] == "rolling":
         with open(f"{data_dir}/{name}.txt", encoding="utf-8") as f:
@@ -222,12 +233,24 @@ def prepare(data_dir, name, k=None, limit=None, sample=None, seed=0):
         return [dict(doc_id=0, index=0, doc={"text": text}, context=text)]
     k = t["k"] if k is None else k
     docs = load(f"{data_dir}/{name}.jsonl")
-    fewshot = load(f"{data_dir}/{name}.fewshot.jsonl") if k > 0 else []
-    if "process" in t:
-        rng = random.Random(t["seeds"][k > 0] if "seeds" in t else 0)
-        for d in docs + fewshot:
-            t["process"](d, rng, k)
-    rnd = random.Random(1234)
+    full = full_split(data_dir, name) if k > 0 else None
+    if full:
+        # the harness's n-shot GPQA: process_docs over the whole Diamond split in CSV order (utils.py's module-level
+        # random.Random(42), one shuffle per row), the sampler's pool is that split, the items its first rows
+        fewshot = load(full)
+        assert docs == fewshot[:len(docs)], f"{name}.jsonl is not the first rows of {full}"
+        if "process" in t:
+            rng = random.Random(t["seeds"][1] if shuffle_seed is None else shuffle_seed)
+            for d in fewshot:
+                t["process"](d, rng, k)
+        docs = fewshot[:len(docs)]
+    else:
+        fewshot = load(f"{data_dir}/{name}.fewshot.jsonl") if k > 0 else []
+        if "process" in t:
+            rng = random.Random(t["seeds"][k > 0] if "seeds" in t else 0)
+            for d in docs + fewshot:
+                t["process"](d, rng, k)
+    rnd = random.Random(fewshot_seed)
     delim = t.get("delim", " ")
     items = []
     for doc_id, i in enumerate(select(len(docs), name, limit, sample, seed)):

@@ -402,7 +402,22 @@ def main():
     check(True, "score_vs_acr.svg is well-formed XML")
     with open(f"{out}/table9.csv") as f:
         head = f.readline().strip()
-    check(head == "group,task,benchmark,metric,n," + ",".join(f"{x},{x}_stderr" for x in REGIMES), "table9.csv header", head)
+    check(head == "group,task,benchmark,metric,n," + ",".join(f"{x},{x}_stderr" for x in REGIMES) + ",fewshot_pool",
+          "table9.csv header", head)
+    # a few-shot pool smaller than the harness's split: GSM8K's 5 shots drawn from the 5 rows here, not its 7473
+    # train rows, are marked in every output; MMLU-Pro's first_n and MBPP's fixed ids are not
+    note = "5 of 7473 rows, not the harness's draw"
+    md = open(f"{out}/tables.md").read()
+    with open(f"{out}/tables.json") as f:
+        rows = {r["task"]: r for r in json.load(f)["table9"]["rows"]}
+    pools = res["config"]["fewshot_pool"]
+    check("| GSM8K † |" in md and f"† gsm8k 5-shot: partial few-shot pool: gsm8k.fewshot.jsonl holds {note}" in md
+          and "| MMLU-Pro |" in md and "| MBPP |" in md and f',"partial: {note}"' in open(f"{out}/table9.csv").read()
+          and rows["gsm8k"]["partial_fewshot_pool"] is True and rows["gsm8k"]["fewshot_pool"]["note"] == note
+          and rows["mmlu_pro"]["partial_fewshot_pool"] is False and rows["mmlu"]["fewshot_pool"] is None
+          and pools["gsm8k"]["partial"] is True and pools["mbpp"]["partial"] is False and "mmlu" not in pools,
+          "a partial few-shot pool is marked in tables.md, table9.csv, tables.json and results.json",
+          md + json.dumps(pools))
     table9 = open(f"{out}/table9.csv").read()
     tables1 = tables_without_timing(out)
 
@@ -447,7 +462,10 @@ def main():
         want = ref.prepare(bench, "gsm8k", limit=6)
         got = samples(out_g, "full_attention", "gsm8k")
         n_fs = sum(1 for _ in open(f"{bench}/gsm8k.fewshot.jsonl"))
+        with open(f"{out_g}/results.json") as f:
+            pool = json.load(f)["config"]["fewshot_pool"]["gsm8k"]
         check(n_fs == 7473 and [g["arguments"][0][0] for g in got] == [w["context"] for w in want]
+              and pool["rows"] == 7473 and pool["partial"] is False
               and all(w["context"].count("\n\nQuestion: ") == 5 for w in want),
               "gsm8k 5-shot over the 7473 train rows: every prompt the harness's own",
               "\n---\n".join(g["arguments"][0][0][:300] for g in got[:2]))

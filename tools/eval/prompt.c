@@ -3,7 +3,9 @@
  * target_delimiter + target + fewshot_delimiter ("\n\n"; nothing when the target is empty), then doc_to_text of the
  * item. Examples come from the task's sampler: random.Random(1234).sample over the few-shot file, one stream per
  * task consumed item by item (k + 1 drawn, the item itself dropped, where the harness's splits coincide); the first
- * k (of the item's subject); or fixed ids. */
+ * k (of the item's subject); or fixed ids. A task whose items are the first rows of the split it draws from (GPQA)
+ * takes the whole split from DIR/TASK.full.jsonl when it is there: its process_docs runs once over the split in its
+ * order, the items are its first rows, and the item drawn among the k + 1 is the one dropped. */
 #include "tools/eval/prompt.h"
 
 #include <stdio.h>
@@ -203,6 +205,68 @@ static int read_items(eval_task_run *run, const char *dir, char *err, size_t err
 	return eval_docs_read(&run->docs, jsonl, t->layout, t->check, err, errlen);
 }
 
+/* The few-shot pool of a run with shots: for a task whose items are the first rows of its few-shot split,
+ * DIR/TASK.full.jsonl when it is there (the whole split; the items must then be its first rows, in order), else
+ * DIR/TASK.fewshot.jsonl. A random draw over fewer rows than the harness's split holds is not the harness's draw:
+ * the pool says so (pool.partial, pool.note), and the outputs carry it. */
+static int read_fewshot(eval_task_run *run, const char *dir, char *err, size_t errlen)
+{
+	const eval_task *t = run->task;
+	char *path = t->fewshot_full_split ? xasprintf("%s/%s.full.jsonl", dir, t->name) : NULL;
+	if (path && aah_is_file(path)) {
+		run->pool.full = true;
+	} else {
+		free(path);
+		path = xasprintf("%s/%s.fewshot.jsonl", dir, t->name);
+		if (!aah_is_file(path)) {
+			snprintf(err, errlen, "%s: no such file (%s %d-shot takes its examples from it%s%s%s; --num-fewshot %s=0 "
+			         "runs it zero-shot)", path, t->name, run->k, t->fewshot_full_split ? ", or from " : "",
+			         t->fewshot_full_split ? t->name : "", t->fewshot_full_split ? ".full.jsonl, the whole split" : "",
+			         t->name);
+			free(path);
+			return -1;
+		}
+	}
+	if (eval_docs_read(&run->fewshot, path, t->layout, t->check, err, errlen) != 0) {
+		free(path);
+		return -1;
+	}
+	const char *slash = strrchr(path, '/');
+	run->pool.file = xstrdup(slash ? slash + 1 : path);
+	if (run->pool.full) {
+		/* the harness evaluates the split itself: the items file must be its first rows, byte for byte as JSON */
+		if (run->docs.n > run->fewshot.n) {
+			snprintf(err, errlen, "%s has %lld items, more than the %lld rows of %s, the whole split they are the "
+			         "first rows of", run->path, (long long)run->docs.n, (long long)run->fewshot.n, path);
+			free(path);
+			return -1;
+		}
+		for (int64_t i = 0; i < run->docs.n; i++)
+			if (!json_equal(run->docs.doc[i], run->fewshot.doc[i])) {
+				snprintf(err, errlen, "%s:%lld is not row %lld of %s: the items must be the first rows of the whole "
+				         "split, in its order (or remove %s to draw from %s.fewshot.jsonl)", run->path,
+				         (long long)run->docs.line[i], (long long)i + 1, path, run->pool.file, t->name);
+				free(path);
+				return -1;
+			}
+	}
+	free(path);
+	run->pool.rows = run->fewshot.n;
+	run->pool.split_rows = t->fewshot_split_rows;
+	run->pool.partial = t->sampler == EVAL_SAMPLER_RANDOM && t->fewshot_split_rows > 0 &&
+	                    run->fewshot.n < t->fewshot_split_rows;
+	if (run->pool.partial) {
+		run->pool.note = xasprintf("%lld of %lld rows, not the harness's draw", (long long)run->pool.rows,
+		                           (long long)run->pool.split_rows);
+		bool absent = t->fewshot_full_split && !run->pool.full;
+		run->pool.detail = xasprintf("the harness samples the %lld rows of its %s split%s%s%s",
+		                             (long long)run->pool.split_rows, t->fewshot_split, absent ? "; " : "",
+		                             absent ? t->name : "",
+		                             absent ? ".full.jsonl, that whole split, is not in the data directory" : "");
+	}
+	return 0;
+}
+
 int eval_task_prepare(eval_task_run *run, const eval_task *task, const char *dir, const eval_prepare_opts *opts,
                       char *err, size_t errlen)
 {
@@ -219,27 +283,24 @@ int eval_task_prepare(eval_task_run *run, const eval_task *task, const char *dir
 		snprintf(err, errlen, "%s: no items", run->path);
 		goto fail;
 	}
-	if (run->k > 0) {
-		char *fs = xasprintf("%s/%s.fewshot.jsonl", dir, task->name);
-		if (!aah_is_file(fs)) {
-			snprintf(err, errlen, "%s: no such file (%s %d-shot takes its examples from it; --num-fewshot %s=0 "
-			         "runs it zero-shot)", fs, task->name, run->k, task->name);
-			free(fs);
-			goto fail;
-		}
-		int rc = eval_docs_read(&run->fewshot, fs, task->layout, task->check, err, errlen);
-		free(fs);
-		if (rc != 0)
-			goto fail;
-	}
+	if (run->k > 0 && read_fewshot(run, dir, err, errlen) != 0)
+		goto fail;
 	if (task->process) {
+		/* the harness's process_docs, one generator over the docs in file order: the items, then the few-shot
+		 * file's rows; over a full split, the split (items are its first rows: they share its processed docs) */
 		py_random rng;
 		py_random_seed(&rng, task->process_seed[run->k > 0]);
-		for (int64_t i = 0; i < run->docs.n; i++)
-			task->process(run->docs.doc[i], &rng, run->k);
+		if (!run->pool.full)
+			for (int64_t i = 0; i < run->docs.n; i++)
+				task->process(run->docs.doc[i], &rng, run->k);
 		for (int64_t i = 0; i < run->fewshot.n; i++)
 			task->process(run->fewshot.doc[i], &rng, run->k);
 	}
+	if (run->pool.full)
+		for (int64_t i = 0; i < run->docs.n; i++) {
+			json_decref(run->docs.doc[i]);
+			run->docs.doc[i] = json_incref(run->fewshot.doc[i]);
+		}
 	run->n_file = run->docs.n;
 	int64_t *sel;
 	run->n_items = eval_subset_select(&opts->subset, task->name, run->docs.n, &sel);
@@ -298,6 +359,25 @@ void eval_task_run_free(eval_task_run *run)
 	free(run->items);
 	eval_docs_free(&run->docs);
 	eval_docs_free(&run->fewshot);
+	free(run->pool.file);
+	free(run->pool.note);
+	free(run->pool.detail);
 	free(run->path);
 	memset(run, 0, sizeof *run);
+}
+
+json_t *eval_fewshot_pool_json(const eval_task_run *run)
+{
+	if (run->k <= 0 || !run->pool.file)
+		return NULL;
+	const eval_task *t = run->task;
+	json_t *o = json_pack("{s:s,s:I,s:o,s:o,s:b,s:b}", "file", run->pool.file, "rows", (json_int_t)run->pool.rows,
+	                      "split", t->fewshot_split ? json_string(t->fewshot_split) : json_null(), "split_rows",
+	                      run->pool.split_rows > 0 ? json_integer(run->pool.split_rows) : json_null(), "whole_split",
+	                      run->pool.full, "partial", run->pool.partial);
+	if (run->pool.note) {
+		json_object_set_new(o, "note", json_string(run->pool.note));
+		json_object_set_new(o, "detail", json_string(run->pool.detail));
+	}
+	return o;
 }

@@ -18,6 +18,7 @@
 #include "tools/eval/util.h"
 
 #define REFERENCE "full_attention"
+#define PARTIAL_MARK "†"   /* a row whose few-shot examples are not the harness's draw (eval_task_run.pool) */
 
 typedef struct cell {
 	int64_t n;
@@ -235,7 +236,8 @@ static void markdown_table9(strbuf *b, const agg *a)
 				if (!isnan(s) && s > best)
 					best = s;
 			}
-			sb_addf(b, "| %s | %s | %lld |", task->title, metric_name(task), (long long)rep->runs[t].n_items);
+			sb_addf(b, "| %s%s | %s | %lld |", task->title, rep->runs[t].pool.partial ? " " PARTIAL_MARK : "",
+			        metric_name(task), (long long)rep->runs[t].n_items);
 			for (int32_t r = 0; r < R; r++) {
 				const cell *c = &a->cells[r * T + t];
 				double s = shown(c->score);
@@ -247,6 +249,15 @@ static void markdown_table9(strbuf *b, const agg *a)
 			}
 			sb_adds(b, "\n");
 		}
+	}
+	/* the footnote of each marked row, a paragraph of its own */
+	for (int32_t t = 0; t < T; t++) {
+		const eval_task_run *run = &rep->runs[t];
+		if (!run->pool.partial || is_ppl(run))
+			continue;
+		sb_addf(b, "\n%s %s %d-shot: partial few-shot pool: %s holds %s (%s). Not comparable with published "
+		        "numbers.\n", PARTIAL_MARK, run->task->name, run->k, run->pool.file, run->pool.note,
+		        run->pool.detail);
 	}
 }
 
@@ -368,7 +379,7 @@ static char *csv_table9(const agg *a)
 		csv_field(&b, h);
 		free(h);
 	}
-	sb_adds(&b, "\n");
+	sb_adds(&b, ",fewshot_pool\n");
 	for (int32_t t = 0; t < T; t++) {
 		const eval_task *task = rep->runs[t].task;
 		if (is_ppl(&rep->runs[t]))
@@ -378,6 +389,13 @@ static char *csv_table9(const agg *a)
 		for (int32_t r = 0; r < R; r++) {
 			csv_num(&b, 100 * a->cells[r * T + t].score, "%.4f");
 			csv_num(&b, 100 * a->cells[r * T + t].se, "%.4f");
+		}
+		/* empty, or the mark of a pool that is not the harness's: "partial: 5 of 198 rows, not the harness's draw" */
+		sb_add(&b, ",", 1);
+		if (rep->runs[t].pool.partial) {
+			char *note = xasprintf("partial: %s", rep->runs[t].pool.note);
+			csv_field(&b, note);
+			free(note);
 		}
 		sb_adds(&b, "\n");
 	}
@@ -470,9 +488,13 @@ static json_t *tables_json(const agg *a)
 			                    json_pack("{s:o,s:o,s:b}", "score", num(100 * c->score), "stderr", num(100 * c->se),
 			                              "best", !isnan(shown(c->score)) && shown(c->score) == best));
 		}
-		json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:s,s:I,s:o}", "group", group_title(task->group), "task",
-		                                      task->name, "benchmark", task->title, "metric", metric_name(task), "n",
-		                                      (json_int_t)rep->runs[t].n_items, "scores", scores));
+		json_t *pool = eval_fewshot_pool_json(&rep->runs[t]);
+		json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:b,s:o,s:o}", "group",
+		                                      group_title(task->group), "task", task->name, "benchmark", task->title,
+		                                      "metric", metric_name(task), "n", (json_int_t)rep->runs[t].n_items,
+		                                      "num_fewshot", rep->runs[t].k, "partial_fewshot_pool",
+		                                      rep->runs[t].pool.partial, "fewshot_pool", pool ? pool : json_null(),
+		                                      "scores", scores));
 	}
 	json_t *t10 = json_array();
 	for (int32_t r = 0; r < R; r++) {

@@ -296,7 +296,6 @@ static const eval_field gpqa_layout[] = {
 	{NULL, 0, 0, 0, false},
 };
 
-/* zeroshot utils.preprocess: None → " "; strip; " [title]" → ". "; "  " → " ". n_shot: None → " "; strip. */
 /* zeroshot/utils.py and n_shot/utils.py preprocess alike: None → " "; strip; " [title]" → ". "; "  " → " " */
 static char *gpqa_preprocess(const json_t *v)
 {
@@ -562,14 +561,16 @@ const eval_task eval_tasks[] = {
 		.name = "mmlu", .title = "MMLU", .version = "2", .group = EVAL_GROUP_LANGUAGE, MC_DEFAULTS,
 		.layout = mmlu_layout, .check = mmlu_check, .description = mmlu_description, .doc_to_text = mmlu_text,
 		.doc_to_choices = abcd_choices, .doc_to_gold = mmlu_gold, .num_fewshot = 0,
-		.sampler = EVAL_SAMPLER_FIRST_N, .fewshot_key = "subject", .primary = "acc,none",
+		.sampler = EVAL_SAMPLER_FIRST_N, .fewshot_key = "subject", .fewshot_split = "dev",
+		.fewshot_split_rows = 285, .primary = "acc,none",
 	},
 	{
 		.name = "mmlu_pro", .title = "MMLU-Pro", .version = "3.1", .group = EVAL_GROUP_LANGUAGE,
 		.output = EVAL_GENERATE_UNTIL, .layout = mmlu_pro_layout, .check = mmlu_pro_check,
 		.description = mmlu_pro_description, .doc_to_text = mmlu_pro_text, .fewshot_target = mmlu_pro_fewshot_target,
 		.doc_to_target = answer_target, .target_delimiter = " ", .num_fewshot = 5,
-		.sampler = EVAL_SAMPLER_FIRST_N, .fewshot_key = "category", .until = {"Question:"}, .max_gen_toks = 2048,
+		.sampler = EVAL_SAMPLER_FIRST_N, .fewshot_key = "category", .fewshot_split = "validation",
+		.fewshot_split_rows = 70, .until = {"Question:"}, .max_gen_toks = 2048,
 		.scorer = EVAL_SCORE_EXACT_MATCH, .filters = {{"custom-extract", "answer is \\(?([ABCDEFGHIJ])\\)?", 0, false}},
 		.n_filters = 1, .match = {true, true, {NULL}}, .metric = "exact_match", .primary = "exact_match,custom-extract",
 	},
@@ -578,26 +579,28 @@ const eval_task eval_tasks[] = {
 		.layout = gpqa_layout, .process = gpqa_process, .process_seed = {0, 42}, .description = gpqa_description,
 		.doc_to_text = gpqa_text, .fewshot_target = gpqa_fewshot_target, .doc_to_choices = gpqa_choices,
 		.doc_to_gold = gpqa_gold, .num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_same_split = true,
-		.acc_norm = true, .primary = "acc,none",
+		.fewshot_split = "Diamond (train, the split evaluated)", .fewshot_split_rows = 198,
+		.fewshot_full_split = true, .acc_norm = true, .primary = "acc,none",
 	},
 	{
 		.name = "arc_challenge", .title = "ARC-Challenge", .version = "1.0", .group = EVAL_GROUP_LANGUAGE, MC_DEFAULTS,
 		.layout = arc_layout, .check = arc_check, .doc_to_text = arc_text, .doc_to_choices = arc_choices,
-		.doc_to_gold = arc_gold, .num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .acc_norm = true,
-		.primary = "acc_norm,none",
+		.doc_to_gold = arc_gold, .num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_split = "train",
+		.fewshot_split_rows = 1119, .acc_norm = true, .primary = "acc_norm,none",
 	},
 	{
 		.name = "hellaswag", .title = "HellaSwag", .version = "1.0", .group = EVAL_GROUP_LANGUAGE, MC_DEFAULTS,
 		.layout = hellaswag_layout, .check = hellaswag_check, .process = hellaswag_process,
 		.doc_to_text = hellaswag_text, .doc_to_choices = hellaswag_choices, .doc_to_gold = hellaswag_gold,
-		.num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_same_split = true, .acc_norm = true,
-		.primary = "acc_norm,none",
+		.num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_same_split = true, .fewshot_split = "train",
+		.fewshot_split_rows = 39905, .acc_norm = true, .primary = "acc_norm,none",
 	},
 	{
 		.name = "triviaqa", .title = "TriviaQA", .version = "3.0", .group = EVAL_GROUP_LANGUAGE,
 		.output = EVAL_GENERATE_UNTIL, .layout = triviaqa_layout, .doc_to_text = triviaqa_text,
 		.fewshot_target = triviaqa_fewshot_target, .doc_to_target = triviaqa_target, .target_delimiter = " ",
-		.num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_same_split = true, .until = {"\n", ".", ","},
+		.num_fewshot = 0, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_same_split = true,
+		.fewshot_split = "rc.nocontext train", .fewshot_split_rows = 138384, .until = {"\n", ".", ","},
 		.max_gen_toks = 256, .scorer = EVAL_SCORE_EXACT_MATCH, .filters = {{"remove_whitespace", NULL, 0, true}},
 		.n_filters = 1, .match = {true, true, {NULL}}, .metric = "exact_match",
 		.primary = "exact_match,remove_whitespace",
@@ -612,7 +615,8 @@ const eval_task eval_tasks[] = {
 		.name = "gsm8k", .title = "GSM8K", .version = "3.0", .group = EVAL_GROUP_MATH_CODE,
 		.output = EVAL_GENERATE_UNTIL, .layout = gsm8k_layout, .doc_to_text = question_answer_text,
 		.fewshot_target = answer_fewshot_target, .doc_to_target = answer_target, .target_delimiter = " ",
-		.num_fewshot = 5, .sampler = EVAL_SAMPLER_RANDOM, .until = {"Question:", "</s>", "<|im_end|>"},
+		.num_fewshot = 5, .sampler = EVAL_SAMPLER_RANDOM, .fewshot_split = "train", .fewshot_split_rows = 7473,
+		.until = {"Question:", "</s>", "<|im_end|>"},
 		.max_gen_toks = 256, .scorer = EVAL_SCORE_EXACT_MATCH,
 		.filters = {{"strict-match", "#### (\\-?[0-9\\.\\,]+)", 0, false},
 		            {"flexible-extract", "(-?[$0-9.,]{2,})|(-?[0-9]+)", -1, false}},

@@ -72,6 +72,15 @@ typedef struct eval_task {
 	eval_sampler sampler;
 	const char *fewshot_key;      /* FIRST_N: examples of the item's subject/category only; NULL: all */
 	bool fewshot_same_split;      /* the harness's config has fewshot_split == test_split: it draws k + 1 */
+	/* The split the harness takes few-shot examples from: its name and its number of rows (0: none, or its size
+	 * does not change the examples). A RANDOM draw over a few-shot file with fewer rows is not the harness's draw:
+	 * such a run is marked in the tables and the JSON outputs (eval_task_run.pool, prompt.h). */
+	const char *fewshot_split;
+	int64_t fewshot_split_rows;
+	/* The items are the first rows of the split the examples come from (GPQA: the harness draws n-shot examples
+	 * from the Diamond split it evaluates). DIR/NAME.full.jsonl, when present, is that whole split: with shots it is
+	 * the pool, process_docs runs over it once in its order, and the items are its first rows (checked). */
+	bool fewshot_full_split;
 	const char *fixed_field;
 	int64_t fixed_ids[4];
 	int32_t n_fixed;
