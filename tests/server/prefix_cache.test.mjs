@@ -182,6 +182,43 @@ describe('prefix cache: one beginning, different continuations, in an AAH regime
   }
 });
 
+describe('prefix cache: divergent tails under concurrency', () => {
+  test('48 concurrent requests over two 1500-token beginnings, tails of 20, 200 and 1000, AAH and full attention: '
+    + 'the answers of the cache off', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'aahd-prefix-conc-'));
+    execFileSync(`${BUILD}/aah-mkmodel`, ['--preset', 'tiny', '--layers', '4', '--tokenizer', MODEL, '--aah',
+      '--aah-context', '4096', '--aah-windows', '32,64,128,4096', '--aah-layer-windows', '32,64,128,4096',
+      '--out', dir], { stdio: 'pipe' });
+    const args = ['--ctx-len', '4096', '--max-batch', '8', '--queue-length', '64'];
+    const [on, off] = await Promise.all([startServer(args, {}, dir), startServer([...args, '--prefix-cache', 'off'], {}, dir)]);
+    try {
+      const begins = [promptIds(1500, 41), promptIds(1500, 42)];
+      const bodies = Array.from({ length: 48 }, (_, i) => ({
+        prompt: [...begins[i % 2], ...promptIds([20, 200, 1000][i % 3], 500 + i)],
+        aah_regime: i % 4 < 3 ? 'shallow_freeze' : 'full_attention', max_tokens: 4, logprobs: 1,
+        ...(i % 5 === 0 ? { echo: true } : {}), ...(i % 2 ? { temperature: 0.8, seed: i } : { temperature: 0 }) }));
+      const run = (port) => Promise.all(bodies.map((b) => request(port, 'POST', '/v1/completions', b)));
+      const [a, b] = await Promise.all([run(on.port), run(off.port)]);
+      let cached = 0;
+      for (let i = 0; i < bodies.length; i++) {
+        assert.equal(a[i].status, 200, a[i].text);
+        assert.equal(b[i].status, 200, b[i].text);
+        assert.deepEqual(a[i].json.choices, b[i].json.choices, `request ${i}`);
+        assert.deepEqual(a[i].json.aah, b[i].json.aah, `request ${i}: the aah object`);
+        if (!bodies[i].echo) cached += a[i].json.usage.prompt_tokens_details.cached_tokens;
+      }
+      // each (beginning, regime) pair computes its beginning once at most: of the 38 requests without echo (an echo
+      // request restores only blocks whose prompt log-probabilities a request computed), 4 may be first
+      assert.ok(cached >= (38 - 4) * (1500 - 32), `${cached} cached`);
+    } finally {
+      const r = await Promise.all([on.stop(), off.stop()]);
+      fs.rmSync(dir, { recursive: true, force: true });
+      assert.equal(r[0].code, 0, on.log());
+      assert.equal(r[1].code, 0, off.log());
+    }
+  });
+});
+
 // Tenants: a prefix cache is a timing side channel, so prompts sent under different cache_salt values, or with
 // different API keys (prefix_cache_scope = key, the default), never share a block; the same salt or key does.
 describe('prefix cache: tenants kept apart', () => {
