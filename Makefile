@@ -156,6 +156,7 @@ $(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
+$(BUILD)/tests/fuzz_api_keys: $(BUILD)/obj/server/api_keys.o $(BUILD)/obj/server/http_credentials.o
 # The chat template interpreter (server/jinja*.c): its suite, its fuzz target and aah-jinja, its command line.
 JINJA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/jinja*.c))
 $(BUILD)/tests/check_jinja $(BUILD)/tests/fuzz_jinja $(BUILD)/aah-jinja: $(JINJA_OBJ)
@@ -172,7 +173,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard base/*.c models/*.c models/convert/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/chat_request.c server/http_credentials.c server/http_framing.c \
+	    $$f $(wildcard base/*.c models/*.c models/convert/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/chat_request.c server/http_credentials.c server/api_keys.c server/http_framing.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    $(wildcard server/jinja*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
