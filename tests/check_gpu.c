@@ -761,12 +761,38 @@ END_TEST
  * Two CUDA engines, the cache off and on, run a prompt, then prompts that share its first 70 tokens (a hit of 4 blocks,
  * 63 positions), then decode: the rows the cached engine computes agree with the uncached one's (to the tensor-core
  * tolerance of a different chunking; on the CPU they are bit for bit, tests/check_prefix_cache.c), and the pages a hit
- * shares are copied on the device before the first write (a decode over them would read garbage otherwise). */
+ * shares are copied on the device before the first write (a decode over them would read garbage otherwise).
+ * _i = 1: the same under a static AAH regime whose rings (16 to 64 positions) are shorter than the prompt, so the hit
+ * needs the pages the rings dropped inside the prompt's item: spilled by the device's kv_store (ring slots of -1
+ * skipped), across the item's two forward chunks of 64 rows. */
 START_TEST(test_engine_prefix_hits)
 {
 	const char *d = getenv("AAH_TESTDATA");
-	char dir[1024], err[512];
+	char dir[1024], err[512], tmp[64] = "";
 	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	if (_i == 1) {
+		snprintf(tmp, sizeof tmp, "/tmp/aah-gpu-prefix-XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(tmp));
+		const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
+		char path[1200];
+		for (size_t i = 0; i < 4; i++) {
+			char from[1200], abs_from[4096];
+			snprintf(from, sizeof from, "%s/%s", dir, files[i]);
+			ck_assert_ptr_nonnull(realpath(from, abs_from));
+			snprintf(path, sizeof path, "%s/%s", tmp, files[i]);
+			ck_assert_int_eq(symlink(abs_from, path), 0);
+		}
+		snprintf(path, sizeof path, "%s/aah.json", tmp);
+		FILE *f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs("{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64],\"regimes\":{\"s\":{\"policy\":"
+		      "{\"kind\":\"static\"},\"layers\":[{\"groups\":[{\"kv_heads\":[0],\"window\":16,\"capacity\":32},"
+		      "{\"kv_heads\":[1],\"window\":32,\"capacity\":64}]},{\"groups\":[{\"kv_heads\":[0],\"window\":64,"
+		      "\"capacity\":64},{\"kv_heads\":[1],\"window\":16,\"capacity\":16}]}]}},\"default_regime\":\"s\"}",
+		      f);
+		fclose(f);
+		snprintf(dir, sizeof dir, "%s", tmp);
+	}
 	engine *e[2];
 	for (int32_t k = 0; k < 2; k++) {
 		engine_params p = { .n_threads = 2, .max_seqs = 2, .max_batch_tokens = 64, .ctx_len = 256, .backend = "cuda",
@@ -815,11 +841,16 @@ START_TEST(test_engine_prefix_hits)
 	engine_prefix_stats_get(e[1], &st);
 	ck_assert_uint_eq(st.hits, 2);
 	ck_assert_int_eq(engine_kv_pages_in_sequences(e[1]), 0);
-	printf("prefix cache on %s: 2 hits of 63 positions, worst row relative error %.2e\n", engine_backend_desc(e[1]),
-	       worst);
+	printf("prefix cache on %s (%s): 2 hits of 63 positions, worst row relative error %.2e\n",
+	       engine_backend_desc(e[1]), _i ? "AAH, spilled pages" : "full attention", worst);
 	for (int32_t k = 0; k < 2; k++) {
 		free(l[k]);
 		engine_free(e[k]);
+	}
+	if (*tmp) {
+		char cmd[128];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+		ck_assert_int_eq(system(cmd), 0);
 	}
 }
 END_TEST
@@ -1100,7 +1131,7 @@ int main(void)
 	TCase *te = tcase_create("engine");
 	tcase_add_test(te, test_engine_default_mode);
 	tcase_add_test(te, test_engine_graphs);
-	tcase_add_test(te, test_engine_prefix_hits);
+	tcase_add_loop_test(te, test_engine_prefix_hits, 0, 2);
 	suite_add_tcase(s, te);
 	TCase *tq = tcase_create("gguf");
 	tcase_add_checked_fixture(tq, tmp_setup, tmp_teardown);
