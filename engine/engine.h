@@ -1,5 +1,5 @@
 /* engine/engine.h — the model forward pass over a batch of sequences, with a paged KV cache, on one backend.
- * One thread owns an engine (DESIGN.md: the engine thread); nothing here is thread-safe. */
+ * One thread owns an engine (the engine thread: docs/architecture.md); nothing here is thread-safe. */
 #ifndef AAH_ENGINE_H
 #define AAH_ENGINE_H
 
@@ -107,7 +107,7 @@ int32_t engine_seq_len(const engine *e, int32_t seq);
 /* Bytes of KV pages the sequence holds now. */
 int64_t engine_seq_kv_bytes(const engine *e, int32_t seq);
 
-/* What one sequence has cost, for the response's `aah` object and /metrics (DESIGN.md). */
+/* What one sequence has cost, for the response's `aah` object and /metrics (docs/architecture.md). */
 typedef struct engine_seq_stats {
 	const char *regime;
 	int64_t n_positions;            /* tokens processed */

@@ -1,5 +1,5 @@
-/* models/aah_config.h — aah.json (version 1, DESIGN.md): the candidate windows, and for each regime its policy
- * and, per layer, the groups of KV heads with their window and capacity. Validated against the model's shape. */
+/* models/aah_config.h — aah.json (version 1, docs/architecture.md): the candidate windows, and for each regime its
+ * policy and, per layer, the groups of KV heads with their window and capacity. Validated against the model's shape. */
 #ifndef AAH_AAH_CONFIG_H
 #define AAH_AAH_CONFIG_H
 

@@ -1,4 +1,5 @@
-/* server/api.h — the HTTP endpoints of DESIGN.md, one handler each; the route table in http.c maps paths to them.
+/* server/api.h — the HTTP endpoints (README.md's table; their path: docs/architecture.md), one handler each; the
+ * route table in http.c maps paths to them.
  * Each runs on one of libmicrohttpd's epoll threads once the whole body is in, and answers (or starts a stream); none
  * blocks: one that waits for the engine parks its request (http_request_park) and is called again. */
 #ifndef AAH_SERVER_API_H

@@ -19,7 +19,7 @@ enum {
 static void usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: aahd [--config FILE] [--model DIR] [options]     serve the HTTP API (DESIGN.md)\n"
+	        "usage: aahd [--config FILE] [--model DIR] [options]     serve the HTTP API (docs/architecture.md)\n"
 	        "       aahd --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [sampling options]\n"
 	        "                                                        run one prompt and print the tokens\n"
 	        "\n"

@@ -123,7 +123,7 @@ static void per_regime(FILE *f, const sched_metrics *m, const char *name, const 
 }
 
 /* aahd_backend_info{backend="cuda",device="NVIDIA H200, …"} 1, from a description "NAME (DEVICE)". */
-/* The prefix cache's counters (DESIGN.md's names), at 0 when it is off. */
+/* The prefix cache's counters (their names: docs/architecture.md), at 0 when it is off. */
 static void prefix_cache_metrics(FILE *f, const engine_prefix_stats *p)
 {
 	family(f, "aahd_prefix_cache_enabled", "gauge", "1 when the prefix cache is on (the prefix_cache key).");

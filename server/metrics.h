@@ -1,5 +1,5 @@
 /* server/metrics.h — the HTTP counters kept here (GET /metrics is metrics_api.c), the engine's figures from the scheduler, rendered as
- * Prometheus text exposition 0.0.4 with the metric names of DESIGN.md. */
+ * Prometheus text exposition 0.0.4 with the metric names of docs/architecture.md. */
 #ifndef AAH_SERVER_METRICS_H
 #define AAH_SERVER_METRICS_H
 

@@ -16,7 +16,8 @@ Model (nanoGPT's shape, Hugging Face's names and math): per layer
 with n = RMSNorm (x / sqrt(mean(x^2) + eps) * w), q_norm/k_norm an RMSNorm over head_dim per head (Qwen3; the Llama
 family has none), NEOX RoPE (rotate the halves [0, d/2) and [d/2, d)) with inv_freq[j] = theta^(-2j/d) at positions
 0, 1, …, GQA (query head h reads KV head h / (n_heads / n_kv_heads)), and an output head tied to the embedding.
-AAH: the query at position p of a head whose KV head's group has window W sees keys max(0, p-W+1) … p (DESIGN.md).
+AAH: the query at position p of a head whose KV head's group has window W sees keys max(0, p-W+1) … p
+(docs/architecture.md, "The AAH contract").
 """
 import ast
 import collections
@@ -377,8 +378,8 @@ def rope(x, cos, sin):
 
 
 def aah_mask(windows, T, group):
-    """(n_heads, T, T) bool: query p of head h sees key t iff t <= p and p - t < W[h / group] (DESIGN.md's contract:
-    keys max(0, p-W+1) … p). windows: one int per KV head."""
+    """(n_heads, T, T) bool: query p of head h sees key t iff t <= p and p - t < W[h / group] (the AAH contract of
+    docs/architecture.md: keys max(0, p-W+1) … p). windows: one int per KV head."""
     p = torch.arange(T)[:, None]
     t = torch.arange(T)[None, :]
     w = torch.tensor(windows)[:, None, None]
@@ -529,8 +530,8 @@ def regime_windows(cfg, aah_state, name):
 
 
 def branch_usage(cfg, aah_state, name, n_tokens):
-    """DESIGN.md's f_W: each (layer, group, query token) selecting window W adds the group's query-head count.
-    With a static policy every token selects its group's window; counted over the n_tokens scored."""
+    """f_W as docs/architecture.md counts it: each (layer, group, query token) selecting window W adds the group's
+    query-head count. With a static policy every token selects its group's window; counted over the n_tokens scored."""
     usage = collections.Counter()
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     for layer in aah_state["regimes"][name]["layers"]:

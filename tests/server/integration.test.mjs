@@ -406,7 +406,7 @@ describe('aahd', () => {
     assert.equal(mx.get('aahd_requests_total{status="500"}'), undefined, 'no 500 for a client mistake');
   });
 
-  test('/metrics: every metric of DESIGN.md, and promtool check metrics passes', async () => {
+  test('/metrics: every metric of docs/architecture.md, and promtool check metrics passes', async () => {
     await complete(srv, { prompt: 'metrics please', max_tokens: 5 });
     const m = await metrics(srv.port, AUTH);
     for (const name of ['aahd_requests_total', 'aahd_requests_running', 'aahd_requests_waiting',

@@ -134,11 +134,11 @@ void calib_info_free(calib_info *info);
 
 /* The ACR a regime implies at context T: Σ over layers and groups of the group's query heads · min(W, T), over
  * (layers · query heads · T), with W the window (capacity_based: the capacity, the most an adaptive policy may
- * select). What aahd's counters give for a prompt under a static regime, by DESIGN.md's accounting. */
+ * select). What aahd's counters give for a prompt under a static regime, by docs/architecture.md's accounting. */
 double calib_regime_acr(const aah_regime *r, int32_t n_layers, int32_t n_kv, int32_t q_per_kv, int32_t T,
                         int capacity_based);
 /* KV bytes a sequence of T positions holds under the regime over what full attention holds: Σ n_kv_g ·
- * min(T, capacity) over n_layers · n_kv · T (DESIGN.md's bytes, without the page rounding). */
+ * min(T, capacity) over n_layers · n_kv · T (docs/architecture.md's bytes, without the page rounding). */
 double calib_regime_kv_ratio(const aah_regime *r, int32_t n_layers, int32_t n_kv, int32_t T);
 
 #ifdef __cplusplus

@@ -214,7 +214,7 @@ int calib_eval_run(const char *model_dir, const char *aah_path, const calib_engi
 			row->nll += sc.nll;
 			row->n_predicted += n;
 		}
-		/* full attention: 1 by definition (DESIGN.md) */
+		/* full attention: 1 by definition (docs/architecture.md) */
 		row->acr_engine = !strcmp(row->regime, AAH_FULL_ATTENTION) ? 1 : usage > 0 ? usage_w / usage / acr_T : 0;
 		row->work_ratio = work_full ? (double)work / (double)work_full : 1;
 	}
