@@ -823,6 +823,10 @@ static void spill_prepare(engine *e, int32_t seq, int64_t pos0, int64_t n)
 				if (lp == lo && pos0 % AAH_PAGE_LEN != 0) {
 					/* its first rows are in the ring's page (the slot the item reuses keeps them until kv_store) */
 					const int32_t from = rings[(int64_t)h * e->kv.ring_stride + lp % slots[h]];
+					if (from < 0) {   /* cannot happen: a sequence holds the page it is writing */
+						kv_cache_page_unref(&e->kv, page);
+						continue;
+					}
 					e->be->iface.buf_copy(e->be, data + (size_t)page * e->kv.page_bytes,
 					                      data + (size_t)from * e->kv.page_bytes, e->kv.page_bytes);
 				}
