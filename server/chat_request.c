@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/request_fields.h"
+
 typedef struct chat_ctx {
 	chat_request *r;
 	json_t *body;
@@ -193,9 +195,13 @@ static int vars_parse(chat_ctx *c)
 	json_t *tools = field(c, "tools");
 	if (tools && (!json_is_array(tools) || !depth_ok(tools, CHAT_MAX_DEPTH + 1)))
 		return fail(c, "tools", "'tools' must be an array of tool objects nesting at most %d levels", CHAT_MAX_DEPTH);
-	for (size_t i = 0; tools && i < json_array_size(tools); i++)
-		if (!json_is_object(json_array_get(tools, i)))
+	for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+		json_t *t = json_array_get(tools, i), *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+		if (!json_is_object(t))
 			return fail(c, "tools", "tools[%zu] must be an object {\"type\": \"function\", \"function\": …}", i);
+		if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
+			return fail(c, "tools", "tools[%zu]: only tools of \"type\": \"function\" are supported", i);
+	}
 	json_object_set(vars, "tools", tools ? tools : json_null());
 	json_object_set_new(vars, "documents", json_null());
 	json_t *agp = field(c, "add_generation_prompt");
@@ -292,7 +298,8 @@ int chat_request_parse(chat_request *r, const char *body, size_t len, const comp
 	r->vars = json_object();
 	if (!r->vars)
 		return fail(&c, NULL, "out of memory");
-	if (completion_request_parse_shared(&r->base, lim, err, err_len, param) != 0)
+	if (request_fields_check(r->base.json, REQUEST_CHAT, err, err_len, param) != 0 ||
+	    completion_request_parse_shared(&r->base, lim, err, err_len, param) != 0)
 		return -1;
 	/* max_completion_tokens is the newer name of max_tokens; given both, it wins, as in vLLM */
 	json_t *mct = field(&c, "max_completion_tokens");

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/request_fields.h"
+
 typedef struct parse_ctx {
 	json_t *body;
 	char *err;
@@ -273,6 +275,7 @@ int completion_request_parse(completion_request *r, const char *body, size_t len
                              char *err, size_t err_len, const char **param)
 {
 	if (completion_request_load(r, body, len, err, err_len, param) != 0 ||
+	    request_fields_check(r->json, REQUEST_COMPLETIONS, err, err_len, param) != 0 ||
 	    completion_request_parse_shared(r, lim, err, err_len, param) != 0)
 		return -1;
 	parse_ctx c = { r->json, err, err_len, param };

@@ -236,6 +236,60 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
     assert.equal(ok.status, 200);
   });
 
+  test('every request field is accounted for: implemented, a documented no-op, or a 400 that names it; unknown too',
+    async () => {
+      const M = CONVERSATIONS[0];
+      const comp = (body) => request(srv.port, 'POST', '/v1/completions', body);
+      // refused with a value that would change the output, on both endpoints (server/request_fields.c)
+      const refused = [['structured_outputs', { json: {} }], ['guided_json', {}], ['guided_regex', 'a+'],
+        ['guided_choice', ['a', 'b']], ['guided_grammar', 'root ::= "a"'], ['grammar', 'root ::= "a"'],
+        ['json_schema', { type: 'object' }], ['repetition_penalty', 1.2], ['min_tokens', 4], ['ignore_eos', true],
+        ['priority', 3], ['stop_token_ids', [5]], ['include_stop_str_in_output', true], ['logits_processors', ['x']],
+        ['allowed_token_ids', [1]], ['prompt_logprobs', 1], ['n_predict', 5], ['use_beam_search', true]];
+      for (const [name, value] of refused) {
+        for (const [which, r] of [['chat', await post(srv, { messages: M, max_tokens: 1, [name]: value })],
+          ['completions', await comp({ prompt: 'x', max_tokens: 1, [name]: value })]]) {
+          assert.equal(r.status, 400, `${which} ${name}: ${r.text}`);
+          assert.equal(r.json.error.param, name, r.text);
+          assert.match(r.json.error.message, /not supported/);
+        }
+      }
+      // chat-only refusals
+      for (const [name, value] of [['parallel_tool_calls', false], ['store', true], ['reasoning_effort', 'low'],
+        ['service_tier', 'flex'], ['web_search_options', {}]]) {
+        const r = await post(srv, { messages: M, max_tokens: 1, [name]: value });
+        assert.equal(r.status, 400, `${name}: ${r.text}`);
+        assert.equal(r.json.error.param, name);
+      }
+      // the values that change nothing, and the documented no-ops, are answered
+      const neutral = { repetition_penalty: 1, min_tokens: 0, ignore_eos: false, priority: 0, stop_token_ids: [],
+        include_stop_str_in_output: false, skip_special_tokens: true, user: 'u-1', cache_prompt: true };
+      const a = await post(srv, { messages: M, max_tokens: 1, ...neutral, metadata: { k: 'v' }, store: false,
+        service_tier: 'auto', parallel_tool_calls: true });
+      assert.equal(a.status, 200, a.text);
+      const b = await comp({ prompt: 'x', max_tokens: 1, ...neutral });
+      assert.equal(b.status, 200, b.text);
+      // unknown names, and a field of the other endpoint
+      for (const [r, param] of [[await post(srv, { messages: M, max_tokens: 1, frobnicate: 1 }), 'frobnicate'],
+        [await comp({ prompt: 'x', max_tokens: 1, frobnicate: 1 }), 'frobnicate'],
+        [await post(srv, { messages: M, max_tokens: 1, prompt: 'x' }), 'prompt'],
+        [await comp({ prompt: 'x', max_tokens: 1, messages: M }), 'messages'],
+        [await comp({ prompt: 'x', max_tokens: 1, metadata: {} }), 'metadata']]) {
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.param, param, r.text);
+        assert.match(r.json.error.message, /unrecognized request argument/);
+      }
+      // stream_options without stream; a tool that is not a function
+      for (const r of [await post(srv, { messages: M, max_tokens: 1, stream_options: { include_usage: true } }),
+        await comp({ prompt: 'x', max_tokens: 1, stream_options: { include_usage: true } })]) {
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.param, 'stream_options');
+      }
+      const tool = await post(srv, { messages: M, max_tokens: 1, tools: [{ type: 'web_search' }] });
+      assert.equal(tool.status, 400, tool.text);
+      assert.equal(tool.json.error.param, 'tools');
+    });
+
   test('chat requests are counted by status in aahd_chat_requests_total, in aahd_requests_total and /v1/stats', async () => {
     const m0 = await metrics(srv.port);
     const get = (m, k) => m.get(k) ?? 0;
