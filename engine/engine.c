@@ -33,6 +33,8 @@ typedef struct seq_spill {
 	int32_t lp0, n_lp;             /* logical pages [lp0, lp0 + n_lp) */
 	int32_t *pages;                /* (n_lp, n_layers · n_kv) a page of the spill's own, or -1 */
 	int64_t cap;                   /* entries allocated */
+	uint64_t tick;                 /* the prefix cache's tick when its prompt last restored or inserted: what it may
+	                                * evict for a spill was used before that */
 } seq_spill;
 
 /* A sequence's attention measurement (engine_seq_measure). */
@@ -611,6 +613,8 @@ int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len
 			e->seq_stats[i].regime = e->regimes.r[ri].name;
 			kv_cache_seq_setup(&e->kv, i, e->regimes.r[ri].head_capacity);
 			aah_seq_state_reset(&e->policy[i], &e->regimes, ri);
+			if (e->prefix_on)
+				e->spill[i].tick = e->prefix.tick;
 			return i;
 		}
 	snprintf(err, err_len, "all %d sequences are in use", e->p.max_seqs);
@@ -782,8 +786,9 @@ int64_t engine_seq_kv_bytes(const engine *e, int32_t seq)
 /* Gives seq's item of n positions from pos0, whose reservation is made, a page of its own for every full logical page
  * that a ring of seq drops before the item's end (logical pages below hi − n_slots + 1, hi the item's last): the
  * spill. A page written partly before the item (pos0 not at a page start) starts as a copy of the ring's page. Takes
- * only free pages, evicting for them only cached blocks older than seq's own (never anything a running sequence holds:
- * those pages are not free); what it cannot get is not spilled. */
+ * only free pages, evicting for them only cached blocks last used before seq's prompt last restored or inserted (so
+ * never its own chain nor a newer prompt's; never anything a running sequence holds: those pages are not free); what
+ * it cannot get is not spilled. */
 static void spill_prepare(engine *e, int32_t seq, int64_t pos0, int64_t n)
 {
 	seq_spill *sp = &e->spill[seq];
@@ -816,7 +821,7 @@ static void spill_prepare(engine *e, int32_t seq, int64_t pos0, int64_t n)
 		for (int32_t h = 0; h < nkv; h++)
 			for (int64_t lp = lo; lp <= hi - slots[h]; lp++) {
 				int32_t page = kv_cache_page_alloc(&e->kv);
-				while (page < 0 && prefix_cache_evict_before(&e->prefix, e->prefix.tick))
+				while (page < 0 && prefix_cache_evict_before(&e->prefix, sp->tick))
 					page = kv_cache_page_alloc(&e->kv);
 				if (page < 0)
 					return;
@@ -1250,6 +1255,7 @@ int32_t engine_prefix_restore(engine *e, int32_t seq, const char *tenant, const 
 	    e->kv.seq_pages[seq] != 0)
 		return 0;
 	e->prefix_queries++;
+	e->spill[seq].tick = e->prefix.tick;   /* a miss too: its spills evict only what was used before it began */
 	const int32_t ri = e->policy[seq].regime;
 	const int32_t k = prefix_match(e, ri, tenant, tokens, n, lp ? lp->n_top : -1);
 	if (k == 0)
@@ -1303,6 +1309,7 @@ int32_t engine_prefix_restore(engine *e, int32_t seq, const char *tenant, const 
 			}
 		}
 	prefix_cache_touch(&e->prefix, chain, k);
+	e->spill[seq].tick = e->prefix.tick;
 	e->prefix_hits++;
 	e->prefix_hit_tokens += (uint64_t)pos;
 	return pos;
@@ -1376,6 +1383,7 @@ void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int3
 	}
 	spill_release(e, seq);   /* the blocks hold what they took */
 	prefix_cache_touch(&e->prefix, e->prefix_chain, k);
+	e->spill[seq].tick = e->prefix.tick;   /* its chain's: a later spill of this prompt never evicts it */
 	prefix_cache_trim(&e->prefix);
 }
 

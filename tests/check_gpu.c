@@ -757,6 +757,29 @@ START_TEST(test_engine_default_mode)
 }
 END_TEST
 
+/* A model directory in /tmp (dir: 64 bytes, "/tmp/aah-…-XXXXXX" made unique): qwen3-small-a's files linked, and an
+ * aah.json with the given text. */
+static void aah_model_dir(char *dir, const char *json)
+{
+	const char *d = getenv("AAH_TESTDATA");
+	char src[1024], path[1200];
+	snprintf(src, sizeof src, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
+	for (size_t i = 0; i < 4; i++) {
+		char from[1200], abs_from[4096];
+		snprintf(from, sizeof from, "%s/%s", src, files[i]);
+		ck_assert_ptr_nonnull(realpath(from, abs_from));
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		ck_assert_int_eq(symlink(abs_from, path), 0);
+	}
+	snprintf(path, sizeof path, "%s/aah.json", dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(json, f);
+	fclose(f);
+}
+
 /* ---- the prefix cache on the device: a hit restores device pages and copies them on write ----
  * Two CUDA engines, the cache off and on, run a prompt, then prompts that share its first 70 tokens (a hit of 4 blocks,
  * 63 positions), then decode: the rows the cached engine computes agree with the uncached one's (to the tensor-core
@@ -772,25 +795,10 @@ START_TEST(test_engine_prefix_hits)
 	snprintf(dir, sizeof dir, "%s/qwen3-small-a", d && *d ? d : "tests/data");
 	if (_i == 1) {
 		snprintf(tmp, sizeof tmp, "/tmp/aah-gpu-prefix-XXXXXX");
-		ck_assert_ptr_nonnull(mkdtemp(tmp));
-		const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
-		char path[1200];
-		for (size_t i = 0; i < 4; i++) {
-			char from[1200], abs_from[4096];
-			snprintf(from, sizeof from, "%s/%s", dir, files[i]);
-			ck_assert_ptr_nonnull(realpath(from, abs_from));
-			snprintf(path, sizeof path, "%s/%s", tmp, files[i]);
-			ck_assert_int_eq(symlink(abs_from, path), 0);
-		}
-		snprintf(path, sizeof path, "%s/aah.json", tmp);
-		FILE *f = fopen(path, "w");
-		ck_assert_ptr_nonnull(f);
-		fputs("{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64],\"regimes\":{\"s\":{\"policy\":"
+		aah_model_dir(tmp, "{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64],\"regimes\":{\"s\":{\"policy\":"
 		      "{\"kind\":\"static\"},\"layers\":[{\"groups\":[{\"kv_heads\":[0],\"window\":16,\"capacity\":32},"
 		      "{\"kv_heads\":[1],\"window\":32,\"capacity\":64}]},{\"groups\":[{\"kv_heads\":[0],\"window\":64,"
-		      "\"capacity\":64},{\"kv_heads\":[1],\"window\":16,\"capacity\":16}]}]}},\"default_regime\":\"s\"}",
-		      f);
-		fclose(f);
+		              "\"capacity\":64},{\"kv_heads\":[1],\"window\":16,\"capacity\":16}]}]}},\"default_regime\":\"s\"}");
 		snprintf(dir, sizeof dir, "%s", tmp);
 	}
 	engine *e[2];
@@ -881,19 +889,8 @@ static engine *graph_engine(const char *dir, bool graphs)
 
 START_TEST(test_engine_graphs)
 {
-	const char *d = getenv("AAH_TESTDATA");
-	char src[1024], dir[64], path[1200], err[512];
-	snprintf(src, sizeof src, "%s/qwen3-small-a", d && *d ? d : "tests/data");
+	char dir[64], err[512];
 	snprintf(dir, sizeof dir, "/tmp/aah-graphs-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
-	for (size_t i = 0; i < 4; i++) {
-		char from[1200], abs_from[4096];
-		snprintf(from, sizeof from, "%s/%s", src, files[i]);
-		ck_assert_ptr_nonnull(realpath(from, abs_from));
-		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-		ck_assert_int_eq(symlink(abs_from, path), 0);
-	}
 	/* 2 layers × 2 KV heads; capacity 16 is a ring of 2 pages, so it wraps every 16 positions */
 #define GRAPH_LAYERS "\"layers\":[{\"groups\":[{\"kv_heads\":[0],\"window\":16,\"capacity\":32}," \
 	"{\"kv_heads\":[1],\"window\":32,\"capacity\":64}]},{\"groups\":[{\"kv_heads\":[0],\"window\":64,\"capacity\":64}," \
@@ -903,11 +900,7 @@ START_TEST(test_engine_graphs)
 	                   "\"a\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3}," GRAPH_LAYERS "}},"
 	                   "\"default_regime\":\"s\"}";
 #undef GRAPH_LAYERS
-	snprintf(path, sizeof path, "%s/aah.json", dir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(json, f);
-	fclose(f);
+	aah_model_dir(dir, json);
 
 	engine *ee = graph_engine(dir, false), *eg = graph_engine(dir, true);
 	aah_cuda_graph_stats ge, gg;
