@@ -30,7 +30,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check 2>/dev/null)
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-LIB_C   := $(wildcard base/*.c models/*.c models/convert/*.c kernels/*.c kernels/cpu/*.c engine/*.c)
+LIB_C   := $(wildcard base/*.c models/*.c models/convert/*.c kernels/*.c kernels/cpu/*.c engine/*.c engine/grammar/*.c)
 LIB_CC  := $(wildcard models/*.cc)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CC:%.cc=$(BUILD)/obj/%.o)
 # The CUDA backend (kernels/cuda/*.cu) is compiled wherever nvcc is, so that CI catches its compile errors; its
@@ -175,7 +175,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard base/*.c models/*.c models/convert/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/chat_request.c server/http_credentials.c server/api_keys.c server/http_framing.c \
+	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/chat_request.c server/http_credentials.c server/api_keys.c server/http_framing.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    $(wildcard server/jinja*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"

