@@ -1,9 +1,11 @@
-/* engine/sampler.c — token selection (see sampler.h). Filters apply in the order of llama.cpp and vLLM:
- * penalties, temperature, top-k, then top-p over the sorted remainder, then min-p; then a draw. */
+/* engine/sampler.c — token selection (see sampler.h). Filters apply in the order of llama.cpp and vLLM's V0 sampler:
+ * the per-request adjustments (sampler_adjust: mask, logit_bias, min_tokens, penalties), temperature, top-k, then
+ * top-p over the sorted remainder, then min-p; then a draw. */
 #include "engine/sampler.h"
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +36,64 @@ static uint64_t xoshiro_next(uint64_t *s)
 	return r;
 }
 
+static bool bit_get(const uint32_t *bits, int32_t i)
+{
+	return bits[i >> 5] >> (i & 31) & 1u;
+}
+
+static void bit_set(uint32_t *bits, int32_t i)
+{
+	bits[i >> 5] |= 1u << (i & 31);
+}
+
+/* The repetition penalty is on: 0 and 1 both mean off, so that a zeroed sampler_params has none. */
+static bool repetition_on(const sampler_params *p)
+{
+	return p->repetition_penalty > 0 && p->repetition_penalty != 1;
+}
+
+/* min_tokens still holds the stop ids back for the next draw. */
+static bool ban_on(const sampler *s)
+{
+	return s->p.n_min_tokens_ids > 0 && s->n_accepted < s->p.min_tokens;
+}
+
+int sampler_params_check(const sampler_params *p, int32_t n_vocab, char *err, size_t err_len)
+{
+	if (p->n_bias < 0 || p->n_bias > SAMPLER_MAX_BIAS || (p->n_bias > 0 && !p->bias)) {
+		snprintf(err, err_len, "%d logit_bias entries (at most %d)", p->n_bias, SAMPLER_MAX_BIAS);
+		return -1;
+	}
+	for (int32_t i = 0; i < p->n_bias; i++)
+		if (p->bias[i].id < 0 || p->bias[i].id >= n_vocab || !isfinite(p->bias[i].bias)) {
+			snprintf(err, err_len, "logit_bias entry %d: token id %d (of [0, %d)) with bias %g", i, p->bias[i].id,
+			         n_vocab, (double)p->bias[i].bias);
+			return -1;
+		}
+	if (p->n_min_tokens_ids < 0 || p->n_min_tokens_ids > SAMPLER_MAX_STOP_IDS ||
+	    (p->n_min_tokens_ids > 0 && !p->min_tokens_ids) || p->min_tokens < 0) {
+		snprintf(err, err_len, "min_tokens %d with %d ids to hold back (at most %d)", p->min_tokens,
+		         p->n_min_tokens_ids, SAMPLER_MAX_STOP_IDS);
+		return -1;
+	}
+	for (int32_t i = 0; i < p->n_min_tokens_ids; i++)
+		if (p->min_tokens_ids[i] < 0 || p->min_tokens_ids[i] >= n_vocab) {
+			snprintf(err, err_len, "stop token id %d is out of range [0, %d)", p->min_tokens_ids[i], n_vocab);
+			return -1;
+		}
+	if (!isfinite(p->repetition_penalty) || p->repetition_penalty < 0) {
+		snprintf(err, err_len, "repetition_penalty %g (0 or 1: off; else > 0)", (double)p->repetition_penalty);
+		return -1;
+	}
+	return 0;
+}
+
+static int cmp_bias(const void *a, const void *b)
+{
+	int32_t x = ((const sampler_bias *)a)->id, y = ((const sampler_bias *)b)->id;
+	return x < y ? -1 : x > y;
+}
+
 int sampler_init(sampler *s, const sampler_params *p, int32_t n_vocab)
 {
 	memset(s, 0, sizeof *s);
@@ -45,7 +105,36 @@ int sampler_init(sampler *s, const sampler_params *p, int32_t n_vocab)
 	s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
 	s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
 	s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
-	if (!s->probs || !s->idx || !s->counts) {
+	bool ok = s->probs && s->idx && s->counts;
+	/* the lists as this sampler keeps them: in range, the biases by id with an id given twice summed (so that
+	 * sampler_adjust can recompute a biased id from its raw logit in one go) */
+	int32_t nb = 0, ns = 0;
+	if (ok && p->n_bias > 0 && (ok = (s->bias = malloc((size_t)p->n_bias * sizeof *s->bias)) != NULL)) {
+		for (int32_t i = 0; i < p->n_bias; i++)
+			if (p->bias[i].id >= 0 && p->bias[i].id < n_vocab)
+				s->bias[nb++] = p->bias[i];
+		qsort(s->bias, (size_t)nb, sizeof *s->bias, cmp_bias);
+		int32_t k = 0;
+		for (int32_t i = 0; i < nb; i++) {
+			if (k > 0 && s->bias[k - 1].id == s->bias[i].id)
+				s->bias[k - 1].bias += s->bias[i].bias;
+			else
+				s->bias[k++] = s->bias[i];
+		}
+		nb = k;
+	}
+	if (ok && p->n_min_tokens_ids > 0 &&
+	    (ok = (s->min_tokens_ids = malloc((size_t)p->n_min_tokens_ids * sizeof *s->min_tokens_ids)) != NULL))
+		for (int32_t i = 0; i < p->n_min_tokens_ids; i++)
+			if (p->min_tokens_ids[i] >= 0 && p->min_tokens_ids[i] < n_vocab)
+				s->min_tokens_ids[ns++] = p->min_tokens_ids[i];
+	if (ok && repetition_on(p))
+		ok = (s->seen = calloc(((size_t)n_vocab + 31) / 32, sizeof *s->seen)) != NULL;
+	s->p.bias = s->bias;
+	s->p.n_bias = nb;
+	s->p.min_tokens_ids = s->min_tokens_ids;
+	s->p.n_min_tokens_ids = ns;
+	if (!ok) {
 		sampler_free(s);
 		return -1;
 	}
@@ -57,9 +146,26 @@ void sampler_free(sampler *s)
 	free(s->probs);
 	free(s->idx);
 	free(s->counts);
+	free(s->bias);
+	free(s->min_tokens_ids);
+	free(s->seen);
 	s->probs = NULL;
 	s->idx = NULL;
 	s->counts = NULL;
+	s->bias = NULL;
+	s->min_tokens_ids = NULL;
+	s->seen = NULL;
+	s->p.bias = NULL;
+	s->p.n_bias = 0;
+	s->p.min_tokens_ids = NULL;
+	s->p.n_min_tokens_ids = 0;
+}
+
+void sampler_prompt(sampler *s, const int32_t *ids, int32_t n)
+{
+	for (int32_t i = 0; s->seen && i < n; i++)
+		if (ids[i] >= 0 && ids[i] < s->n_vocab)
+			bit_set(s->seen, ids[i]);
 }
 
 void sampler_accept(sampler *s, int32_t token)
@@ -67,6 +173,8 @@ void sampler_accept(sampler *s, int32_t token)
 	if (token >= 0 && token < s->n_vocab) {
 		s->counts[token]++;
 		s->n_accepted++;
+		if (s->seen)
+			bit_set(s->seen, token);
 	}
 }
 
@@ -105,7 +213,8 @@ void sampler_logprobs(const float *x, int32_t n_cols, int32_t id, int32_t n_lp, 
 
 int32_t sampler_greedy_cols(const sampler *s)
 {
-	if (s->p.temperature > 0 || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0)
+	if (s->p.temperature > 0 || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0 || s->p.n_bias > 0 ||
+	    repetition_on(&s->p) || ban_on(s))
 		return 0;
 	return s->p.vocab_limit > 0 && s->p.vocab_limit < s->n_vocab ? s->p.vocab_limit : s->n_vocab;
 }
@@ -130,17 +239,75 @@ static void sort_candidates(int32_t *ids, int32_t n, const float *probs)
 	qsort(ids, (size_t)n, sizeof *ids, cmp_desc);
 }
 
+/* Steps 4 and 5 of sampler_adjust for one id: the repetition penalty, then presence and frequency. Without either the
+ * logit is unchanged; with the old penalties alone it is the very expression the sampler always used, so that a
+ * request without the new fields draws bit for bit what it drew before them. */
+static inline float penalise(const sampler *s, int32_t i, float l)
+{
+	if (s->seen && bit_get(s->seen, i))   /* seen exists only with the repetition penalty on */
+		l = l > 0 ? l / s->p.repetition_penalty : l * s->p.repetition_penalty;
+	if (s->counts[i] > 0)
+		l -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->counts[i];
+	return l;
+}
+
+/* Whether id may be drawn at all: the mask allows it and min_tokens does not hold it back. */
+static bool allowed(const sampler *s, const uint32_t *mask, int32_t id)
+{
+	if (mask && !bit_get(mask, id))
+		return false;
+	if (ban_on(s))
+		for (int32_t j = 0; j < s->p.n_min_tokens_ids; j++)
+			if (s->p.min_tokens_ids[j] == id)
+				return false;
+	return true;
+}
+
+/* The per-request adjustments (sampler.h lists them, in order) of logits[0 … n) into p: the one place where a request
+ * moves a logit before the draw, so that a new kind of adjustment goes here and every path (the greedy argmax, the
+ * draw, and the candidate path that declines what it cannot replay) sees it. Done as passes that give the listed order:
+ * the dense pass takes every id through the penalties; a biased id is then recomputed from its raw logit plus its
+ * bias (bias before penalties); the ban and the mask write −inf, which no later step changes (−inf / p, −inf · p and
+ * −inf − c stay −inf), so they may come last. Returns false when no finite logit is left (only a mask or the ban can
+ * do that). */
+static bool sampler_adjust(const sampler *s, const float *logits, const uint32_t *mask, float *p, int32_t n)
+{
+	for (int32_t i = 0; i < n; i++)
+		p[i] = penalise(s, i, logits[i]);
+	for (int32_t j = 0; j < s->p.n_bias; j++) {
+		const int32_t id = s->p.bias[j].id;
+		if (id < n)
+			p[id] = penalise(s, id, logits[id] + s->p.bias[j].bias);
+	}
+	const bool ban = ban_on(s);
+	for (int32_t j = 0; ban && j < s->p.n_min_tokens_ids; j++)
+		if (s->p.min_tokens_ids[j] < n)
+			p[s->p.min_tokens_ids[j]] = -INFINITY;
+	if (mask)
+		for (int32_t i = 0; i < n; i++)
+			if (!bit_get(mask, i))
+				p[i] = -INFINITY;
+	if (!mask && !ban)
+		return true;   /* what the row was before: a row of −inf draws as it always did */
+	for (int32_t i = 0; i < n; i++)
+		if (p[i] > -INFINITY)
+			return true;
+	return false;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits)
+{
+	return sampler_sample_masked(s, logits, NULL);
+}
+
+int32_t sampler_sample_masked(sampler *s, const float *logits, const uint32_t *mask)
 {
 	const int32_t n = s->p.vocab_limit > 0 && s->p.vocab_limit < s->n_vocab ? s->p.vocab_limit : s->n_vocab;
 	float *p = s->probs;
 	const sampler_params *sp = &s->p;
-	for (int32_t i = 0; i < n; i++) {
-		float l = logits[i];
-		if (s->counts[i] > 0)
-			l -= sp->presence_penalty + sp->frequency_penalty * (float)s->counts[i];
-		p[i] = l;
-	}
+	const bool excluding = mask || ban_on(s);
+	if (!sampler_adjust(s, logits, mask, p, n))
+		return -1;
 	if (sp->temperature <= 0)
 		return sampler_argmax(p, n);
 
@@ -221,6 +388,10 @@ int32_t sampler_sample(sampler *s, const float *logits)
 		if (u < cum)
 			return s->idx[i];
 	}
+	/* u rounded up to the total: the last candidate. An id the mask or the ban excluded has probability 0 and may sort
+	 * last; it is never the answer (the largest probability is never 0, so one with more is left). */
+	while (excluding && nc > 1 && p[s->idx[nc - 1]] == 0)
+		nc--;
 	return s->idx[nc - 1];
 }
 
@@ -246,6 +417,11 @@ int32_t sampler_top_wanted(const sampler *s, int32_t cap)
 
 int32_t sampler_sample_top(sampler *s, const sampler_top *t)
 {
+	return sampler_sample_top_masked(s, t, NULL);
+}
+
+int32_t sampler_sample_top_masked(sampler *s, const sampler_top *t, const uint32_t *mask)
+{
 	const sampler_params *sp = &s->p;
 	const int32_t n = sp->vocab_limit > 0 && sp->vocab_limit < s->n_vocab ? sp->vocab_limit : s->n_vocab;
 	const int32_t nt = t->n;
@@ -253,6 +429,21 @@ int32_t sampler_sample_top(sampler *s, const sampler_top *t)
 		return -1;
 	if (s->n_accepted > 0 && (sp->presence_penalty != 0 || sp->frequency_penalty != 0))
 		return -1;   /* the penalties move logits the candidates were chosen without */
+	if (sp->n_bias > 0 || repetition_on(sp))
+		return -1;   /* so do logit_bias (an outsider may rise past them) and the repetition penalty (from the start) */
+	if (mask || ban_on(s)) {
+		/* Excluded ids only fall out. Greedy: the first candidate allowed is the largest allowed logit, the lower id
+		 * first among equals — unless it ties with the last candidate, where an outsider may tie too. A draw at a
+		 * temperature needs the sum without the excluded ids, which t->sum does not give. */
+		if (sp->temperature > 0)
+			return -1;
+		int32_t j = 0;
+		while (j < nt && !allowed(s, mask, t->ids[j]))
+			j++;
+		if (j == nt || !(t->logits[j] > -INFINITY) || (nt < n && !(t->logits[j] > t->logits[nt - 1])))
+			return -1;
+		return t->ids[j];
+	}
 	if (sp->temperature <= 0)
 		return t->ids[0];   /* the first index of the maximum, as sampler_argmax */
 

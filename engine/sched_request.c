@@ -80,7 +80,8 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 	r->tokens = malloc((size_t)(p->max_tokens > 0 ? p->max_tokens : 1) * sizeof *r->tokens);
 	if (p->cache_tenant && *p->cache_tenant)
 		r->tenant = strdup(p->cache_tenant);
-	int bad = !r->prompt || !r->tokens || (p->cache_tenant && *p->cache_tenant && !r->tenant) || sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
+	int bad = !r->prompt || !r->tokens || (p->cache_tenant && *p->cache_tenant && !r->tenant) ||
+	          sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
 	          stop_text_init(&r->stop, s->p.tok, p->stop, p->stop_len, p->n_stop) != 0;   /* validate checked it */
 	if (!bad && p->logprobs >= 0)
 		bad = lp_rows_alloc(&r->gen_lp, p->max_tokens, n_top);
@@ -91,6 +92,8 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 		return NULL;
 	}
 	memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
+	sampler_prompt(&r->smp, r->prompt, r->n_prompt);   /* the repetition penalty counts the prompt's tokens */
+	stop_text_min_tokens(&r->stop, p->sampling.min_tokens);
 	if (p->prompt_logprobs)
 		r->prompt_lp_rows.logprob[0] = NAN;   /* the first token has no context */
 	return r;
@@ -123,6 +126,13 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 		snprintf(err, err_len, "max_tokens, logprobs or the stop ids are out of range");
 		return SCHED_ERR_INVALID;
 	}
+	for (int32_t i = 0; i < p->n_stop_ids; i++)
+		if (p->stop_ids[i] < 0 || p->stop_ids[i] >= s->vocab) {
+			snprintf(err, err_len, "stop token id %d is out of range [0, %d)", p->stop_ids[i], s->vocab);
+			return SCHED_ERR_INVALID;
+		}
+	if (sampler_params_check(&p->sampling, s->vocab, err, err_len) != 0)
+		return SCHED_ERR_INVALID;
 	/* stop strings: each within the engine matcher's limits, and none without the scheduler's tokenizer */
 	if (stop_text_check(s->p.tok, p->stop, p->stop_len, p->n_stop, err, err_len) != 0)
 		return SCHED_ERR_INVALID;

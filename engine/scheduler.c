@@ -8,7 +8,8 @@
  * engine_logits_top reduces them all to their stats and candidates, and each slot draws with sampler_sample_top and
  * fills its logprobs with sampler_logprobs_top — the same tokens and numbers as sampler_sample and logprob_fill over
  * the whole row (bit for bit on the CPU). A row is read back whole (engine_logits_row) only when its candidates do not
- * decide: plain temperature sampling, penalties after the first token, a top-p / min-p cut beyond the candidates, a
+ * decide: plain temperature sampling, penalties after the first token, logit_bias, the repetition penalty, min_tokens'
+ * ban of the stop ids unless greedy, a top-p / min-p cut beyond the candidates, a
  * sampler over other columns than the step's first (vocab_limit), a follower at another temperature than its leader,
  * a token outside the logprobs candidates. A step with prompt log-probabilities, or with more rows than the engine
  * keeps, brings its rows to the host as the host path does (which also picks its greedy rows at once,
@@ -296,6 +297,10 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 			return;
 		}
 		id = sampler_sample(&r->smp, row);
+		if (id < 0) {   /* min_tokens' ban left nothing: a vocabulary of stop ids alone */
+			request_end(s, r, sl, SCHED_FINISH_ERROR, "no token may be drawn: every id is held back");
+			return;
+		}
 	}
 	sampler_accept(&r->smp, id);
 	pthread_mutex_lock(&s->metrics_mu);

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define SCHED_MAX_LOGPROBS 20     /* top-N log-probabilities per position, at most */
-#define SCHED_MAX_STOP_IDS 8      /* stop token ids (EOS) per request */
+#define SCHED_MAX_STOP_IDS SAMPLER_MAX_STOP_IDS   /* stop token ids (EOS, stop_token_ids) per request */
 #define SCHED_MAX_REGIMES 16      /* regimes the metrics keep apart */
 #define SCHED_MAX_WINDOWS 16      /* distinct windows the branch-usage metric keeps apart per regime */
 #define SCHED_HIST_MAX_BOUNDS 16  /* histogram bucket bounds (the +Inf bucket is extra) */
@@ -77,14 +77,19 @@ typedef struct sched_request_params {
 	const int32_t *prompt;    /* n_prompt ≥ 1 ids, copied */
 	int32_t n_prompt;
 	int32_t max_tokens;       /* ≥ 0: tokens to generate at most; 0 runs the prompt only */
-	sampler_params sampling;  /* seeded per request: the same seed gives the same tokens whatever else runs */
+	/* Seeded per request: the same seed gives the same tokens whatever else runs. Its lists are copied and checked
+	 * (sampler_params_check); the prompt counts for its repetition penalty; its min_tokens holds back its
+	 * min_tokens_ids and the stop strings (a stop string ending in the text of one of the first min_tokens tokens
+	 * does not count, as in vLLM). */
+	sampler_params sampling;
 	const char *regime;       /* NULL = the engine's default; copied */
 	const char *cache_tenant; /* the prefix cache's namespace (a cache salt, an API key's name): requests of different
 	                           * tenants never share a cached block nor wait for each other's prefill; NULL or "":
 	                           * the shared one. At most SCHED_MAX_TENANT bytes; copied */
 	int32_t logprobs;         /* -1 = none; else the log-probability of each generated token and the top-N, N ≤ 20 */
 	bool prompt_logprobs;     /* also for prompt tokens 1 … n_prompt-1 (echo; top-N as logprobs, or 0) */
-	const int32_t *stop_ids;  /* n_stop_ids ≤ SCHED_MAX_STOP_IDS token ids that end the request (EOS), copied */
+	const int32_t *stop_ids;  /* n_stop_ids ≤ SCHED_MAX_STOP_IDS token ids that end the request (the EOS ids unless
+	                           * ignore_eos, stop_token_ids), copied; such a token is not among the output */
 	int32_t n_stop_ids;
 	/* n_stop ≤ STOP_TEXT_MAX stop strings, copied. The engine thread matches them after each generated token
 	 * (engine/stop_text.h, the rule the server's text follows too) and ends the request at the token that completes

@@ -44,6 +44,11 @@ int stop_text_init(stop_text *m, const tokenizer *tok, const char *const *stop, 
 	return 0;
 }
 
+void stop_text_min_tokens(stop_text *m, int32_t n)
+{
+	m->min_tokens = n > 0 ? n : 0;
+}
+
 int64_t stop_text_room(const tokenizer *tok, int32_t id)
 {
 	int64_t tb = tokenizer_token_bytes(tok, id, NULL, 0);
@@ -74,13 +79,15 @@ static bool match_at(const stop_text *m, int32_t i, size_t p, const char *b, siz
 	return !memcmp(b + (p + in_tail - t), m->stop[i] + in_tail, len - in_tail);
 }
 
-/* New text b (n bytes): the earliest stop string in tail + b, then the tail moves on. */
+/* New text b (n bytes): the earliest stop string in tail + b, then the tail moves on. Within min_tokens only the tail
+ * moves: every occurrence found here ends in b, the text of the token just pushed (or the flush after the last). */
 static void scan(stop_text *m, const char *b, size_t n)
 {
 	const size_t t = m->tail_len;
 	size_t best = (size_t)-1;
 	int32_t which = -1;
-	for (int32_t i = 0; i < m->n_stop; i++) {
+	const int32_t n_stop = m->n_tokens > m->min_tokens ? m->n_stop : 0;
+	for (int32_t i = 0; i < n_stop; i++) {
 		/* beginning in the tail, and reaching into the new bytes: one wholly in the tail was searched for already */
 		size_t p = t + 1 > m->stop_len[i] ? t + 1 - m->stop_len[i] : 0;
 		for (; p < t && p < best; p++)
@@ -122,9 +129,15 @@ static void scan(stop_text *m, const char *b, size_t n)
 
 int64_t stop_text_push(stop_text *m, int32_t id, char *out, int64_t cap)
 {
-	if (m->stopped || stop_text_room(m->ts.t, id) == 0)   /* an id of a padded vocabulary that the tokenizer lacks */
+	if (m->stopped)
 		return 0;
+	if (stop_text_room(m->ts.t, id) == 0) {
+		m->n_tokens++;   /* an id of a padded vocabulary that the tokenizer lacks: no text, but a token (min_tokens) */
+		return 0;
+	}
 	int64_t n = tokenizer_stream_push(&m->ts, id, out, cap);
+	if (n >= 0)
+		m->n_tokens++;   /* -1 consumed nothing */
 	if (n > 0 && m->n_stop > 0)
 		scan(m, out, (size_t)n);
 	else if (n > 0)

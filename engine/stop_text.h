@@ -7,8 +7,10 @@
  * add no text). After each token the whole text so far is searched: the first token after which some stop string
  * occurs anywhere in it is the stopping token, and the text ends where the earliest such occurrence begins (across
  * token boundaries; of two stop strings the one that begins first wins). At the end (stop_text_finish) an incomplete
- * character becomes U+FFFD, which may complete a stop string too. Only the text's last max_stop - 1 bytes are kept,
- * and nothing is allocated: the engine thread may run it on its decode path. */
+ * character becomes U+FFFD, which may complete a stop string too. With min_tokens (vLLM's), a stop string that ends
+ * in the text of one of the first min_tokens tokens does not count, ever; one that begins there and ends later does.
+ * Only the text's last max_stop - 1 bytes are kept, and nothing is allocated: the engine thread may run it on its
+ * decode path. */
 #ifndef AAH_ENGINE_STOP_TEXT_H
 #define AAH_ENGINE_STOP_TEXT_H
 
@@ -35,6 +37,8 @@ typedef struct stop_text {
 	                                   * completes later begins in them or after them */
 	size_t tail_len;
 	uint64_t len;                     /* bytes of text so far (up to the stop's end when stopped) */
+	int32_t min_tokens;               /* tokens whose text completes no stop string (stop_text_min_tokens) */
+	int32_t n_tokens;                 /* tokens pushed */
 	bool stopped;
 	int32_t stop_index;               /* once stopped: the stop string found, and where in the text it begins */
 	uint64_t stop_at;
@@ -48,6 +52,9 @@ int stop_text_check(const tokenizer *tok, const char *const *stop, const size_t 
  * it may be NULL only when n_stop is 0 and stop_text_push is never called. Returns 0, or -1 for a bad count or length.
  * Nothing to free. */
 int stop_text_init(stop_text *m, const tokenizer *tok, const char *const *stop, const size_t *stop_len, int32_t n_stop);
+/* The first n tokens pushed (≥ 0; 0, the default, is off) complete no stop string: vLLM's min_tokens, which holds
+ * stop strings back as it does the stop token ids. Call before the first push. */
+void stop_text_min_tokens(stop_text *m, int32_t n);
 /* The room stop_text_push needs for token id (0 for an id the tokenizer lacks), and its most over the vocabulary
  * (a scan of the vocabulary: call it once). */
 int64_t stop_text_room(const tokenizer *tok, int32_t id);

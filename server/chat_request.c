@@ -233,8 +233,6 @@ static int vars_parse(chat_ctx *c)
 static int unsupported(chat_ctx *c)
 {
 	json_t *v;
-	if ((v = field(c, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-		return fail(c, "logit_bias", "'logit_bias' is not supported");
 	if ((v = field(c, "response_format"))) {
 		json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
 		if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)

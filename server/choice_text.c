@@ -27,6 +27,11 @@ void choice_text_free(choice_text *c)
 	memset(c, 0, sizeof *c);
 }
 
+void choice_text_min_tokens(choice_text *c, int32_t n)
+{
+	stop_text_min_tokens(&c->st, n);
+}
+
 static int append(choice_text *c, const char *s, size_t n)
 {
 	if (c->len + n > c->cap) {

@@ -30,6 +30,9 @@ typedef struct choice_text {
 int choice_text_init(choice_text *c, const tokenizer *tok, const char *const *stop, const size_t *stop_len,
                      int32_t n_stop, int32_t max_tokens);
 void choice_text_free(choice_text *c);
+/* The first n tokens complete no stop string (min_tokens; stop_text_min_tokens, the engine thread's same rule). Call
+ * before the first push. */
+void choice_text_min_tokens(choice_text *c, int32_t n);
 /* Appends a generated token (special tokens, and ids beyond the tokenizer's vocabulary, add no text). After a stop
  * it does nothing. Returns 0, or -1 when out of memory. At most max_tokens tokens. */
 int choice_text_push(choice_text *c, int32_t id);

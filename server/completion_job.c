@@ -463,9 +463,23 @@ void cmpl_job_discard(cmpl_job *j)
 		job_free(j);
 }
 
+/* Adds id to the set ids[0 … *n) (room for SCHED_MAX_STOP_IDS) unless it is there. false: no room for it. */
+static bool ids_add(int32_t *ids, int32_t *n, int32_t id)
+{
+	for (int32_t k = 0; k < *n; k++)
+		if (ids[k] == id)
+			return true;
+	if (*n == SCHED_MAX_STOP_IDS)
+		return false;
+	ids[(*n)++] = id;
+	return true;
+}
+
 completion_limits cmpl_job_limits(const server_ctx *s)
 {
-	return (completion_limits){ (int32_t)s->cfg->max_n, s->max_tokens };
+	/* logit_bias and stop_token_ids name ids the sampler may draw: the model's rows the tokenizer can spell */
+	int32_t known = tokenizer_vocab_size(s->tok);
+	return (completion_limits){ (int32_t)s->cfg->max_n, s->max_tokens, known < s->vocab ? known : s->vocab };
 }
 
 enum MHD_Result cmpl_job_start(http_request *req, cmpl_job **out)
@@ -543,6 +557,33 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 		j->max_tokens = 16 < s->max_tokens ? 16 : s->max_tokens;
 	if (cr->max_tokens < 0 && j->max_tokens > s->ctx_len - longest)
 		j->max_tokens = s->ctx_len - longest;
+	if (cr->min_tokens > j->max_tokens) {   /* as vLLM, against max_tokens given or defaulted */
+		free(rp);
+		free(rs);
+		answered = http_reply_error(req, 400, "invalid_request_error", "min_tokens", "invalid_value",
+		                            "'min_tokens' (%lld) must not exceed max_tokens (%d)", (long long)cr->min_tokens,
+		                            j->max_tokens);
+		goto fail;
+	}
+	/* The ids that end a choice: the model's EOS ids (unless ignore_eos) and stop_token_ids; min_tokens holds back
+	 * both kinds, EOS under ignore_eos too (vLLM's all_stop_token_ids). The first set is in the second. */
+	int32_t stop_ids[SCHED_MAX_STOP_IDS], held_ids[SCHED_MAX_STOP_IDS], n_stop_ids = 0, n_held = 0;
+	bool fits = true;
+	for (int32_t i = 0; i < s->n_eos + cr->n_stop_token_ids && fits; i++) {
+		const bool eos = i < s->n_eos;
+		const int32_t id = eos ? s->eos_ids[i] : cr->stop_token_ids[i - s->n_eos];
+		fits = ids_add(held_ids, &n_held, id);
+		if (fits && !(eos && cr->ignore_eos))
+			ids_add(stop_ids, &n_stop_ids, id);
+	}
+	if (!fits) {
+		free(rp);
+		free(rs);
+		answered = http_reply_error(req, 400, "invalid_request_error", "stop_token_ids", "invalid_value",
+		                            "at most %d stop_token_ids besides the model's %d EOS ids",
+		                            SCHED_MAX_STOP_IDS - s->n_eos, s->n_eos);
+		goto fail;
+	}
 	uint64_t seed = cr->seed_set ? cr->seed : random_seed();
 	/* the prefix cache's tenant (docs/prefix_cache.md): the key's name unless the scope is global, then the salt; the
 	 * tags keep "key a, salt b" and "salt a\nb" apart (a name has no newline) */
@@ -562,6 +603,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 				answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
 				goto fail;
 			}
+			choice_text_min_tokens(&c->text, (int32_t)cr->min_tokens);   /* the engine thread's rule (sampling) */
 			sched_request_params *p = &rp[ci];
 			p->prompt = j->prompts[i].ids;
 			p->n_prompt = j->prompts[i].n_ids;
@@ -575,12 +617,18 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 			p->sampling.seed = seed + (uint64_t)k;   /* choice k of every prompt: seed + k, as if sent alone */
 			/* a model's vocabulary is often padded past its tokenizer's: never draw an id with no text */
 			p->sampling.vocab_limit = tokenizer_vocab_size(s->tok);
+			p->sampling.repetition_penalty = (float)cr->repetition_penalty;
+			p->sampling.bias = cr->bias;
+			p->sampling.n_bias = cr->n_bias;
+			p->sampling.min_tokens = (int32_t)cr->min_tokens;
+			p->sampling.min_tokens_ids = held_ids;
+			p->sampling.n_min_tokens_ids = n_held;
 			p->regime = s->regimes[j->regime];
 			p->cache_tenant = tenant;
 			p->logprobs = cr->logprobs;
 			p->prompt_logprobs = k == 0 && cr->echo && cr->logprobs >= 0;   /* one per prompt; its choices share it */
-			p->stop_ids = s->eos_ids;
-			p->n_stop_ids = s->n_eos;
+			p->stop_ids = stop_ids;
+			p->n_stop_ids = n_stop_ids;
 			p->stop = cr->stop;
 			p->stop_len = cr->stop_len;
 			p->n_stop = cr->n_stop;

@@ -188,13 +188,86 @@ static int stop_parse(parse_ctx *c, completion_request *r)
 	return 0;
 }
 
+/* A token id as a logit_bias key is written: decimal digits, no sign, no leading zero (so that no two keys name one
+ * id), below limit (0: INT32_MAX). -1 when it is not one. */
+static int64_t key_token_id(const char *k, int32_t limit)
+{
+	size_t n = strlen(k);
+	if (n == 0 || n > 10 || (n > 1 && k[0] == '0'))
+		return -1;
+	int64_t id = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k[i] < '0' || k[i] > '9')
+			return -1;
+		id = id * 10 + (k[i] - '0');
+	}
+	return id <= INT32_MAX && (limit <= 0 || id < limit) ? id : -1;
+}
+
+/* logit_bias, as OpenAI: {"token id": bias in [-100, 100]}, at most SAMPLER_MAX_BIAS entries; an id must be one of the
+ * model's tokens (lim->vocab). */
+static int bias_parse(parse_ctx *c, completion_request *r, const completion_limits *lim)
+{
+	json_t *v = field(c, "logit_bias");
+	if (!v)
+		return 0;
+	if (!json_is_object(v))
+		return fail(c, "logit_bias", "'logit_bias' must be an object mapping token ids (\"50256\") to biases in "
+		                             "[-100, 100]");
+	size_t n = json_object_size(v);
+	if (n > SAMPLER_MAX_BIAS)
+		return fail(c, "logit_bias", "'logit_bias' has %zu entries: at most %d", n, SAMPLER_MAX_BIAS);
+	if (n == 0)
+		return 0;
+	r->bias = malloc(n * sizeof *r->bias);
+	if (!r->bias)
+		return fail(c, "logit_bias", "out of memory");
+	const char *k;
+	json_t *b;
+	json_object_foreach(v, k, b) {
+		int64_t id = key_token_id(k, lim->vocab);
+		if (id < 0) {
+			if (lim->vocab > 0 && key_token_id(k, 0) >= 0)
+				return fail(c, "logit_bias", "logit_bias: token id %s is not in the vocabulary [0, %d)", k, lim->vocab);
+			return fail(c, "logit_bias", "logit_bias: the key '%.32s' is not a token id in decimal (\"50256\")", k);
+		}
+		if (!json_is_number(b) || !isfinite(json_number_value(b)) || fabs(json_number_value(b)) > 100)
+			return fail(c, "logit_bias", "logit_bias[\"%s\"] must be a number in [-100, 100]", k);
+		r->bias[r->n_bias++] = (sampler_bias){ (int32_t)id, (float)json_number_value(b) };
+	}
+	return 0;
+}
+
+/* stop_token_ids (vLLM): token ids that end a request as EOS does; repeated ids count once. */
+static int stop_ids_parse(parse_ctx *c, completion_request *r, const completion_limits *lim)
+{
+	json_t *v = field(c, "stop_token_ids");
+	if (!v)
+		return 0;
+	if (!json_is_array(v))
+		return fail(c, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+	const int64_t hi = lim->vocab > 0 ? lim->vocab : INT32_MAX;
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		json_t *e = json_array_get(v, i);
+		if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= hi)
+			return fail(c, "stop_token_ids", "stop_token_ids[%zu] is not a token id in [0, %lld)", i, (long long)hi);
+		int32_t id = (int32_t)json_integer_value(e), k = 0;
+		while (k < r->n_stop_token_ids && r->stop_token_ids[k] != id)
+			k++;
+		if (k < r->n_stop_token_ids)
+			continue;
+		if (r->n_stop_token_ids == SAMPLER_MAX_STOP_IDS)
+			return fail(c, "stop_token_ids", "more than %d stop_token_ids", SAMPLER_MAX_STOP_IDS);
+		r->stop_token_ids[r->n_stop_token_ids++] = id;
+	}
+	return 0;
+}
+
 static int unsupported(parse_ctx *c, completion_request *r)
 {
 	json_t *v;
 	if ((v = field(c, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
 		return fail(c, "suffix", "'suffix' is not supported");
-	if ((v = field(c, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-		return fail(c, "logit_bias", "'logit_bias' is not supported");
 	if ((v = field(c, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == r->n))
 		return fail(c, "best_of", "'best_of' other than n is not supported");
 	return 0;
@@ -206,6 +279,7 @@ void completion_request_defaults(completion_request *r)
 	r->max_tokens = -1;
 	r->temperature = 1.0;   /* OpenAI's default */
 	r->top_p = 1.0;
+	r->repetition_penalty = 1.0;
 	r->logprobs = -1;
 	r->n = 1;
 }
@@ -250,7 +324,8 @@ int completion_request_parse_shared(completion_request *r, const completion_limi
 	if (get_number(&c, "temperature", 0, 2, false, &r->temperature) ||
 	    get_number(&c, "top_p", 0, 1, true, &r->top_p) || get_number(&c, "min_p", 0, 1, false, &r->min_p) ||
 	    get_number(&c, "presence_penalty", -2, 2, false, &r->presence_penalty) ||
-	    get_number(&c, "frequency_penalty", -2, 2, false, &r->frequency_penalty))
+	    get_number(&c, "frequency_penalty", -2, 2, false, &r->frequency_penalty) ||
+	    get_number(&c, "repetition_penalty", 0, 2, true, &r->repetition_penalty))
 		return -1;
 	v = 0;
 	if (get_int(&c, "top_k", -1, INT32_MAX, NULL, &v))   /* -1 = off, as vLLM */
@@ -260,6 +335,9 @@ int completion_request_parse_shared(completion_request *r, const completion_limi
 		return -1;
 	r->seed = (uint64_t)v;
 	if (get_bool(&c, "stream", &r->stream) || stop_parse(&c, r))
+		return -1;
+	if (get_int(&c, "min_tokens", 0, lim->max_tokens, NULL, &r->min_tokens) ||
+	    get_bool(&c, "ignore_eos", &r->ignore_eos) || stop_ids_parse(&c, r, lim) || bias_parse(&c, r, lim))
 		return -1;
 	json_t *so = field(&c, "stream_options");
 	if (so) {
@@ -297,6 +375,7 @@ void completion_request_free(completion_request *r)
 	for (int32_t i = 0; i < r->n_prompts; i++)
 		free(r->prompts[i].ids);
 	free(r->prompts);
+	free(r->bias);
 	json_decref(r->json);
 	memset(r, 0, sizeof *r);
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sampler.h"
 #include "engine/stop_text.h"
 
 #define COMPLETION_MAX_STOP STOP_TEXT_MAX               /* stop strings, as OpenAI: what the engine matches */
@@ -42,11 +43,20 @@ typedef struct completion_request {
 	int32_t n;
 	const char *regime;                  /* aah_regime, or NULL */
 	const char *cache_salt;              /* vLLM's cache_salt (1 to COMPLETION_MAX_SALT bytes), or NULL */
+	sampler_bias *bias;                  /* logit_bias: n_bias ≤ SAMPLER_MAX_BIAS entries (owned), biases in [-100, 100] */
+	int32_t n_bias;
+	double repetition_penalty;           /* (0, 2]; 1 = off */
+	int64_t min_tokens;                  /* 0 … the cap of max_tokens (the job checks it against max_tokens) */
+	bool ignore_eos;
+	int32_t stop_token_ids[SAMPLER_MAX_STOP_IDS];   /* distinct, in the order given */
+	int32_t n_stop_token_ids;
 } completion_request;
 
 typedef struct completion_limits {
 	int32_t max_n;                       /* n × prompts at most */
 	int64_t max_tokens;                  /* the cap of max_tokens */
+	int32_t vocab;                       /* token ids below it are valid in logit_bias and stop_token_ids (the model's
+	                                      * rows the tokenizer can spell); 0: any id up to INT32_MAX (the engine checks) */
 } completion_limits;
 
 /* Parses a JSON body. Returns 0, or -1 with a message in err and the field's name in *param (NULL for the body
@@ -57,8 +67,9 @@ void completion_request_free(completion_request *r);
 
 /* The pieces of completion_request_parse that /v1/chat/completions shares (chat_request.c). _defaults sets every
  * field to its default; _load parses the body into r->json (an object) after the defaults; _parse_shared reads the
- * fields both endpoints have — model, aah_regime, n, max_tokens, temperature, top_p, min_p, top_k, the penalties,
- * seed, stop, stream, stream_options, cache_salt — from r->json. Each returns 0, or -1 with err and *param as above. */
+ * fields both endpoints have — model, aah_regime, n, max_tokens, temperature, top_p, min_p, top_k, the penalties
+ * (repetition_penalty too), seed, stop, stream, stream_options, cache_salt, logit_bias, min_tokens, ignore_eos,
+ * stop_token_ids — from r->json. Each returns 0, or -1 with err and *param as above. */
 void completion_request_defaults(completion_request *r);
 int completion_request_load(completion_request *r, const char *body, size_t len, char *err, size_t err_len,
                             const char **param);

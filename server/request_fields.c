@@ -12,8 +12,8 @@
 #define NO REQUEST_FIELD_REFUSED
 
 /* Implemented fields are read by completion_request.c and chat_request.c (with their own refusals of values they
- * cannot honour: a non-empty logit_bias, best_of other than n, …). A refused field passes when its value is the one
- * that changes nothing (see neutral()). */
+ * cannot honour: best_of other than n, a response_format other than text, …). A refused field passes when its value
+ * is the one that changes nothing (see neutral()). */
 static const request_field fields[] = {
 	/* OpenAI, both endpoints */
 	{ "model", C | H, IMPL, NULL },
@@ -63,11 +63,11 @@ static const request_field fields[] = {
 	{ "chat_template_kwargs", H, IMPL, NULL },
 	{ "continue_final_message", H, IMPL, NULL },
 	{ "chat_template", H, IMPL, NULL },
-	{ "repetition_penalty", C | H, NO, "not implemented yet ('repetition_penalty': 1 is accepted)" },
-	{ "min_tokens", C | H, NO, "not implemented yet ('min_tokens': 0 is accepted)" },
-	{ "ignore_eos", C | H, NO, "not implemented yet ('ignore_eos': false is accepted)" },
+	{ "repetition_penalty", C | H, IMPL, NULL },
+	{ "min_tokens", C | H, IMPL, NULL },
+	{ "ignore_eos", C | H, IMPL, NULL },
 	{ "priority", C | H, NO, "requests are served first come, first served ('priority': 0 is accepted)" },
-	{ "stop_token_ids", C | H, NO, "not implemented yet (an empty list is accepted); the model's EOS ids always stop" },
+	{ "stop_token_ids", C | H, IMPL, NULL },
 	{ "include_stop_str_in_output", C | H, NO, "stop strings are never returned ('include_stop_str_in_output': false "
 	                                           "is accepted)" },
 	{ "skip_special_tokens", C | H, NO, "special tokens are always skipped in the text ('skip_special_tokens': true "
@@ -114,17 +114,14 @@ static bool is_str(const json_t *v, const char *s)
 /* Whether a refused field's value is the one that changes nothing here. */
 static bool neutral(const char *name, const json_t *v)
 {
-	if (!strcmp(name, "repetition_penalty") || !strcmp(name, "length_penalty"))
+	if (!strcmp(name, "length_penalty"))
 		return is_num(v, 1);
-	if (!strcmp(name, "min_tokens") || !strcmp(name, "priority"))
+	if (!strcmp(name, "priority"))
 		return is_num(v, 0);
-	if (!strcmp(name, "ignore_eos") || !strcmp(name, "include_stop_str_in_output") ||
-	    !strcmp(name, "use_beam_search") || !strcmp(name, "store"))
+	if (!strcmp(name, "include_stop_str_in_output") || !strcmp(name, "use_beam_search") || !strcmp(name, "store"))
 		return json_is_false(v);
 	if (!strcmp(name, "skip_special_tokens") || !strcmp(name, "parallel_tool_calls") || !strcmp(name, "cache_prompt"))
 		return json_is_true(v);
-	if (!strcmp(name, "stop_token_ids"))
-		return json_is_array(v) && json_array_size(v) == 0;
 	if (!strcmp(name, "service_tier"))
 		return is_str(v, "auto") || is_str(v, "default");
 	return false;

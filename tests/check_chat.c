@@ -1,5 +1,5 @@
 /* tests/check_chat.c — Check suite for server/chat_request and server/chat_template: every field of a chat body
- * accepted or refused with its name, the messages turned into template variables (parts joined, members kept in
+ * accepted or refused with its name (the sampling fields it shares with /v1/completions too), the messages turned into template variables (parts joined, members kept in
  * order), and where a template comes from (a file, chat_template.jinja, tokenizer_config.json's string or named list,
  * none) with its bos_token and eos_token, rendered through server/jinja.h. */
 #include <check.h>
@@ -12,7 +12,7 @@
 #include "server/chat_template.h"
 #include "tests/test_env.h"
 
-static const completion_limits LIM = { 8, 256 };
+static const completion_limits LIM = { 8, 256, 0 };   /* vocab 0: ids unchecked (test_sampling_fields sets one) */
 
 /* Parses body; returns the status, with the refusal's param and message. */
 static int parse(chat_request *r, const char *body, const char **param, char *err, size_t err_len)
@@ -161,7 +161,13 @@ START_TEST(test_refusals)
 		{ "\"tool_choice\": \"required\"", "tool_choice", "not supported" },
 		{ "\"tool_choice\": {\"type\": \"function\"}", "tool_choice", "not supported" },
 		{ "\"response_format\": {\"type\": \"json_schema\"}", "response_format", "not supported" },
-		{ "\"logit_bias\": {\"1\": 5}", "logit_bias", "not supported" },
+		{ "\"logit_bias\": {\"x\": 5}", "logit_bias", "not a token id" },
+		{ "\"logit_bias\": {\"1\": 101}", "logit_bias", "[-100, 100]" },
+		{ "\"logit_bias\": [1]", "logit_bias", "object" },
+		{ "\"repetition_penalty\": 0", "repetition_penalty", "(0, 2]" },
+		{ "\"min_tokens\": 257", "min_tokens", "[0, 256]" },
+		{ "\"ignore_eos\": 1", "ignore_eos", "true or false" },
+		{ "\"stop_token_ids\": [-1]", "stop_token_ids", "token id" },
 		{ "\"functions\": []", "functions", "tools" },
 		{ "\"modalities\": [\"text\", \"audio\"]", "modalities", "not supported" },
 		{ "\"audio\": {}", "audio", "not supported" },
@@ -174,6 +180,100 @@ START_TEST(test_refusals)
 		snprintf(body, sizeof body, "{%s, %s}", ok, fields[i].field);
 		refused(body, fields[i].param, fields[i].says);
 	}
+}
+END_TEST
+
+/* The sampling fields both endpoints share (completion_request_parse_shared): logit_bias into (id, bias) entries with
+ * its keys and values checked against the vocabulary of the limits, stop_token_ids without repeats, the others in
+ * range; absent, each is off. */
+START_TEST(test_sampling_fields)
+{
+	const completion_limits lim = { 8, 256, 2051 };
+	chat_request r;
+	const char *p;
+	char err[512];
+	const char *msgs = "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]";
+	char body[1024];
+	snprintf(body, sizeof body, "{%s}", msgs);
+	ck_assert_int_eq(chat_request_parse(&r, body, strlen(body), &lim, err, sizeof err, &p), 0);
+	ck_assert_int_eq(r.base.n_bias, 0);
+	ck_assert(r.base.repetition_penalty == 1.0);
+	ck_assert_int_eq(r.base.min_tokens, 0);
+	ck_assert(!r.base.ignore_eos);
+	ck_assert_int_eq(r.base.n_stop_token_ids, 0);
+	chat_request_free(&r);
+
+	snprintf(body, sizeof body, "{%s, \"logit_bias\": {\"0\": -100, \"2050\": 100, \"17\": 2.5}, "
+	         "\"repetition_penalty\": 1.3, \"min_tokens\": 4, \"max_tokens\": 9, \"ignore_eos\": true, "
+	         "\"stop_token_ids\": [7, 2048, 7]}", msgs);
+	ck_assert_msg(chat_request_parse(&r, body, strlen(body), &lim, err, sizeof err, &p) == 0, "%s", err);
+	ck_assert_int_eq(r.base.n_bias, 3);
+	ck_assert(r.base.bias[0].id == 0 && r.base.bias[0].bias == -100.0f);
+	ck_assert(r.base.bias[1].id == 2050 && r.base.bias[1].bias == 100.0f);
+	ck_assert(r.base.bias[2].id == 17 && r.base.bias[2].bias == 2.5f);
+	ck_assert(r.base.repetition_penalty == 1.3);
+	ck_assert_int_eq(r.base.min_tokens, 4);
+	ck_assert(r.base.ignore_eos);
+	ck_assert_int_eq(r.base.n_stop_token_ids, 2);
+	ck_assert(r.base.stop_token_ids[0] == 7 && r.base.stop_token_ids[1] == 2048);
+	chat_request_free(&r);
+
+	static const struct { const char *field, *says; } bad[] = {
+		{ "\"logit_bias\": {\"2051\": 1}", "not in the vocabulary [0, 2051)" },   /* a padding row, or beyond */
+		{ "\"logit_bias\": {\"-1\": 1}", "not a token id" },
+		{ "\"logit_bias\": {\"+1\": 1}", "not a token id" },
+		{ "\"logit_bias\": {\"01\": 1}", "not a token id" },
+		{ "\"logit_bias\": {\"\": 1}", "not a token id" },
+		{ "\"logit_bias\": {\"1.0\": 1}", "not a token id" },
+		{ "\"logit_bias\": {\"99999999999\": 1}", "not a token id" },
+		{ "\"logit_bias\": {\"1\": \"5\"}", "[-100, 100]" },
+		{ "\"logit_bias\": {\"1\": -100.5}", "[-100, 100]" },
+		{ "\"repetition_penalty\": 2.5", "(0, 2]" },
+		{ "\"repetition_penalty\": \"1\"", "number" },
+		{ "\"min_tokens\": -1", "[0, 256]" },
+		{ "\"min_tokens\": 1.5", "integer" },
+		{ "\"stop_token_ids\": [2051]", "[0, 2051)" },
+		{ "\"stop_token_ids\": 5", "array" },
+		{ "\"stop_token_ids\": [\"5\"]", "token id" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		snprintf(body, sizeof body, "{%s, %s}", msgs, bad[i].field);
+		p = "unset";
+		ck_assert_msg(chat_request_parse(&r, body, strlen(body), &lim, err, sizeof err, &p) == -1, "accepted: %s", body);
+		const char *name = strchr(bad[i].field, '"') + 1;
+		ck_assert_msg(p && !strncmp(p, name, strlen(p)) && name[strlen(p)] == '"', "%s: param %s", body, p);
+		ck_assert_msg(strstr(err, bad[i].says) != NULL, "%s: '%s' does not say '%s'", body, err, bad[i].says);
+		chat_request_free(&r);
+	}
+
+	/* at most 1024 logit_bias entries; at most 64 distinct stop_token_ids */
+	size_t cap = 64 * 1024;
+	char *big = malloc(cap);
+	for (int n = 1024; n <= 1025; n++) {
+		size_t at = (size_t)snprintf(big, cap, "{%s, \"logit_bias\": {", msgs);
+		for (int i = 0; i < n; i++)
+			at += (size_t)snprintf(big + at, cap - at, "%s\"%d\": 1", i ? ", " : "", i);
+		snprintf(big + at, cap - at, "}}");
+		int rc = chat_request_parse(&r, big, strlen(big), &lim, err, sizeof err, &p);
+		ck_assert_msg(rc == (n == 1024 ? 0 : -1), "%d entries: %s", n, err);
+		if (rc == 0)
+			ck_assert_int_eq(r.base.n_bias, 1024);
+		else
+			ck_assert(!strcmp(p, "logit_bias") && strstr(err, "at most 1024"));
+		chat_request_free(&r);
+	}
+	for (int n = 64; n <= 65; n++) {
+		size_t at = (size_t)snprintf(big, cap, "{%s, \"stop_token_ids\": [", msgs);
+		for (int i = 0; i < n; i++)
+			at += (size_t)snprintf(big + at, cap - at, "%s%d, %d", i ? ", " : "", i, i);   /* each twice */
+		snprintf(big + at, cap - at, "]}");
+		int rc = chat_request_parse(&r, big, strlen(big), &lim, err, sizeof err, &p);
+		ck_assert_msg(rc == (n == 64 ? 0 : -1), "%d ids: %s", n, err);
+		if (rc != 0)
+			ck_assert(!strcmp(p, "stop_token_ids"));
+		chat_request_free(&r);
+	}
+	free(big);
 }
 END_TEST
 
@@ -335,6 +435,7 @@ static Suite *chat_suite(void)
 	tcase_add_test(req, test_defaults_and_fields);
 	tcase_add_test(req, test_messages_become_variables);
 	tcase_add_test(req, test_refusals);
+	tcase_add_test(req, test_sampling_fields);
 	tcase_add_test(req, test_message_count_bound);
 	suite_add_tcase(s, req);
 	TCase *tpl = tcase_create("template");

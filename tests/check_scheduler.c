@@ -224,6 +224,144 @@ START_TEST(test_stop_strings)
 }
 END_TEST
 
+/* ---- the sampling fields: min_tokens, ignore_eos, stop_token_ids, logit_bias, the repetition penalty ---- */
+
+static bool holds(const int32_t *ids, int32_t n, int32_t id)
+{
+	for (int32_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* One submission of requests that share a prompt (one prefill, the others fork it), each with its own adjustments:
+ * each ends as its lone run with the same sampler does, token for token — on the host path (its batched greedy pick
+ * declines the adjusted ones) and on the device path (the candidates decline logit_bias and the repetition penalty,
+ * and read the row) alike; run_tests.sh runs this suite both ways. And by construction: logit_bias +100 on an id the
+ * model never picks makes it the first token; min_tokens delays it; without the id among the stop ids (ignore_eos) it
+ * is an ordinary token to max_tokens; an extra stop id ends the request at its first appearance. */
+START_TEST(test_sampling_fields)
+{
+	enum { NP = 12, MAX = 10, K = 8 };
+	const int32_t vocab = engine_config(ref_eng)->vocab_size;
+	int32_t prompt[NP], plain[MAX];
+	make_prompt(prompt, NP, 21);
+	const sampler_params greedy = { .top_p = 1 };
+	ck_assert_int_eq(lone_run(prompt, NP, MAX, &greedy, NULL, 0, plain), MAX);
+	int32_t eos = 100;   /* an "EOS" the greedy text never holds */
+	while (holds(plain, MAX, eos))
+		eos++;
+	const int32_t x = plain[3];   /* a stop_token_ids id: the first place it appears ends the plain run */
+	int32_t x_at = 0;
+	while (plain[x_at] != x)
+		x_at++;
+	const int32_t eos_only[1] = { eos }, both[2] = { eos, x };
+	const sampler_bias force[1] = { { eos, 100.0f } };
+	const sampler_bias mix[2] = { { plain[0], -100.0f }, { 7, 3.0f } };
+	struct {
+		sampler_params sp;
+		const int32_t *stop;
+		int32_t n_stop;
+	} c[K] = {
+		{ { .top_p = 1, .bias = force, .n_bias = 1 }, eos_only, 1 },
+		{ { .top_p = 1, .bias = force, .n_bias = 1, .min_tokens = 4, .min_tokens_ids = eos_only, .n_min_tokens_ids = 1 },
+		  eos_only, 1 },
+		/* ignore_eos: EOS held back by min_tokens all the same (vLLM), then an ordinary token */
+		{ { .top_p = 1, .bias = force, .n_bias = 1, .min_tokens = 2, .min_tokens_ids = eos_only, .n_min_tokens_ids = 1 },
+		  NULL, 0 },
+		{ { .top_p = 1 }, both, 2 },
+		{ { .top_p = 1, .min_tokens = x_at + 1, .min_tokens_ids = both, .n_min_tokens_ids = 2 }, both, 2 },
+		{ { .temperature = 0.9f, .top_k = 30, .top_p = 1, .seed = 5, .repetition_penalty = 1.3f, .bias = mix,
+		    .n_bias = 2, .min_tokens = 3, .min_tokens_ids = both, .n_min_tokens_ids = 2 }, both, 2 },
+		{ { .top_p = 1, .repetition_penalty = 1.5f }, eos_only, 1 },
+		{ { .top_p = 1, .repetition_penalty = 1.0f }, eos_only, 1 },   /* 1: off */
+	};
+	sched_request_params rp[K];
+	sched_request *r[K];
+	char err[256];
+	for (int32_t i = 0; i < K; i++) {
+		rp[i] = req_params(prompt, NP, MAX);
+		rp[i].sampling = c[i].sp;
+		rp[i].stop_ids = c[i].stop;
+		rp[i].n_stop_ids = c[i].n_stop;
+	}
+	sched_metrics m0, m;
+	sched_metrics_get(sch, &m0);
+	ck_assert_int_eq(sched_submit(sch, rp, K, r, err, sizeof err), SCHED_OK);
+	int32_t got[K][MAX], n[K];
+	sched_result res[K];
+	for (int32_t i = 0; i < K; i++) {
+		res[i] = wait_end(r[i]);
+		int32_t want[MAX];
+		int32_t nw = lone_run(prompt, NP, MAX, &c[i].sp, c[i].stop, c[i].n_stop, want);
+		n[i] = res[i].n_tokens;
+		ck_assert_msg(n[i] == nw, "case %d: %d tokens, the lone run %d", i, n[i], nw);
+		memcpy(got[i], sched_request_tokens(r[i]), (size_t)n[i] * sizeof **got);
+		ck_assert_msg(!memcmp(got[i], want, (size_t)n[i] * sizeof *want), "case %d: other tokens than its lone run", i);
+		ck_assert_int_eq(res[i].finish, n[i] < MAX ? SCHED_FINISH_STOP : SCHED_FINISH_LENGTH);
+		sched_request_release(r[i]);
+	}
+	/* logit_bias +100: the forced id first, a stop */
+	ck_assert_int_eq(n[0], 0);
+	ck_assert_int_eq(res[0].stop_id, eos);
+	/* min_tokens 4 holds it back for four tokens, the greedy ones, then it stops */
+	ck_assert_int_eq(n[1], 4);
+	ck_assert_int_eq(res[1].stop_id, eos);
+	ck_assert_mem_eq(got[1], plain, 4 * sizeof *plain);
+	/* not a stop id (ignore_eos): two greedy tokens, then the forced id to max_tokens */
+	ck_assert_int_eq(res[2].finish, SCHED_FINISH_LENGTH);
+	ck_assert_int_eq(n[2], MAX);
+	ck_assert_mem_eq(got[2], plain, 2 * sizeof *plain);
+	for (int32_t k = 2; k < MAX; k++)
+		ck_assert_int_eq(got[2][k], eos);
+	/* an extra stop id ends the plain text where it first appears, and is not among the tokens */
+	ck_assert_int_eq(n[3], x_at);
+	ck_assert_int_eq(res[3].stop_id, x);
+	ck_assert_mem_eq(got[3], plain, (size_t)x_at * sizeof *plain);
+	/* held back up to and including its first place: the text goes on past it */
+	ck_assert_int_gt(n[4], x_at);
+	ck_assert(!holds(got[4], x_at + 1, x));
+	/* sampled: no stop id among its first three, never the id biased by -100 */
+	ck_assert_int_ge(n[5], 3);
+	ck_assert(!holds(got[5], 3, x) && !holds(got[5], n[5], plain[0]));
+	/* a repetition penalty of 1 is none */
+	ck_assert_int_eq(n[7], MAX);
+	ck_assert_mem_eq(got[7], plain, sizeof plain);
+
+	sched_metrics_get(sch, &m);
+	const uint64_t gen = m.generation_tokens - m0.generation_tokens, fetched = m.logits_rows_fetched -
+	                     m0.logits_rows_fetched, top = m.draws_from_top - m0.draws_from_top;
+	ck_assert_uint_le(top + fetched, gen);
+	if (m.device_sampling)
+		ck_assert_uint_gt(fetched, 0);   /* logit_bias and the repetition penalty read their rows */
+	else
+		ck_assert_uint_eq(fetched + top, 0);
+
+	/* refused at submit: ids out of range, a negative min_tokens, too many entries */
+	sched_request_params bad = req_params(prompt, NP, 4);
+	const sampler_bias far[1] = { { vocab, 1.0f } };
+	bad.sampling.bias = far;
+	bad.sampling.n_bias = 1;
+	ck_assert_int_eq(sched_submit(sch, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad = req_params(prompt, NP, 4);
+	const int32_t neg[1] = { -2 };
+	bad.sampling.min_tokens_ids = neg;
+	bad.sampling.n_min_tokens_ids = 1;
+	ck_assert_int_eq(sched_submit(sch, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad = req_params(prompt, NP, 4);
+	bad.stop_ids = neg;
+	bad.n_stop_ids = 1;
+	ck_assert_int_eq(sched_submit(sch, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad = req_params(prompt, NP, 4);
+	bad.sampling.min_tokens = -1;
+	ck_assert_int_eq(sched_submit(sch, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	bad = req_params(prompt, NP, 4);
+	bad.sampling.repetition_penalty = NAN;
+	ck_assert_int_eq(sched_submit(sch, &bad, 1, r, err, sizeof err), SCHED_ERR_INVALID);
+	ck_assert_int_eq(sched_busy(sch), 0);
+}
+END_TEST
+
 /* ---- finish reasons ---- */
 
 START_TEST(test_finish_reasons)
@@ -610,6 +748,7 @@ static Suite *scheduler_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_finish_reasons);
+	tcase_add_test(tc, test_sampling_fields);
 	tcase_add_test(tc, test_stop_strings);
 	tcase_add_test(tc, test_prompt_logprobs);
 	tcase_add_test(tc, test_cancel_frees_pages);

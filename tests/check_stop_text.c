@@ -1,7 +1,8 @@
 /* tests/check_stop_text.c — Check suite for engine/stop_text: the stop-string rule that the engine thread and the
  * server share, against a naive reference (the whole text decoded token by token and searched whole after each) over
  * seeded random token runs — byte tokens that split UTF-8 characters, special tokens, ids beyond the tokenizer, stop
- * strings that span many tokens — plus the end's U+FFFD, the room a token needs and invalid stop strings. */
+ * strings that span many tokens — also under min_tokens — plus the end's U+FFFD, the room a token needs and invalid
+ * stop strings. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,12 +63,15 @@ static void naive_push(naive *nv, int32_t id)
 	nv->len += (size_t)n;
 }
 
-/* The earliest occurrence of any stop string in the whole text (lower index first on a tie); -1: none. */
-static int32_t naive_find(const naive *nv, const char *const *stop, const size_t *len, int32_t n_stop, size_t *at)
+/* The earliest occurrence of any stop string in the whole text that ends past its first `after` bytes (lower index
+ * first on a tie); -1: none. */
+static int32_t naive_find(const naive *nv, const char *const *stop, const size_t *len, int32_t n_stop, size_t after,
+                          size_t *at)
 {
 	int32_t which = -1;
 	for (int32_t i = 0; i < n_stop; i++) {
-		const char *hit = memmem(nv->text, nv->len, stop[i], len[i]);
+		size_t from = after + 1 > len[i] ? after + 1 - len[i] : 0;   /* a start from here ends past `after` */
+		const char *hit = from <= nv->len ? memmem(nv->text + from, nv->len - from, stop[i], len[i]) : NULL;
 		if (hit && (which < 0 || (size_t)(hit - nv->text) < *at)) {
 			which = i;
 			*at = (size_t)(hit - nv->text);
@@ -89,12 +93,16 @@ static size_t naive_held(const naive *nv, const char *const *stop, const size_t 
 	return hold;
 }
 
-/* Pushes ids into m and the reference side by side: the same text, the same stopping token, the same place. Returns
- * the index of the token that stopped (-1: none, after finish). */
-static int32_t run_both(const int32_t *ids, int32_t n, const char *const *stop, const size_t *len, int32_t n_stop)
+/* Pushes ids into m and the reference side by side: the same text, the same stopping token, the same place. With
+ * min_tokens, vLLM's rule: no stop until more than min_tokens tokens are in, and then only an occurrence that ends
+ * past the text of the first min_tokens. Returns the index of the token that stopped (-1: none, after finish). */
+static int32_t run_both_min(const int32_t *ids, int32_t n, const char *const *stop, const size_t *len, int32_t n_stop,
+                            int32_t min_tokens)
 {
 	stop_text m;
 	ck_assert_int_eq(stop_text_init(&m, tok, stop, len, n_stop), 0);
+	stop_text_min_tokens(&m, min_tokens);
+	size_t after = 0;   /* bytes of the first min_tokens tokens' text */
 	static naive nv;
 	memset(&nv, 0, sizeof nv);
 	tokenizer_stream_init(&nv.ts, tok, true);
@@ -117,8 +125,10 @@ static int32_t run_both(const int32_t *ids, int32_t n, const char *const *stop, 
 		text_len += (size_t)w;
 		ck_assert_uint_eq(text_len, nv.len);
 		ck_assert(!memcmp(text, nv.text, nv.len));
+		if (i < min_tokens)
+			after = nv.len;
 		size_t at = 0;
-		int32_t which = naive_find(&nv, stop, len, n_stop, &at);
+		int32_t which = (i < n ? i + 1 : n) > min_tokens ? naive_find(&nv, stop, len, n_stop, after, &at) : -1;
 		ck_assert_msg(m.stopped == (which >= 0), "token %d: stop_text %s, the reference %s", i,
 		              m.stopped ? "stopped" : "goes on", which >= 0 ? "stops" : "goes on");
 		if (which >= 0) {
@@ -140,6 +150,11 @@ static int32_t run_both(const int32_t *ids, int32_t n, const char *const *stop, 
 	return stopped_at;
 }
 
+static int32_t run_both(const int32_t *ids, int32_t n, const char *const *stop, const size_t *len, int32_t n_stop)
+{
+	return run_both_min(ids, n, stop, len, n_stop, 0);
+}
+
 /* ---- tests ---- */
 
 /* Seeded random runs: words, byte tokens that split characters (some never completed), special tokens and ids beyond
@@ -150,7 +165,7 @@ START_TEST(test_random_runs)
 	rng_state = 20240611;
 	static const char *words[] = { "Hello", " world", ",", " the", " weather", " today", "\n", " is", " 42", " ok" };
 	const char *utf8[] = { "\xe2\x82\xac", "\xc3\xa9", "\xf0\x9f\x98\x80", "\xe4\xb8\xad" };   /* €, é, 😀, 中 */
-	int32_t stopped = 0, runs = 400;
+	int32_t stopped = 0, held_back = 0, runs = 400;
 	for (int32_t run = 0; run < runs; run++) {
 		int32_t ids[256], n = 0;
 		while (n < 120) {
@@ -197,8 +212,46 @@ START_TEST(test_random_runs)
 			len[i] = l;
 		}
 		stopped += run_both(ids, n, stop, len, n_stop) >= 0;
+		/* the same run under min_tokens: a stop ending in the first tokens' text never counts, later ones do */
+		int32_t min_tokens = (int32_t)(rng_u64() % 40);
+		int32_t at = run_both_min(ids, n, stop, len, n_stop, min_tokens);
+		held_back += at >= min_tokens;
+		ck_assert(at < 0 || at >= min_tokens);
 	}
 	ck_assert_int_gt(stopped, runs / 2);   /* most runs do meet a stop */
+	ck_assert_int_gt(held_back, runs / 4);
+}
+END_TEST
+
+/* min_tokens over a known text: "ab" occurs in the first token's text and again later; with min_tokens 1 the first
+ * does not count (though it stays in the kept tail) and the second does; one that begins in the held-back text and
+ * ends after it counts. */
+START_TEST(test_min_tokens)
+{
+	int32_t ids[64];
+	int32_t n = encode("ab ab cd", ids, 64);
+	ck_assert_int_ge(n, 3);
+	const char *stop[1] = { "ab" };
+	size_t len[1] = { 2 };
+	size_t first_end;   /* where the first "ab" ends in the text */
+	{
+		static naive nv;
+		memset(&nv, 0, sizeof nv);
+		tokenizer_stream_init(&nv.ts, tok, true);
+		naive_push(&nv, ids[0]);
+		first_end = nv.len;
+	}
+	ck_assert_uint_ge(first_end, 2);   /* the first token holds "ab" */
+	int32_t plain = run_both_min(ids, n, stop, len, 1, 0), held = run_both_min(ids, n, stop, len, 1, 1);
+	ck_assert_int_eq(plain, 0);
+	ck_assert_int_gt(held, 0);
+	/* every token held back: no stop at all, not even at the end */
+	ck_assert_int_eq(run_both_min(ids, n, stop, len, 1, n), -1);
+	/* a stop across the boundary of the held-back text: "b cd" begins in the held-back tokens and ends in the last */
+	const char *across[1] = { "b cd" };
+	size_t across_len[1] = { 4 };
+	int32_t at = run_both_min(ids, n, across, across_len, 1, n - 1);
+	ck_assert_int_eq(at, n - 1);
 }
 END_TEST
 
@@ -324,6 +377,7 @@ static Suite *stop_text_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_random_runs);
 	tcase_add_test(tc, test_long_stop);
+	tcase_add_test(tc, test_min_tokens);
 	tcase_add_test(tc, test_split_character);
 	tcase_add_test(tc, test_end_replacement);
 	tcase_add_test(tc, test_room);

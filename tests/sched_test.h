@@ -115,6 +115,7 @@ static inline int32_t lone_run_lp(const int32_t *prompt, int32_t n_prompt, int32
 	float *logits = malloc((size_t)vocab * sizeof *logits);
 	sampler smp;
 	ck_assert_int_eq(sampler_init(&smp, sp, vocab), 0);
+	sampler_prompt(&smp, prompt, n_prompt);   /* as the scheduler does: the repetition penalty counts the prompt */
 	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
 	ck_assert_int_ge(seq, 0);
 	engine_item it = { seq, prompt, n_prompt, false, false };

@@ -13,7 +13,7 @@ const char *fuzz_corpus_dir = "tests/fuzz/corpus/chat_request";
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	chat_request r;
-	completion_limits lim = { 16, 4096 };
+	completion_limits lim = { 16, 4096, 2051 };
 	char err[512];
 	const char *param;
 	if (chat_request_parse(&r, (const char *)data, size, &lim, err, sizeof err, &param) == 0) {

@@ -243,8 +243,8 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
       // refused with a value that would change the output, on both endpoints (server/request_fields.c)
       const refused = [['structured_outputs', { json: {} }], ['guided_json', {}], ['guided_regex', 'a+'],
         ['guided_choice', ['a', 'b']], ['guided_grammar', 'root ::= "a"'], ['grammar', 'root ::= "a"'],
-        ['json_schema', { type: 'object' }], ['repetition_penalty', 1.2], ['min_tokens', 4], ['ignore_eos', true],
-        ['priority', 3], ['stop_token_ids', [5]], ['include_stop_str_in_output', true], ['logits_processors', ['x']],
+        ['json_schema', { type: 'object' }], ['priority', 3], ['include_stop_str_in_output', true],
+        ['logits_processors', ['x']],
         ['allowed_token_ids', [1]], ['prompt_logprobs', 1], ['n_predict', 5], ['use_beam_search', true]];
       for (const [name, value] of refused) {
         for (const [which, r] of [['chat', await post(srv, { messages: M, max_tokens: 1, [name]: value })],
