@@ -122,7 +122,7 @@ $(BUILD)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(BUILD)/libaah.a
 # `make fuzz` builds real libFuzzer binaries with clang into $(BUILD)/fuzz/.
 $(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/libaah.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter-out %.a,$^) $(filter %.a,$^) $(LIBS)
 
 # Tools made of several files: tools/aah_NAME.c plus its modules in tools/NAME/ (aah-convert: tools/convert/*.c),
 # linked before libaah.a; a Check suite of a tool's module links that module.
@@ -147,11 +147,13 @@ $(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
 $(BUILD)/tests/check_http_answer: $(BUILD)/obj/server/http_answer.o
 $(BUILD)/tests/check_log_limit: $(BUILD)/obj/server/log_limit.o $(BUILD)/obj/server/log.o
 $(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
-$(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o $(BUILD)/obj/server/request_fields.o
+$(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o $(BUILD)/obj/server/request_fields.o \
+                                        $(BUILD)/obj/server/constraint.o
 $(BUILD)/tests/fuzz_chat_request: $(BUILD)/obj/server/chat_request.o $(BUILD)/obj/server/completion_request.o \
-                                  $(BUILD)/obj/server/request_fields.o
+                                  $(BUILD)/obj/server/request_fields.o $(BUILD)/obj/server/constraint.o
 # the chat request parser and the template's sources, with the Jinja2 interpreter (server/jinja*.c)
 CHAT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,server/chat_request.c server/completion_request.c server/request_fields.c \
+              server/constraint.c \
               server/chat_template.c \
               $(wildcard server/jinja*.c))
 $(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/libaah.a
@@ -175,7 +177,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/chat_request.c server/http_credentials.c server/api_keys.c server/http_framing.c \
+	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/constraint.c server/chat_request.c server/http_credentials.c server/api_keys.c server/http_framing.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    $(wildcard server/jinja*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"

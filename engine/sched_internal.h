@@ -40,6 +40,8 @@ struct sched_request {
 
 	/* the engine thread's */
 	sampler smp;
+	grammar_matcher *gm;              /* the output's grammar, or NULL */
+	uint32_t *mask;                   /* gm's allowed tokens, one bit per logits column */
 	stop_text stop;                   /* the stop strings, and the text's tail they are matched against */
 	double t_admit, t_first, t_last;
 

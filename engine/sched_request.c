@@ -26,6 +26,8 @@ static int64_t pages_max(const sched *s, int32_t regime, int64_t len)
 static void request_free(sched_request *r)
 {
 	sampler_free(&r->smp);
+	grammar_matcher_free(r->gm);
+	free(r->mask);
 	free(r->prompt);
 	free(r->tenant);
 	free(r->tokens);
@@ -83,6 +85,11 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 	int bad = !r->prompt || !r->tokens || (p->cache_tenant && *p->cache_tenant && !r->tenant) ||
 	          sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
 	          stop_text_init(&r->stop, s->p.tok, p->stop, p->stop_len, p->n_stop) != 0;   /* validate checked it */
+	if (!bad && p->grammar) {
+		r->gm = grammar_matcher_new(p->grammar);
+		r->mask = malloc((size_t)(s->vocab + 31) / 32 * sizeof *r->mask);
+		bad = !r->gm || !r->mask;
+	}
 	if (!bad && p->logprobs >= 0)
 		bad = lp_rows_alloc(&r->gen_lp, p->max_tokens, n_top);
 	if (!bad && p->prompt_logprobs)
@@ -133,6 +140,11 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 		}
 	if (sampler_params_check(&p->sampling, s->vocab, err, err_len) != 0)
 		return SCHED_ERR_INVALID;
+	if (p->grammar && grammar_vocab_size(grammar_of_vocab(p->grammar)) != s->vocab) {
+		snprintf(err, err_len, "the grammar was compiled for %d logits columns, the model has %d",
+		         grammar_vocab_size(grammar_of_vocab(p->grammar)), s->vocab);
+		return SCHED_ERR_INVALID;
+	}
 	/* stop strings: each within the engine matcher's limits, and none without the scheduler's tokenizer */
 	if (stop_text_check(s->p.tok, p->stop, p->stop_len, p->n_stop, err, err_len) != 0)
 		return SCHED_ERR_INVALID;

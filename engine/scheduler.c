@@ -270,6 +270,27 @@ static bool logprobs_from_top(sched *s, const sched_row *src, int32_t id, sched_
 	return sampler_logprobs_top(&t, st.lse, id, n_lp, lp, ids, lps) == 0;
 }
 
+/* Ends a constrained request whose grammar admits nothing longer (SCHED_FINISH_STOP); returns whether it did. */
+static bool grammar_end(sched *s, sched_request *r, sched_slot *sl)
+{
+	if (!grammar_matcher_must_end(r->gm))
+		return false;
+	r->result.grammar_complete = true;
+	pthread_mutex_lock(&s->metrics_mu);
+	s->m.constrained_complete++;
+	pthread_mutex_unlock(&s->metrics_mu);
+	request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
+	return true;
+}
+
+static void grammar_error(sched *s, sched_request *r, sched_slot *sl, const char *why)
+{
+	pthread_mutex_lock(&s->metrics_mu);
+	s->m.constrained_errors++;
+	pthread_mutex_unlock(&s->metrics_mu);
+	request_end(s, r, sl, SCHED_FINISH_ERROR, why);
+}
+
 /* Samples the next token of sl from its logits row (src: on the host, or its candidates first and the row only when
  * they do not decide); ends the request when it is complete. */
 static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
@@ -284,11 +305,31 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
 		return;
 	}
-	int32_t id = src->greedy_id;
+	const uint32_t *mask = NULL;
+	if (r->gm) {
+		if (grammar_end(s, r, sl))
+			return;
+		double t0 = aah_now_s();
+		int64_t n_allowed = grammar_matcher_mask(r->gm, r->mask);
+		bool can_end = grammar_matcher_can_end(r->gm);
+		double dt = aah_now_s() - t0;
+		pthread_mutex_lock(&s->metrics_mu);
+		histogram_observe(&s->m.grammar_mask, dt);
+		pthread_mutex_unlock(&s->metrics_mu);
+		if (n_allowed < 0) {
+			grammar_error(s, r, sl, grammar_matcher_error(r->gm));
+			return;
+		}
+		if (can_end)   /* the stop ids only where the grammar may end */
+			for (int32_t i = 0; i < r->n_stop_ids; i++)
+				r->mask[r->stop_ids[i] >> 5] |= 1u << (r->stop_ids[i] & 31);
+		mask = r->mask;
+	}
+	int32_t id = mask ? -1 : src->greedy_id;
 	bool from_top = false;
 	/* the candidates' sum is at the row's temperature: a follower at another one reads the row */
 	if (id < 0 && src->top.n > 0 && (r->smp.p.temperature <= 0 || r->smp.p.temperature == src->temperature)) {
-		id = sampler_sample_top(&r->smp, &src->top);
+		id = sampler_sample_top_masked(&r->smp, &src->top, mask);
 		from_top = id >= 0;
 	}
 	if (id < 0) {
@@ -296,9 +337,13 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 			request_end(s, r, sl, SCHED_FINISH_ERROR, "the backend failed to read back a logits row");
 			return;
 		}
-		id = sampler_sample(&r->smp, row);
-		if (id < 0) {   /* min_tokens' ban left nothing: a vocabulary of stop ids alone */
-			request_end(s, r, sl, SCHED_FINISH_ERROR, "no token may be drawn: every id is held back");
+		id = sampler_sample_masked(&r->smp, row, mask);
+		if (id < 0) {
+			if (mask)   /* the grammar allows only ids that min_tokens holds back, or none the vocabulary has */
+				grammar_error(s, r, sl, "the grammar allows no token here that may be drawn (min_tokens holds "
+				              "back the ends, or no token of the vocabulary continues it)");
+			else        /* min_tokens' ban left nothing: a vocabulary of stop ids alone */
+				request_end(s, r, sl, SCHED_FINISH_ERROR, "no token may be drawn: every id is held back");
 			return;
 		}
 	}
@@ -327,9 +372,20 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 	for (int32_t i = 0; i < r->n_stop_ids; i++)
 		if (id == r->stop_ids[i]) {
 			r->result.stop_id = id;
+			if (r->gm) {   /* the mask let it through: the grammar may end here */
+				r->result.grammar_complete = true;
+				pthread_mutex_lock(&s->metrics_mu);
+				s->m.constrained_complete++;
+				pthread_mutex_unlock(&s->metrics_mu);
+			}
 			request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
 			return;
 		}
+	if (r->gm && grammar_matcher_accept(r->gm, id) < 0) {   /* cannot happen but for a bound: the mask allowed it */
+		grammar_error(s, r, sl, grammar_matcher_error(r->gm)[0] ? grammar_matcher_error(r->gm) :
+		              "the grammar refused the token its mask allowed");
+		return;
+	}
 	if (r->logprobs >= 0) {
 		if (!row && logprobs_from_top(s, src, id, &r->gen_lp, sl->n_tokens)) {
 			pthread_mutex_lock(&s->metrics_mu);
@@ -357,6 +413,9 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 			return;
 		}
 	}
+	/* a grammar that admits nothing longer ends the output here, without a step for an end token */
+	if (r->gm && grammar_end(s, r, sl))
+		return;
 	/* the next step would append this token at position n_prompt + n_tokens - 1 */
 	if (sl->n_tokens >= r->max_tokens || (int64_t)r->n_prompt + sl->n_tokens > s->ctx_len) {
 		request_end(s, r, sl, SCHED_FINISH_LENGTH, NULL);
@@ -472,6 +531,11 @@ static int32_t prefix_leader(sched *s, const sched_slot *sl)
 static void slot_start(sched *s, sched_request *r, double t)
 {
 	r->t_admit = t;
+	if (r->gm) {
+		pthread_mutex_lock(&s->metrics_mu);
+		s->m.constrained_requests++;
+		pthread_mutex_unlock(&s->metrics_mu);
+	}
 	int32_t k = 0;
 	while (s->slots[k].r || s->slots[k].state != SCHED_SLOT_IDLE)
 		k++;   /* n_running ≤ max_seqs guarantees one */
@@ -695,7 +759,7 @@ static void sched_step(sched *s)
 	int32_t n_greedy = 0, greedy_cols = 0;
 	for (int32_t i = 0; i < n_items && !dev; i++) {
 		sched_slot *sl = &s->slots[s->item_slot[i]];
-		int32_t cols = sl->state == SCHED_SLOT_DECODE ? sampler_greedy_cols(&sl->r->smp) : 0;
+		int32_t cols = sl->state == SCHED_SLOT_DECODE && !sl->r->gm ? sampler_greedy_cols(&sl->r->smp) : 0;
 		if (cols == 0 || (n_greedy > 0 && cols != greedy_cols))
 			continue;
 		greedy_cols = cols;
@@ -852,6 +916,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	histogram_init(&s->m.ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
 	histogram_init(&s->m.inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
 	histogram_init(&s->m.duration, duration_bounds, (int32_t)(sizeof duration_bounds / sizeof *duration_bounds));
+	static const double mask_bounds[] = { 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 0.1 };
+	histogram_init(&s->m.grammar_mask, mask_bounds, (int32_t)(sizeof mask_bounds / sizeof *mask_bounds));
 
 	/* Logits rows per step: one per slot, plus the rows of prompt chunks that want every position (echo with
 	 * logprobs), which get about 64 MiB of logits. */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
 #include "engine/stop_text.h"
 #include "models/tokenizer.h"
@@ -97,6 +98,12 @@ typedef struct sched_request_params {
 	const char *const *stop;
 	const size_t *stop_len;
 	int32_t n_stop;
+	/* A constrained request: the grammar its output must be a sentence of (engine/grammar/grammar.h), compiled against
+	 * a vocabulary of the engine's logits width; the request holds a reference while it lives. Each step draws from
+	 * the tokens the grammar allows (the stop ids only where the grammar may end); the request ends with
+	 * SCHED_FINISH_STOP as soon as the grammar admits nothing longer, and an error of the matcher (a bound) ends it
+	 * with SCHED_FINISH_ERROR. Log-probabilities stay those of the raw logits. NULL: free output. */
+	grammar *grammar;
 	sched_notify_fn notify;   /* optional */
 	void *notify_ctx;
 } sched_request_params;
@@ -129,6 +136,7 @@ typedef struct sched_result {
 	double queue_s;           /* submit → admitted */
 	double ttft_s;            /* submit → first token (or prompt done when max_tokens is 0); -1 if none */
 	double duration_s;        /* submit → end */
+	bool grammar_complete;    /* a constrained request ended because its grammar admits nothing longer */
 	int32_t cached_tokens;    /* prompt tokens that came from the prefix cache instead of a prefill (a choice that
 	                           * forked another's prefill: 0, the prompt is counted once, under the one that ran it) */
 	char err[256];            /* SCHED_FINISH_ERROR: why */
@@ -171,6 +179,10 @@ typedef struct sched_metrics {
 	int32_t n_regimes;
 	sched_regime_totals regimes[SCHED_MAX_REGIMES];
 	engine_prefix_stats prefix;   /* the prefix cache (engine.h), as of the last step */
+	/* Constrained decoding: requests admitted with a grammar, those the grammar ended (complete), those a matcher's
+	 * bound ended (error), and the time of each token mask (grammar_matcher_mask) on the engine thread. */
+	uint64_t constrained_requests, constrained_complete, constrained_errors;
+	sched_histogram grammar_mask;
 } sched_metrics;
 
 /* Starts the engine thread, which owns e from now on: no other thread may call engine functions until

@@ -233,11 +233,6 @@ static int vars_parse(chat_ctx *c)
 static int unsupported(chat_ctx *c)
 {
 	json_t *v;
-	if ((v = field(c, "response_format"))) {
-		json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-		if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-			return fail(c, "response_format", "'response_format' other than {\"type\": \"text\"} is not supported");
-	}
 	if ((v = field(c, "tool_choice")) &&
 	    !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
 		return fail(c, "tool_choice",

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "server/log.h"
 
 /* ---- life cycle ---- */
@@ -27,6 +28,7 @@ static void job_free(cmpl_job *j)
 	free(j->choices);
 	free(j->owned_text);
 	completion_request_free(&j->req);
+	grammar_unref(j->grammar);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
 }
@@ -584,6 +586,21 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 		                            SCHED_MAX_STOP_IDS - s->n_eos, s->n_eos);
 		goto fail;
 	}
+	/* the constraint, compiled against the model's vocabulary (or found in the cache): a refusal names its field */
+	if (cr->constraint.gbnf) {
+		bool hit;
+		double t0 = aah_now_s();
+		j->grammar = grammar_cache_get(s->grammars, cr->constraint.gbnf, cr->constraint.gbnf_len, &hit, err,
+		                               sizeof err);
+		server_metrics_grammar(&s->metrics, cr->constraint.kind, hit, j->grammar != NULL, aah_now_s() - t0);
+		if (!j->grammar) {
+			free(rp);
+			free(rs);
+			answered = http_reply_error(req, 400, "invalid_request_error", cr->constraint.field, "invalid_value",
+			                            "'%s': %s", cr->constraint.field, err);
+			goto fail;
+		}
+	}
 	uint64_t seed = cr->seed_set ? cr->seed : random_seed();
 	/* the prefix cache's tenant (docs/prefix_cache.md): the key's name unless the scope is global, then the salt; the
 	 * tags keep "key a, salt b" and "salt a\nb" apart (a name has no newline) */
@@ -632,6 +649,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 			p->stop = cr->stop;
 			p->stop_len = cr->stop_len;
 			p->n_stop = cr->n_stop;
+			p->grammar = j->grammar;
 			p->notify = job_notify;
 			p->notify_ctx = j;
 			if (k == 0)

@@ -61,6 +61,7 @@ typedef struct cmpl_job {
 	                                   * added when tokenizing it) and max_tokens defaults to the cap */
 	char *owned_text;                 /* text a prompt of req points into that the job owns (chat: the rendered
 	                                   * template), or NULL; freed with the job */
+	struct grammar *grammar;          /* the compiled constraint of req, or NULL; a reference */
 	bool failed;                      /* the engine refused a choice, or its text could not grow (err says which) */
 	char err[320];
 } cmpl_job;

@@ -293,6 +293,10 @@ int completion_request_load(completion_request *r, const char *body, size_t len,
 	/* jansson refuses invalid UTF-8 and "\u0000" in strings, duplicate keys with this flag, and numbers beyond
 	 * int64 or double */
 	r->json = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	/* an integer past int64 (a JSON Schema's enum or bound, say) is valid JSON: read every integer as a double then,
+	 * as JavaScript does; the integer fields accept integral doubles */
+	if (!r->json && strstr(jerr.text, "too big integer"))
+		r->json = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
 	parse_ctx c = { r->json, err, err_len, param };
 	if (!r->json)
 		return fail(&c, NULL, "the request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
@@ -313,6 +317,8 @@ int completion_request_parse_shared(completion_request *r, const completion_limi
 		return -1;
 	if (r->cache_salt && (!*r->cache_salt || strlen(r->cache_salt) > COMPLETION_MAX_SALT))
 		return fail(&c, "cache_salt", "'cache_salt' must be a string of 1 to %d bytes", COMPLETION_MAX_SALT);
+	if (constraint_parse(r->json, &r->constraint, err, err_len, param) != 0)
+		return -1;
 	v = 1;
 	if (get_int(&c, "n", 1, lim->max_n, NULL, &v))
 		return -1;
@@ -376,6 +382,7 @@ void completion_request_free(completion_request *r)
 		free(r->prompts[i].ids);
 	free(r->prompts);
 	free(r->bias);
+	constraint_free(&r->constraint);
 	json_decref(r->json);
 	memset(r, 0, sizeof *r);
 }

@@ -10,6 +10,7 @@
 
 #include "engine/sampler.h"
 #include "engine/stop_text.h"
+#include "server/constraint.h"
 
 #define COMPLETION_MAX_STOP STOP_TEXT_MAX               /* stop strings, as OpenAI: what the engine matches */
 #define COMPLETION_MAX_STOP_BYTES STOP_TEXT_MAX_BYTES
@@ -50,6 +51,8 @@ typedef struct completion_request {
 	bool ignore_eos;
 	int32_t stop_token_ids[SAMPLER_MAX_STOP_IDS];   /* distinct, in the order given */
 	int32_t n_stop_token_ids;
+	constraint constraint;               /* the output constraint (response_format, structured_outputs, guided_*,
+	                                      * grammar, json_schema) as GBNF text, or none (server/constraint.h) */
 } completion_request;
 
 typedef struct completion_limits {

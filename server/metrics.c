@@ -20,6 +20,31 @@ void server_metrics_count_chat(server_metrics *m, int status)
 		atomic_fetch_add(&m->chat_by_status[status], 1);
 }
 
+static const char *const grammar_kinds[SERVER_GRAMMAR_KINDS] = { "json_schema", "json_object", "regex", "choice",
+                                                                  "grammar" };
+static const double compile_bounds[SERVER_COMPILE_BOUNDS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5 };
+
+void server_metrics_grammar(server_metrics *m, const char *kind, bool hit, bool ok, double seconds)
+{
+	for (int i = 0; i < SERVER_GRAMMAR_KINDS; i++)
+		if (kind && !strcmp(kind, grammar_kinds[i]))
+			atomic_fetch_add(&m->constrained[i], 1);
+	if (hit) {
+		atomic_fetch_add(&m->grammar_hits, 1);
+		return;
+	}
+	atomic_fetch_add(&m->grammar_misses, 1);
+	if (!ok) {
+		atomic_fetch_add(&m->grammar_errors, 1);
+		return;
+	}
+	int b = 0;
+	while (b < SERVER_COMPILE_BOUNDS && seconds > compile_bounds[b])
+		b++;
+	atomic_fetch_add(&m->compile_counts[b], 1);
+	atomic_fetch_add(&m->compile_us, (uint_fast64_t)(seconds * 1e6 + 0.5));
+}
+
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -123,6 +148,55 @@ static void per_regime(FILE *f, const sched_metrics *m, const char *name, const 
 }
 
 /* aahd_backend_info{backend="cuda",device="NVIDIA H200, …"} 1, from a description "NAME (DEVICE)". */
+/* Constrained decoding (docs/structured-output.md): the server's counts and the engine thread's mask times. */
+static void grammar_metrics(FILE *f, server_metrics *sm, const sched_metrics *m)
+{
+	family(f, "aahd_constrained_requests_total", "counter",
+	       "Requests whose output was constrained, by the kind of constraint (a 400 at compile included).");
+	for (int i = 0; i < SERVER_GRAMMAR_KINDS; i++)
+		fprintf(f, "aahd_constrained_requests_total{kind=\"%s\"} %llu\n", grammar_kinds[i],
+		        (unsigned long long)atomic_load(&sm->constrained[i]));
+	family(f, "aahd_grammar_cache_hits_total", "counter", "Constraints whose compiled grammar was in the cache.");
+	fprintf(f, "aahd_grammar_cache_hits_total %llu\n", (unsigned long long)atomic_load(&sm->grammar_hits));
+	family(f, "aahd_grammar_cache_misses_total", "counter", "Constraints compiled (the refused ones included).");
+	fprintf(f, "aahd_grammar_cache_misses_total %llu\n", (unsigned long long)atomic_load(&sm->grammar_misses));
+	family(f, "aahd_grammar_compile_errors_total", "counter", "Grammars refused at compile (a 400 naming the field).");
+	fprintf(f, "aahd_grammar_compile_errors_total %llu\n", (unsigned long long)atomic_load(&sm->grammar_errors));
+	family(f, "aahd_grammar_compile_seconds", "histogram",
+	       "Time to compile a grammar against the vocabulary, its mask warm-up included (cache misses only).");
+	uint64_t cum = 0;
+	for (int b = 0; b <= SERVER_COMPILE_BOUNDS; b++) {
+		cum += atomic_load(&sm->compile_counts[b]);
+		if (b < SERVER_COMPILE_BOUNDS)
+			fprintf(f, "aahd_grammar_compile_seconds_bucket{le=\"%g\"} %llu\n", compile_bounds[b],
+			        (unsigned long long)cum);
+		else
+			fprintf(f, "aahd_grammar_compile_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	}
+	fprintf(f, "aahd_grammar_compile_seconds_sum %.6f\naahd_grammar_compile_seconds_count %llu\n",
+	        (double)atomic_load(&sm->compile_us) / 1e6, (unsigned long long)cum);
+	family(f, "aahd_constrained_sequences_total", "counter", "Sequences (choices) admitted with a grammar.");
+	fprintf(f, "aahd_constrained_sequences_total %llu\n", (unsigned long long)m->constrained_requests);
+	family(f, "aahd_constrained_complete_total", "counter",
+	       "Constrained sequences that ended because their grammar was complete.");
+	fprintf(f, "aahd_constrained_complete_total %llu\n", (unsigned long long)m->constrained_complete);
+	family(f, "aahd_constrained_errors_total", "counter",
+	       "Constrained sequences ended by a bound of the matcher (nesting, ambiguity; finish_reason error).");
+	fprintf(f, "aahd_constrained_errors_total %llu\n", (unsigned long long)m->constrained_errors);
+	family(f, "aahd_grammar_mask_seconds", "histogram", "Time to compute one token mask on the engine thread.");
+	const sched_histogram *h = &m->grammar_mask;
+	cum = 0;
+	for (int32_t b = 0; b <= h->n_bounds; b++) {
+		cum += h->counts[b];
+		if (b < h->n_bounds)
+			fprintf(f, "aahd_grammar_mask_seconds_bucket{le=\"%g\"} %llu\n", h->bounds[b], (unsigned long long)cum);
+		else
+			fprintf(f, "aahd_grammar_mask_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	}
+	fprintf(f, "aahd_grammar_mask_seconds_sum %.9g\naahd_grammar_mask_seconds_count %llu\n", h->sum,
+	        (unsigned long long)h->count);
+}
+
 /* The prefix cache's counters (their names: docs/architecture.md), at 0 when it is off. */
 static void prefix_cache_metrics(FILE *f, const engine_prefix_stats *p)
 {
@@ -264,6 +338,7 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 	family(f, "aahd_kv_cache_bytes_capacity", "gauge", "KV cache page pool in bytes.");
 	fprintf(f, "aahd_kv_cache_bytes_capacity %lld\n", (long long)m->kv_bytes_capacity);
 	prefix_cache_metrics(f, &m->prefix);
+	grammar_metrics(f, sm, m);
 	per_regime(f, m, "aahd_kv_memory_ratio",
 	           "Peak KV bytes over what full attention would hold for the same tokens, summed over sequences, per regime.",
 	           2);

@@ -12,7 +12,7 @@
 #define NO REQUEST_FIELD_REFUSED
 
 /* Implemented fields are read by completion_request.c and chat_request.c (with their own refusals of values they
- * cannot honour: best_of other than n, a response_format other than text, …). A refused field passes when its value
+ * cannot honour: best_of other than n, …; the constraint fields in server/constraint.c). A refused field passes when its value
  * is the one that changes nothing (see neutral()). */
 static const request_field fields[] = {
 	/* OpenAI, both endpoints */
@@ -41,7 +41,7 @@ static const request_field fields[] = {
 	{ "top_logprobs", H, IMPL, NULL },
 	{ "tools", H, IMPL, NULL },
 	{ "tool_choice", H, IMPL, NULL },
-	{ "response_format", H, IMPL, NULL },
+	{ "response_format", C | H, IMPL, NULL },
 	{ "functions", H, IMPL, NULL },
 	{ "function_call", H, IMPL, NULL },
 	{ "modalities", H, IMPL, NULL },
@@ -74,13 +74,13 @@ static const request_field fields[] = {
 	                                    "is accepted)" },
 	{ "length_penalty", C | H, NO, "no beam search ('length_penalty': 1 is accepted)" },
 	{ "use_beam_search", C | H, NO, "no beam search ('use_beam_search': false is accepted)" },
-	{ "structured_outputs", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "guided_json", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "guided_regex", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "guided_choice", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "guided_grammar", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "guided_whitespace_pattern", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "guided_decoding_backend", C | H, NO, "constrained decoding is not implemented yet" },
+	{ "structured_outputs", C | H, IMPL, NULL },
+	{ "guided_json", C | H, IMPL, NULL },
+	{ "guided_regex", C | H, IMPL, NULL },
+	{ "guided_choice", C | H, IMPL, NULL },
+	{ "guided_grammar", C | H, IMPL, NULL },
+	{ "guided_whitespace_pattern", C | H, NO, "the JSON grammars allow a fixed, bounded whitespace (null is accepted)" },
+	{ "guided_decoding_backend", C | H, NOOP, "aahd has one constrained-decoding engine (engine/grammar/)" },
 	{ "allowed_token_ids", C | H, NO, "not implemented" },
 	{ "bad_words", C | H, NO, "not implemented" },
 	{ "logits_processors", C | H, NO, "aahd runs no client code" },
@@ -89,8 +89,8 @@ static const request_field fields[] = {
 	{ "return_tokens_as_token_ids", C | H, NO, "not implemented" },
 	{ "documents", H, NO, "pass documents in the messages" },
 	/* llama-server's */
-	{ "grammar", C | H, NO, "constrained decoding is not implemented yet" },
-	{ "json_schema", C | H, NO, "constrained decoding is not implemented yet" },
+	{ "grammar", C | H, IMPL, NULL },
+	{ "json_schema", C | H, IMPL, NULL },
 	{ "n_predict", C | H, NO, "send 'max_tokens'" },
 	{ "cache_prompt", C | H, NO, "the prefix cache is the server's (prefix_cache); 'cache_prompt': true is accepted" },
 };

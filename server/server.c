@@ -156,6 +156,13 @@ int server_run(const aahd_config *cfg)
 	srv->max_tokens = cfg->max_tokens > 0 && cfg->max_tokens < srv->ctx_len ? (int32_t)cfg->max_tokens : srv->ctx_len;
 	eos_add(srv, tokenizer_eos(srv->tok));
 	eos_add(srv, mc->eos_token_id);
+	/* constrained decoding: the tokens' bytes in a trie (about 50 ms for Qwen3's vocabulary), once */
+	srv->gvocab = grammar_vocab_new(srv->tok, srv->vocab, err, sizeof err);
+	srv->grammars = srv->gvocab ? grammar_cache_new(srv->gvocab, 64) : NULL;
+	if (!srv->grammars) {
+		log_msg(LOG_ERROR, NULL, "constrained decoding: %s", srv->gvocab ? "out of memory" : err);
+		goto done;
+	}
 	srv->n_regimes = engine_regime_count(e) < SCHED_MAX_REGIMES ? engine_regime_count(e) : SCHED_MAX_REGIMES;
 	for (int32_t i = 0; i < srv->n_regimes; i++)
 		snprintf(srv->regimes[i], sizeof srv->regimes[i], "%s", engine_regime_name(e, i));
@@ -243,6 +250,8 @@ done:
 	http_server_stop(http);   /* (stopped already after a signal) */
 	sched_free(srv->sch);
 	engine_free(e);
+	grammar_cache_free(srv->grammars);   /* after the scheduler: its requests held grammars */
+	grammar_vocab_free(srv->gvocab);
 	tokenizer_free(srv->tok);
 	chat_template_free(srv->chat);
 	api_keys_free(&srv->keys);

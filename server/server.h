@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "engine/grammar/grammar_cache.h"
 #include "engine/scheduler.h"
 #include "models/tokenizer.h"
 #include "server/api_keys.h"
@@ -21,6 +22,8 @@ typedef struct server_ctx {
 	api_keys keys;                    /* api_keys's and api_key's (named "default"); none: no authentication */
 	bool cache_per_key;               /* prefix_cache_scope = key: a request's key is part of its cache tenant */
 	tokenizer *tok;
+	struct grammar_vocab *gvocab;     /* tok's tokens in a trie, over the model's logits width (constrained decoding) */
+	struct grammar_cache *grammars;   /* compiled grammars by their GBNF text */
 	sched *sch;                       /* owns the engine; HTTP threads only submit and read */
 	char model_name[256];
 	time_t created;

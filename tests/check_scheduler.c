@@ -741,6 +741,182 @@ START_TEST(test_metrics)
 }
 END_TEST
 
+
+/* ---- constrained decoding ---- */
+
+/* The lone run of a constrained request: the mask of a fresh matcher at each step (the stop ids where the grammar
+ * may end), sampler_sample_masked, until a stop id, the grammar's end or max_tokens. */
+static int32_t lone_run_grammar(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, const sampler_params *sp,
+                                const int32_t *stop_ids, int32_t n_stop, grammar *g, int32_t *out, bool *complete)
+{
+	char err[256];
+	const int32_t vocab = engine_config(ref_eng)->vocab_size;
+	float *logits = malloc((size_t)vocab * sizeof *logits);
+	uint32_t *mask = malloc((size_t)(vocab + 31) / 32 * 4);
+	sampler smp;
+	ck_assert_int_eq(sampler_init(&smp, sp, vocab), 0);
+	sampler_prompt(&smp, prompt, n_prompt);
+	grammar_matcher *m = grammar_matcher_new(g);
+	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
+	engine_item it = { seq, prompt, n_prompt, false, false };
+	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
+	int32_t n = 0;
+	*complete = false;
+	while (n < max_tokens) {
+		if (grammar_matcher_must_end(m)) {
+			*complete = true;
+			break;
+		}
+		ck_assert_int_ge(grammar_matcher_mask(m, mask), 0);
+		if (grammar_matcher_can_end(m))
+			for (int32_t i = 0; i < n_stop; i++)
+				mask[stop_ids[i] >> 5] |= 1u << (stop_ids[i] & 31);
+		int32_t id = sampler_sample_masked(&smp, logits, mask);
+		ck_assert_int_ge(id, 0);
+		sampler_accept(&smp, id);
+		bool stop = false;
+		for (int32_t i = 0; i < n_stop; i++)
+			stop |= id == stop_ids[i];
+		if (stop) {
+			*complete = true;
+			break;
+		}
+		ck_assert_int_eq(grammar_matcher_accept(m, id), 0);
+		out[n++] = id;
+		if (grammar_matcher_must_end(m)) {
+			*complete = true;
+			break;
+		}
+		if (n == max_tokens)
+			break;
+		engine_item step = { seq, &id, 1, false, false };
+		ck_assert_msg(engine_forward(ref_eng, &step, 1, logits, err, sizeof err) == 0, "%s", err);
+	}
+	engine_seq_close(ref_eng, seq);
+	grammar_matcher_free(m);
+	sampler_free(&smp);
+	free(mask);
+	free(logits);
+	return n;
+}
+
+/* Constrained and free requests in one batch: each constrained output is a sentence of its grammar and the same
+ * tokens as its lone masked run (greedy and seeded samples); the free ones are untouched; a grammar that admits
+ * nothing longer ends the request with a stop and no step for an end token; an empty language ends it at once; a
+ * grammar of another vocabulary width is refused; the metrics count it all. */
+START_TEST(test_constrained)
+{
+	enum { NP = 10, MAX = 40, K = 6 };
+	char err[256], dir[1024];
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", testdata());
+	tokenizer *tk = tokenizer_load(dir, err, sizeof err);
+	ck_assert_msg(tk != NULL, "%s", err);
+	const int32_t vocab = engine_config(ref_eng)->vocab_size;
+	grammar_vocab *gv = grammar_vocab_new(tk, vocab, err, sizeof err);
+	ck_assert_msg(gv != NULL, "%s", err);
+	const char *src = "root ::= \"{\\\"a\\\": \" [0-9]{1,3} \", \\\"b\\\": \\\"\" [a-z ]{0,12} \"\\\"}\"";
+	grammar *g = grammar_compile(gv, src, strlen(src), err, sizeof err);
+	ck_assert_msg(g != NULL, "%s", err);
+	/* a language with optional tail: the stop id may end it early */
+	const char *src2 = "root ::= [a-e]+ (\" \" [a-e]+){0,6}";
+	grammar *g2 = grammar_compile(gv, src2, strlen(src2), err, sizeof err);
+	ck_assert_msg(g2 != NULL, "%s", err);
+	int32_t prompt[NP];
+	make_prompt(prompt, NP, 77);
+	const int32_t stop[1] = { 5 };
+	struct {
+		sampler_params sp;
+		grammar *g;
+	} c[K] = {
+		{ { .top_p = 1 }, g },
+		{ { .temperature = 1.0f, .top_p = 1, .seed = 11 }, g },
+		{ { .temperature = 1.0f, .top_k = 20, .top_p = 0.9f, .seed = 12 }, g2 },
+		{ { .top_p = 1 }, NULL },
+		{ { .temperature = 0.8f, .top_p = 1, .seed = 13 }, NULL },
+		{ { .temperature = 1.2f, .top_p = 1, .seed = 14, .repetition_penalty = 1.2f }, g2 },
+	};
+	sched_request_params rp[K];
+	sched_request *r[K];
+	for (int32_t i = 0; i < K; i++) {
+		rp[i] = req_params(prompt, NP, MAX);
+		rp[i].sampling = c[i].sp;
+		rp[i].stop_ids = stop;
+		rp[i].n_stop_ids = 1;
+		rp[i].grammar = c[i].g;
+	}
+	sched_metrics m0, m;
+	sched_metrics_get(sch, &m0);
+	/* one at a time, so that each is its own submission (no shared prefill decides anything here) */
+	for (int32_t i = 0; i < K; i++)
+		ck_assert_int_eq(sched_submit(sch, &rp[i], 1, &r[i], err, sizeof err), SCHED_OK);
+	int32_t n_constrained = 0;
+	for (int32_t i = 0; i < K; i++) {
+		sched_result res = wait_end(r[i]);
+		int32_t want[MAX];
+		bool complete = false;
+		int32_t nw = c[i].g ? lone_run_grammar(prompt, NP, MAX, &c[i].sp, stop, 1, c[i].g, want, &complete)
+		                    : lone_run(prompt, NP, MAX, &c[i].sp, stop, 1, want);
+		ck_assert_msg(res.n_tokens == nw, "case %d: %d tokens, the lone run %d", i, res.n_tokens, nw);
+		ck_assert_msg(!memcmp(sched_request_tokens(r[i]), want, (size_t)nw * sizeof *want),
+		              "case %d: other tokens than its lone run", i);
+		if (!c[i].g) {
+			ck_assert(!res.grammar_complete);
+			sched_request_release(r[i]);
+			continue;
+		}
+		n_constrained++;
+		/* the output is a sentence of the grammar (or a prefix, when max_tokens cut it) */
+		grammar_matcher *mm = grammar_matcher_new(c[i].g);
+		for (int32_t k = 0; k < res.n_tokens; k++)
+			ck_assert_int_eq(grammar_matcher_accept(mm, sched_request_tokens(r[i])[k]), 0);
+		ck_assert_int_eq(res.grammar_complete, complete);
+		if (res.finish == SCHED_FINISH_STOP) {
+			ck_assert(res.grammar_complete);
+			ck_assert(grammar_matcher_can_end(mm));
+		} else {
+			ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
+			ck_assert_int_eq(res.n_tokens, MAX);
+		}
+		if (res.stop_id < 0 && res.finish == SCHED_FINISH_STOP)
+			ck_assert(grammar_matcher_must_end(mm));   /* ended by the grammar, not by an end token */
+		grammar_matcher_free(mm);
+		sched_request_release(r[i]);
+	}
+	/* the first grammar always closes within MAX tokens: greedy ends complete */
+	/* an empty language: done before any token */
+	const char *empty = "root ::= \"\"";
+	grammar *g3 = grammar_compile(gv, empty, strlen(empty), err, sizeof err);
+	ck_assert_ptr_nonnull(g3);
+	sched_request_params e = req_params(prompt, NP, MAX);
+	e.grammar = g3;
+	sched_request *re;
+	ck_assert_int_eq(sched_submit(sch, &e, 1, &re, err, sizeof err), SCHED_OK);
+	sched_result rr = wait_end(re);
+	ck_assert_int_eq(rr.finish, SCHED_FINISH_STOP);
+	ck_assert_int_eq(rr.n_tokens, 0);
+	ck_assert(rr.grammar_complete);
+	sched_request_release(re);
+	/* a grammar compiled for another width is refused */
+	grammar_vocab *gv2 = grammar_vocab_new(tk, vocab + 1, err, sizeof err);
+	grammar *g4 = grammar_compile(gv2, empty, strlen(empty), err, sizeof err);
+	e.grammar = g4;
+	ck_assert_int_eq(sched_submit(sch, &e, 1, &re, err, sizeof err), SCHED_ERR_INVALID);
+	ck_assert_msg(strstr(err, "logits columns") != NULL, "%s", err);
+	sched_metrics_get(sch, &m);
+	ck_assert_int_eq(m.constrained_requests - m0.constrained_requests, (uint64_t)n_constrained + 1);
+	ck_assert_uint_ge(m.grammar_mask.count - m0.grammar_mask.count, 1);
+	ck_assert_int_eq(m.constrained_errors - m0.constrained_errors, 0);
+	/* the requests hold their own references: the grammars outlive them only as long as we keep ours */
+	grammar_unref(g);
+	grammar_unref(g2);
+	grammar_unref(g3);
+	grammar_unref(g4);
+	grammar_vocab_free(gv);
+	grammar_vocab_free(gv2);
+	tokenizer_free(tk);
+}
+END_TEST
+
 static Suite *scheduler_suite(void)
 {
 	Suite *s = suite_create("scheduler");
@@ -749,6 +925,7 @@ static Suite *scheduler_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_finish_reasons);
 	tcase_add_test(tc, test_sampling_fields);
+	tcase_add_test(tc, test_constrained);
 	tcase_add_test(tc, test_stop_strings);
 	tcase_add_test(tc, test_prompt_logprobs);
 	tcase_add_test(tc, test_cancel_frees_pages);

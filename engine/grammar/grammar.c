@@ -1911,6 +1911,11 @@ void grammar_unref(grammar *g)
 	free(g);
 }
 
+const grammar_vocab *grammar_of_vocab(const grammar *g)
+{
+	return g->v;
+}
+
 double grammar_compile_seconds(const grammar *g)
 {
 	return g->compile_s;

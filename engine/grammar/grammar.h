@@ -64,6 +64,7 @@ void grammar_vocab_set_warm(grammar_vocab *v, double seconds);
  * reference, or NULL with a message in err. */
 grammar *grammar_compile(const grammar_vocab *v, const char *gbnf, size_t len, char *err, size_t err_len);
 grammar *grammar_ref(grammar *g);
+const grammar_vocab *grammar_of_vocab(const grammar *g);   /* the vocabulary it was compiled against */
 void grammar_unref(grammar *g);   /* frees it with its last reference (NULL: nothing) */
 /* Wall time grammar_compile took, in seconds. */
 double grammar_compile_seconds(const grammar *g);

@@ -1,0 +1,4 @@
+abc
+def
+"quoted"
+\backé
