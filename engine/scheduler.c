@@ -285,6 +285,7 @@ static bool grammar_end(sched *s, sched_request *r, sched_slot *sl)
 
 static void grammar_error(sched *s, sched_request *r, sched_slot *sl, const char *why)
 {
+	r->result.grammar_failed = true;
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.constrained_errors++;
 	pthread_mutex_unlock(&s->metrics_mu);

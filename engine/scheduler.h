@@ -137,6 +137,7 @@ typedef struct sched_result {
 	double ttft_s;            /* submit → first token (or prompt done when max_tokens is 0); -1 if none */
 	double duration_s;        /* submit → end */
 	bool grammar_complete;    /* a constrained request ended because its grammar admits nothing longer */
+	bool grammar_failed;      /* SCHED_FINISH_ERROR from the request's grammar (a bound of its matcher), not the engine */
 	int32_t cached_tokens;    /* prompt tokens that came from the prefix cache instead of a prefill (a choice that
 	                           * forked another's prefill: 0, the prompt is counted once, under the one that ran it) */
 	char err[256];            /* SCHED_FINISH_ERROR: why */

@@ -231,6 +231,9 @@ enum MHD_Result api_chat_completions(http_request *req)
 	if (done <= 0)
 		return done == 0 ? MHD_YES : MHD_NO;
 	job_note(req, j, j->req.prompts[0].text_len);
+	if (j->failed && j->fail_status == 400)
+		return http_reply_error(req, 400, "invalid_request_error", j->req.constraint.field, "grammar_failed", "%s",
+		                        j->err);
 	if (j->failed)
 		return http_reply_error(req, 500, "server_error", NULL, NULL, "%s", j->err);
 	return http_reply_json(req, 200, response_json(j));

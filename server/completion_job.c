@@ -167,7 +167,12 @@ bool cmpl_job_poll(cmpl_job *j)
 			c->finish_reason = "abort";   /* shutdown grace passed, or the client went away */
 		if (c->result.finish == SCHED_FINISH_ERROR) {
 			j->failed = true;
-			snprintf(j->err, sizeof j->err, "the engine failed: %s", c->result.err);
+			if (c->result.grammar_failed) {   /* the request's grammar, not the server: a 400 naming its field */
+				j->fail_status = 400;
+				snprintf(j->err, sizeof j->err, "'%s': %s", j->req.constraint.field, c->result.err);
+			} else {
+				snprintf(j->err, sizeof j->err, "the engine failed: %s", c->result.err);
+			}
 		}
 	}
 	return all;

@@ -62,6 +62,7 @@ typedef struct cmpl_job {
 	char *owned_text;                 /* text a prompt of req points into that the job owns (chat: the rendered
 	                                   * template), or NULL; freed with the job */
 	struct grammar *grammar;          /* the compiled constraint of req, or NULL; a reference */
+	int fail_status;                  /* with failed: 500, or 400 when the request's own grammar failed (a bound) */
 	bool failed;                      /* the engine refused a choice, or its text could not grow (err says which) */
 	char err[320];
 } cmpl_job;

@@ -1,16 +1,22 @@
 /* tools/aah_bench.c — benchmarks measured side by side in one run: this machine's streaming-read bandwidth,
  * then prefill and decode speed of a model with the weight bytes per token and the bandwidth they imply. */
+#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/parse_num.h"
 #include "engine/engine.h"
+#include "engine/grammar/grammar_cache.h"
+#include "engine/grammar/json_schema.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/weight_quant.h"
@@ -1124,6 +1130,243 @@ static int bench_prefix_fill(const char *dir, int32_t threads, const char *regim
 	return 0;
 }
 
+
+/* ---- --constrained: decode with and without a grammar (engine/grammar/) ---- */
+
+typedef struct cons_schema {
+	char name[128];
+	char *gbnf;
+} cons_schema;
+
+static int strcmp_ptr(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The schemas of PATH: one file (a JSON Schema, or a corpus file {"schema": …}), or every *.json of a folder. */
+static int32_t cons_load(const char *path, cons_schema **out)
+{
+	char err[512];
+	struct stat st;
+	char **files = NULL;
+	int32_t n_files = 0;
+	if (stat(path, &st) != 0) {
+		fprintf(stderr, "aah-bench: --constrained %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		DIR *d = opendir(path);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			size_t l = strlen(de->d_name);
+			if (l > 5 && !strcmp(de->d_name + l - 5, ".json")) {
+				files = realloc(files, (size_t)(n_files + 1) * sizeof *files);
+				files[n_files] = malloc(strlen(path) + l + 2);
+				sprintf(files[n_files++], "%s/%s", path, de->d_name);
+			}
+		}
+		if (d)
+			closedir(d);
+		qsort(files, (size_t)n_files, sizeof *files, strcmp_ptr);
+	} else {
+		files = malloc(sizeof *files);
+		files[n_files++] = strdup(path);
+	}
+	cons_schema *cs = calloc((size_t)(n_files ? n_files : 1), sizeof *cs);
+	int32_t n = 0;
+	for (int32_t i = 0; i < n_files; i++) {
+		json_error_t je;
+		json_t *j = json_load_file(files[i], JSON_DECODE_ANY, &je);
+		const json_t *schema = j && json_is_object(j) && json_object_get(j, "schema") ? json_object_get(j, "schema") : j;
+		char *g = schema ? json_schema_to_gbnf(schema, err, sizeof err) : NULL;
+		if (!g)
+			fprintf(stderr, "aah-bench: %s: skipped: %s\n", files[i], j ? err : je.text);
+		else {
+			const char *base = strrchr(files[i], '/');
+			snprintf(cs[n].name, sizeof cs[n].name, "%s", base ? base + 1 : files[i]);
+			cs[n++].gbnf = g;
+		}
+		json_decref(j);
+		free(files[i]);
+	}
+	free(files);
+	*out = cs;
+	return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* One request through the scheduler: decode tokens/s (first token to last), the tokens. */
+static int cons_run(sched *s, const int32_t *prompt, int32_t n_prompt, int32_t n_gen, grammar *g, uint64_t seed,
+                    double *tps, int32_t *out, int32_t *n_out)
+{
+	char err[512];
+	sched_request_params rp = { .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen, .logprobs = -1,
+	                            .grammar = g };
+	rp.sampling.temperature = 1;
+	rp.sampling.top_p = 1;
+	rp.sampling.seed = seed;
+	sched_request *r;
+	if (sched_submit(s, &rp, 1, &r, err, sizeof err) != SCHED_OK) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return -1;
+	}
+	sched_view v = { 0 };
+	while (v.finish == SCHED_FINISH_NONE)
+		sched_request_wait(r, v.version, 10000, &v);
+	sched_result res;
+	sched_request_result(r, &res);
+	*n_out = res.n_tokens;
+	memcpy(out, sched_request_tokens(r), (size_t)res.n_tokens * sizeof *out);
+	*tps = res.n_tokens > 1 ? (res.n_tokens - 1) / (res.duration_s - res.ttft_s) : 0;
+	sched_request_release(r);
+	return res.finish == SCHED_FINISH_ERROR ? -1 : 0;
+}
+
+static int bench_constrained(const char *schema_path, const char *dir, int32_t threads, int32_t n_gen, int32_t reps)
+{
+	char err[512];
+	cons_schema *cs = NULL;
+	int32_t n_cs = cons_load(schema_path, &cs);
+	if (n_cs <= 0)
+		return 1;
+	const char *q = n_weight_types ? weight_quantize(0) : NULL;
+	engine_params ep = { .backend = backend_name, .n_threads = threads, .max_seqs = 1, .ctx_len = n_gen + 64,
+	                     .max_batch_tokens = 64, .kv_dtype = kv_types[0], .quantize = q };
+	engine *e;
+	if (engine_init(&e, dir, &ep, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return 1;
+	}
+	char mdir[4096];
+	tokenizer *tk = aah_resolve_model_dir(dir, -1, mdir, sizeof mdir, err, sizeof err) == 0
+	                        ? tokenizer_load(mdir, err, sizeof err) : NULL;
+	if (!tk) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		engine_free(e);
+		return 1;
+	}
+	const int32_t V = engine_config(e)->vocab_size;
+	double t0 = now_s();
+	grammar_vocab *gv = grammar_vocab_new(tk, V, err, sizeof err);
+	double vocab_s = now_s() - t0;
+	sched_params sp = { .max_seqs = 1, .queue_length = 4, .step_tokens = 64, .tok = tk };
+	sched *s;
+	if (!gv || sched_init(&s, e, &ep, &sp, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return 1;
+	}
+	char wl[64];
+	printf("constrained decoding: %s, %s weights, vocabulary %d (trie built in %.1f ms), batch 1, temperature 1, up "
+	       "to %d tokens, best of %d; %d schema%s from %s\n", dir, n_weight_types ? weight_label(0, wl, sizeof wl) :
+	       "file", V, vocab_s * 1e3, n_gen, reps, n_cs, n_cs == 1 ? "" : "s", schema_path);
+	printf("%-34s %9s %9s %7s %9s %9s %6s %10s %10s %7s\n", "schema", "compile", "cached", "tokens", "free t/s",
+	       "cons t/s", "ratio", "mask mean", "mask p99", "masks");
+	const char *prompt_text = "Here is the record as JSON:";
+	int32_t prompt[64];
+	int64_t n_prompt = tokenizer_encode(tk, prompt_text, strlen(prompt_text), true, prompt, 64, err, sizeof err);
+	int32_t *toks = malloc((size_t)n_gen * sizeof *toks);
+	uint32_t *bits = malloc((size_t)(V + 31) / 32 * sizeof *bits);
+	double *all_mask = NULL;
+	int64_t n_all = 0;
+	double max_compile = 0, sum_ratio = 0, free_total = 0, cons_total = 0;
+	int rc = 0;
+	for (int32_t k = 0; k < n_cs && n_prompt > 0; k++) {
+		grammar_cache *gc = grammar_cache_new(gv, 4);
+		bool hit;
+		t0 = now_s();
+		grammar *g = grammar_cache_get(gc, cs[k].gbnf, strlen(cs[k].gbnf), &hit, err, sizeof err);
+		double compile_s = now_s() - t0;
+		t0 = now_s();
+		grammar *g2 = g ? grammar_cache_get(gc, cs[k].gbnf, strlen(cs[k].gbnf), &hit, err, sizeof err) : NULL;
+		double cached_s = now_s() - t0;
+		grammar_unref(g2);
+		if (!g) {
+			printf("%-34s refused: %s\n", cs[k].name, err);
+			grammar_cache_free(gc);
+			continue;
+		}
+		if (compile_s > max_compile)
+			max_compile = compile_s;
+		/* free and constrained in turn, reps times: the best of each */
+		double best_free = 0, best_cons = 0;
+		int32_t n_tok = 0;
+		for (int32_t rep = 0; rep < reps; rep++) {
+			double tps;
+			int32_t n;
+			if (cons_run(s, prompt, (int32_t)n_prompt, n_gen, NULL, 7 + (uint64_t)rep, &tps, toks, &n) != 0)
+				rc = 1;
+			if (tps > best_free)
+				best_free = tps;
+			if (cons_run(s, prompt, (int32_t)n_prompt, n_gen, g, 7 + (uint64_t)rep, &tps, toks, &n) != 0)
+				rc = 1;
+			if (tps > best_cons)
+				best_cons = tps;
+			n_tok = n;
+		}
+		/* the masks of the last constrained output again, each timed, on a grammar compiled afresh (its caches
+		 * cold but for the compile's warm-up): what a new schema's first request pays */
+		grammar *fresh = grammar_compile(gv, cs[k].gbnf, strlen(cs[k].gbnf), err, sizeof err);
+		grammar_matcher *m = fresh ? grammar_matcher_new(fresh) : NULL;
+		double *mt = malloc((size_t)(n_tok + 1) * sizeof *mt);
+		int32_t n_mt = 0;
+		for (int32_t i = 0; m && i <= n_tok; i++) {
+			if (grammar_matcher_must_end(m))
+				break;
+			double a = now_s();
+			grammar_matcher_mask(m, bits);
+			mt[n_mt++] = now_s() - a;
+			if (i < n_tok && grammar_matcher_accept(m, toks[i]) != 0)
+				break;
+		}
+		double mean = 0;
+		for (int32_t i = 0; i < n_mt; i++)
+			mean += mt[i] / n_mt;
+		all_mask = realloc(all_mask, (size_t)(n_all + n_mt) * sizeof *all_mask);
+		memcpy(all_mask + n_all, mt, (size_t)n_mt * sizeof *mt);
+		n_all += n_mt;
+		qsort(mt, (size_t)n_mt, sizeof *mt, cmp_double);
+		double p99 = n_mt ? mt[(int32_t)(0.99 * (n_mt - 1) + 0.5)] : 0;
+		printf("%-34s %7.2fms %7.3fms %7d %9.1f %9.1f %5.3fx %8.1fus %8.1fus %7d\n", cs[k].name, compile_s * 1e3,
+		       cached_s * 1e3, n_tok, best_free, best_cons, best_free > 0 ? best_cons / best_free : 0, mean * 1e6,
+		       p99 * 1e6, n_mt);
+		sum_ratio += best_free > 0 ? best_cons / best_free : 0;
+		free_total += best_free;
+		cons_total += best_cons;
+		free(mt);
+		grammar_matcher_free(m);
+		grammar_unref(fresh);
+		grammar_unref(g);
+		grammar_cache_free(gc);
+	}
+	if (n_all > 0) {
+		double mean = 0;
+		for (int64_t i = 0; i < n_all; i++)
+			mean += all_mask[i] / (double)n_all;
+		qsort(all_mask, (size_t)n_all, sizeof *all_mask, cmp_double);
+		printf("all: %lld masks, mean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us; compile max %.2f ms; decode "
+		       "tokens/s constrained / free: mean of ratios %.3fx, of sums %.3fx\n", (long long)n_all, mean * 1e6,
+		       all_mask[n_all / 2] * 1e6, all_mask[(int64_t)(0.99 * (double)(n_all - 1) + 0.5)] * 1e6,
+		       all_mask[n_all - 1] * 1e6, max_compile * 1e3, sum_ratio / n_cs, free_total > 0 ? cons_total / free_total
+		                                                                                        : 0);
+	}
+	free(all_mask);
+	free(toks);
+	free(bits);
+	for (int32_t k = 0; k < n_cs; k++)
+		free(cs[k].gbnf);
+	free(cs);
+	sched_free(s);
+	engine_free(e);
+	grammar_vocab_free(gv);
+	tokenizer_free(tk);
+	return rc;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: aah-bench [--backend B] [--kv-dtype LIST] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] "
@@ -1133,6 +1376,7 @@ static void usage(FILE *f)
 	           "       aah-bench --shared-prefix [--prefix N] [--tail LIST] [--requests N] [--kv-budget BYTES] "
 	           "[--regime NAME] [--threads N] MODEL_DIR\n"
 	           "       aah-bench --shared-prefix --fill LIST [--prefix N] [--tail N] [--rounds N] [--regime NAME] MODEL_DIR\n"
+	           "       aah-bench --constrained SCHEMA [--weights TYPE] [--gen N] [--reps N] [--threads N] MODEL_DIR\n"
 	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
 	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
@@ -1156,6 +1400,10 @@ static void usage(FILE *f)
 	           "many fit in --kv-budget, default 1 GiB); the first --kv-dtype. With --fill LIST (e.g. 0.25,0.9): 16\n"
 	           "beginnings, --rounds N (default 3) rounds of 16 requests each with a new tail (the first --tail), the pool\n"
 	           "sized so the 16 beginnings cached whole take each share of it: cached tokens against an unbounded cache's.\n"
+	           "--constrained SCHEMA: a JSON Schema file (or a folder of them, tests/data/grammar/schemas): per schema\n"
+	           "the compile time (cold, and again through the grammar cache), decode tokens/s at batch 1 and temperature 1\n"
+	           "without and with the schema's grammar (best of --reps, default 3, taken in turn), and each token mask of\n"
+	           "the constrained output timed again on a fresh grammar (mean, p99); --weights TYPE quantizes at load.\n"
 	           "--cpu-time (every mode): speeds in this process's CPU time, not wall time: with --threads 1 the work\n"
 	           "done, whatever else the machine runs.\n"
 	           "--kv-dtype LIST (every mode): the KV element types to run side by side, e.g. f32,bf16 (default f32);\n"
@@ -1183,6 +1431,7 @@ static int32_t int_arg(const char *name, const char *s, int64_t lo, int64_t hi)
 int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
+	const char *constrained = NULL;   /* --constrained SCHEMA */
 	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
 	int32_t sp_prefix = 1024, sp_requests = 16, sp_rounds = 3;
 	int32_t sp_tails[8] = { 20, 200, 1000 }, sp_n_tails = 3;
@@ -1204,7 +1453,7 @@ int main(int argc, char **argv)
 		{ "prefix", required_argument, 0, 'P' }, { "tail", required_argument, 0, 'T' },
 		{ "fill", required_argument, 0, 'F' }, { "rounds", required_argument, 0, 'O' },
 		{ "requests", required_argument, 0, 'N' }, { "weights", required_argument, 0, 'W' },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "constrained", required_argument, 0, 'J' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -1276,6 +1525,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'J': constrained = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -1293,6 +1543,13 @@ int main(int argc, char **argv)
 	if (optind >= argc || threads < 1 || threads > 256 || n_prompt < 1 || n_gen < 1) {
 		usage(stderr);
 		return 2;
+	}
+	if (constrained) {
+		if (optind != argc - 1 || n_weight_types > 1) {
+			usage(stderr);
+			return 2;
+		}
+		return bench_constrained(constrained, argv[optind], threads, gen_set ? n_gen : 256, reps);
 	}
 	if (shared_prefix || batch) {   /* the AAH model's default regime, unless --regime names one */
 		const char *m = shared_prefix ? argv[optind] : optind + 1 < argc ? argv[optind + 1] : NULL;

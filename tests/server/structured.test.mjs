@@ -175,6 +175,20 @@ describe('constrained decoding, random weights (qwen3-small-a)', () => {
     }
   });
 
+  test("a matcher's bound (nesting past 512) is a 400 naming the field, not a 500 nor a hang", async () => {
+    const open = (await request(srv.port, 'POST', '/tokenize', { content: '[' })).json.tokens;
+    assert.equal(open.length, 1);
+    const r = await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 700, temperature: 0,
+      logit_bias: { [open[0]]: 100 }, grammar: 'root ::= "[" root "]" | "x"' });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, 'grammar');
+    assert.equal(r.json.error.code, 'grammar_failed');
+    assert.ok(r.json.error.message.includes('deeper than 512'), r.text);
+    const ok = await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 20,
+      grammar: 'root ::= "[" root "]" | "x"' });
+    assert.equal(ok.status, 200, ok.text);
+  });
+
   test('/metrics: constrained requests by kind, cache hits, compile and mask histograms', async () => {
     const m = await metrics(srv.port);
     const get = (name) => m.get(name);
@@ -185,7 +199,7 @@ describe('constrained decoding, random weights (qwen3-small-a)', () => {
     assert.ok(get('aahd_grammar_compile_seconds_count') >= schemas.length);
     assert.ok(get('aahd_grammar_mask_seconds_count') > 1000);
     assert.ok(get('aahd_constrained_complete_total') > 0);
-    assert.equal(get('aahd_constrained_errors_total'), 0);
+    assert.equal(get('aahd_constrained_errors_total'), 1);
   });
 });
 
