@@ -434,7 +434,7 @@ static int32_t set_get(grammar *g, const int32_t *st, int32_t n, uint8_t flags)
 	h = mix64(h) | 1;
 	for (int32_t id = map64_get(&g->set_map, h); id >= 0; id = g->set_next.p[id]) {
 		const gset *s = &g->sets[id];
-		if (s->n == n && s->flags == flags && !memcmp(g->set_pool.p + s->off, st, (size_t)n * sizeof *st))
+		if (s->n == n && s->flags == flags && (!n || !memcmp(g->set_pool.p + s->off, st, (size_t)n * sizeof *st)))
 			return id;
 	}
 	if (g->n_sets >= GRAMMAR_MAX_SETS) {
@@ -540,7 +540,8 @@ static int32_t closure(grammar *g)
 			parent = cont;
 		}
 	}
-	qsort(g->out.p, g->out.n, sizeof *g->out.p, cmp_i32);
+	if (g->out.n > 1)
+		qsort(g->out.p, g->out.n, sizeof *g->out.p, cmp_i32);
 	size_t n = 0;
 	for (size_t i = 0; i < g->out.n; i++)
 		if (!n || g->out.p[n - 1] != g->out.p[i])
@@ -1505,7 +1506,8 @@ static int parse_sequence(gbuild *b, int32_t r)
 				if (next <= 0x10FFFF)
 					out[k++] = (cprange){ next, 0x10FFFF };
 			} else {
-				memcpy(out, cr, (size_t)m * sizeof *out);
+				if (m)
+					memcpy(out, cr, (size_t)m * sizeof *out);
 				k = m;
 			}
 			free(cr);
@@ -1981,7 +1983,8 @@ grammar *grammar_compile(const grammar_vocab *v, const char *src, size_t len, ch
 		for (int32_t a = 0; a < b.rules[r].n_alts; a++) {
 			g->alt[k++] = p;
 			const gseq *q = &b.rules[r].alts[a];
-			memcpy(g->sym + p, q->s, (size_t)q->n * sizeof *q->s);
+			if (q->n)   /* an empty alternative has no array */
+				memcpy(g->sym + p, q->s, (size_t)q->n * sizeof *q->s);
 			p += q->n;
 			g->sym[p++] = (gsym){ SYM_END, 0 };
 		}

@@ -14,9 +14,10 @@
 
 /* ---- the fixed rules ---- */
 
-/* Any JSON value (RFC 8259), with the digit bounds and the whitespace policy above. char: one character of a free
- * string, a surrogate pair being one. kchar: one character in its canonical form (see above); ktail: the rest of a
- * key after a prefix that already differs from every declared name. */
+/* Any JSON value (RFC 8259), with the digit bounds and the whitespace policy json_schema.c's head states. char: one
+ * character of a free string, a surrogate pair being one (a lone surrogate is no character). kchar: one character in
+ * its canonical form (kesc its escapes, kctl those of the controls); ktail: the rest of a key after a prefix that
+ * already differs from every declared name. */
 #define G_VALUE "object | array | string | number | boolean | null"
 #define G_OBJECT "\"{\" ws ( member ( ws \",\" ws member )* ws )? \"}\""
 #define G_MEMBER "string ws \":\" ws value"
