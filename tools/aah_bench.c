@@ -1260,10 +1260,9 @@ static int bench_constrained(const char *schema_path, const char *dir, int32_t t
 		fprintf(stderr, "aah-bench: %s\n", err);
 		return 1;
 	}
-	char wl[64];
 	printf("constrained decoding: %s, %s weights, vocabulary %d (trie built in %.1f ms), batch 1, temperature 1, up "
-	       "to %d tokens, best of %d; %d schema%s from %s\n", dir, n_weight_types ? weight_label(0, wl, sizeof wl) :
-	       "file", V, vocab_s * 1e3, n_gen, reps, n_cs, n_cs == 1 ? "" : "s", schema_path);
+	       "to %d tokens, best of %d; %d schema%s from %s\n", dir, n_weight_types ? weight_types[0] : "the files'",
+	       V, vocab_s * 1e3, n_gen, reps, n_cs, n_cs == 1 ? "" : "s", schema_path);
 	printf("%-34s %9s %9s %7s %9s %9s %6s %10s %10s %7s\n", "schema", "compile", "cached", "tokens", "free t/s",
 	       "cons t/s", "ratio", "mask mean", "mask p99", "masks");
 	const char *prompt_text = "Here is the record as JSON:";
