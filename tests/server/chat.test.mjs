@@ -207,7 +207,9 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
       [{ messages: CONVERSATIONS[0], top_logprobs: 2 }, 'top_logprobs', /logprobs/],
       [{ messages: CONVERSATIONS[0], logprobs: 3 }, 'logprobs', /true or false/],
       [{ messages: CONVERSATIONS[0], top_logprobs: 21, logprobs: true }, 'top_logprobs', /\[0, 20\]/],
-      [{ messages: CONVERSATIONS[0], response_format: { type: 'json_object' } }, 'response_format', /not supported/],
+      [{ messages: CONVERSATIONS[0], response_format: { type: 'json_object', strict: true } }, 'response_format',
+        /unknown field 'strict'/],
+      [{ messages: CONVERSATIONS[0], response_format: { type: 'xml' } }, 'response_format', /not supported/],
       [{ messages: CONVERSATIONS[0], tool_choice: 'required' }, 'tool_choice', /not supported/],
       [{ messages: CONVERSATIONS[0], chat_template: '{{ 1 }}' }, 'chat_template', /own chat template/],
       [{ messages: CONVERSATIONS[0], chat_template_kwargs: { messages: [] } }, 'chat_template_kwargs', /messages/],
@@ -241,9 +243,7 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
       const M = CONVERSATIONS[0];
       const comp = (body) => request(srv.port, 'POST', '/v1/completions', body);
       // refused with a value that would change the output, on both endpoints (server/request_fields.c)
-      const refused = [['structured_outputs', { json: {} }], ['guided_json', {}], ['guided_regex', 'a+'],
-        ['guided_choice', ['a', 'b']], ['guided_grammar', 'root ::= "a"'], ['grammar', 'root ::= "a"'],
-        ['json_schema', { type: 'object' }], ['priority', 3], ['include_stop_str_in_output', true],
+      const refused = [['guided_whitespace_pattern', ' *'], ['priority', 3], ['include_stop_str_in_output', true],
         ['logits_processors', ['x']],
         ['allowed_token_ids', [1]], ['prompt_logprobs', 1], ['n_predict', 5], ['use_beam_search', true]];
       for (const [name, value] of refused) {
@@ -252,6 +252,19 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
           assert.equal(r.status, 400, `${which} ${name}: ${r.text}`);
           assert.equal(r.json.error.param, name, r.text);
           assert.match(r.json.error.message, /not supported/);
+        }
+      }
+      // the constraint fields are implemented on both endpoints (docs/structured-output.md; tests/test_structured.sh)
+      const constrained = [['structured_outputs', { regex: 'a' }], ['guided_json', { const: 'a' }], ['guided_regex', 'a'],
+        ['guided_choice', ['a']], ['guided_grammar', 'root ::= "a"'], ['grammar', 'root ::= "a"'],
+        ['json_schema', { const: 'a' }], ['response_format', { type: 'json_schema', json_schema: { schema: { const: 'a' } } }]];
+      for (const [name, value] of constrained) {
+        for (const [which, r] of [['chat', await post(srv, { messages: M, max_tokens: 8, [name]: value })],
+          ['completions', await comp({ prompt: 'x', max_tokens: 8, [name]: value })]]) {
+          assert.equal(r.status, 200, `${which} ${name}: ${r.text}`);
+          const c = r.json.choices[0];
+          assert.equal(c.message ? c.message.content : c.text, name.includes('json') || name === 'response_format' ? '"a"' : 'a');
+          assert.equal(c.finish_reason, 'stop');
         }
       }
       // chat-only refusals
