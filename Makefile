@@ -160,7 +160,12 @@ $(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
 $(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
+# the reasoning/content split of chat answers (server/reasoning.c): its suite and its fuzz target
+$(BUILD)/tests/check_reasoning $(BUILD)/tests/fuzz_reasoning: $(BUILD)/obj/server/reasoning.o
 $(BUILD)/tests/fuzz_api_keys: $(BUILD)/obj/server/api_keys.o $(BUILD)/obj/server/http_credentials.o
+# the tool-call parser (server/tool_calls.c): its suite and one fuzz target per format
+$(BUILD)/tests/check_tool_calls $(BUILD)/tests/fuzz_tool_calls_hermes $(BUILD)/tests/fuzz_tool_calls_llama3 \
+  $(BUILD)/tests/fuzz_tool_calls_mistral: $(BUILD)/obj/server/tool_calls.o
 # The chat template interpreter (server/jinja*.c): its suite, its fuzz target and aah-jinja, its command line.
 JINJA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/jinja*.c))
 $(BUILD)/tests/check_jinja $(BUILD)/tests/fuzz_jinja $(BUILD)/aah-jinja: $(JINJA_OBJ)
@@ -177,7 +182,7 @@ fuzz: $(BUILD)/libaah.a
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/constraint.c server/chat_request.c server/http_credentials.c server/api_keys.c server/http_framing.c \
+	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/constraint.c server/chat_request.c server/reasoning.c server/http_credentials.c server/api_keys.c server/http_framing.c server/tool_calls.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
 	    $(wildcard server/jinja*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"

@@ -12,6 +12,7 @@
 #include "server/completion_job.h"
 #include "server/completion_stream.h"
 #include "server/log.h"
+#include "server/reasoning.h"
 
 /* ---- logprobs in the chat shape ---- */
 
@@ -65,21 +66,77 @@ static json_t *chat_logprobs(const cmpl_job *j, const cmpl_choice *c, int32_t fr
 	return json_pack("{s:o}", "content", content);
 }
 
+/* ---- reasoning (server/reasoning.h) ---- */
+
+/* Of choice c's generated tokens, those of its reasoning, once split has seen all its text: the tokens of the text by
+ * where they begin, then those past it (a stop string's, the stop token) when the block never ended. */
+static int32_t choice_reasoning_tokens(const cmpl_choice *c, const reasoning_split *split)
+{
+	int32_t total = cmpl_job_completion_tokens(c), n_text = c->text.n_kept < total ? c->text.n_kept : total;
+	return reasoning_count_tokens(split, c->text.tok_off, n_text, total - n_text);
+}
+
+/* cmpl_job_usage with OpenAI's completion_tokens_details.reasoning_tokens (the sum over the choices). */
+static json_t *chat_usage_json(const cmpl_job *j, int64_t reasoning_tokens)
+{
+	json_t *u = cmpl_job_usage(j);
+	if (u)
+		json_object_set_new(u, "completion_tokens_details",
+		                    json_pack("{s:I}", "reasoning_tokens", (json_int_t)reasoning_tokens));
+	return u;
+}
+
+/* A delta or message member from split bytes; false when out of memory (the text is whole UTF-8: the split cuts only
+ * beside a tag's ASCII bytes). */
+static bool set_text(json_t *o, const char *key, const char *text, size_t len)
+{
+	return o && json_object_set_new(o, key, json_stringn(text, len)) == 0;
+}
+
 /* ---- the whole answer ---- */
+
+/* Choice c's message: content, and reasoning_content when the answer had a reasoning block. Adds c's reasoning tokens
+ * to *reasoning_tokens. */
+static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *reasoning_tokens)
+{
+	size_t len = c->text.len, room = len + REASONING_MAX_HELD;
+	char *buf = malloc(2 * room + 1);
+	json_t *m = json_pack("{s:s}", "role", "assistant");
+	if (!buf || !m) {
+		free(buf);
+		json_decref(m);
+		return NULL;
+	}
+	reasoning_split split;
+	reasoning_out o = { buf, buf + room, 0, 0 };
+	reasoning_init(&split, j->reasoning);
+	reasoning_feed(&split, c->text.text ? c->text.text : "", len, &o);
+	reasoning_finish(&split, &o);
+	bool ok = set_text(m, "content", o.content, o.content_len) &&
+	          (!split.block || set_text(m, "reasoning_content", o.reasoning, o.reasoning_len));
+	free(buf);
+	*reasoning_tokens += choice_reasoning_tokens(c, &split);
+	if (!ok) {
+		json_decref(m);
+		return NULL;
+	}
+	return m;
+}
 
 static json_t *response_json(const cmpl_job *j)
 {
 	json_t *choices = json_array();
+	int64_t reasoning_tokens = 0;
 	for (int32_t i = 0; i < j->n_choices; i++) {
 		const cmpl_choice *c = &j->choices[i];
-		json_array_append_new(choices,
-		                      json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", c->index, "message", "role", "assistant",
-		                                "content", c->text.text ? c->text.text : "", c->text.len, "logprobs",
-		                                chat_logprobs(j, c, 0, c->text.n_kept), "finish_reason", c->finish_reason));
+		json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", c->index, "message",
+		                                         message_json(j, c, &reasoning_tokens), "logprobs",
+		                                         chat_logprobs(j, c, 0, c->text.n_kept), "finish_reason",
+		                                         c->finish_reason));
 	}
 	return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", j->id, "object", "chat.completion", "created",
 	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", choices, "usage",
-	                 cmpl_job_usage(j), "aah", cmpl_job_aah(j, NULL));
+	                 chat_usage_json(j, reasoning_tokens), "aah", cmpl_job_aah(j, NULL));
 }
 
 /* ---- the streamed answer: chat.completion.chunk events ---- */
@@ -93,19 +150,41 @@ static json_t *chunk(const cmpl_job *j, json_t *choice)
 	return e;
 }
 
-/* The first chunk of a choice carries the role and no text. */
-static json_t *chat_head(const cmpl_job *j, const cmpl_choice *c)
+/* The first chunk of a choice carries the role and no text; the choice's split starts here. */
+static json_t *chat_head(const cmpl_job *j, cmpl_choice *c)
 {
+	reasoning_init(&c->split, j->reasoning);
 	return chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", c->index, "delta", "role", "assistant", "content",
 	                          "", "logprobs", "finish_reason"));
 }
 
-/* A piece of text as a delta; the last piece of a choice (with finish) has its finish_reason and aah object, and an
- * empty delta when no text is left. */
-static json_t *chat_piece(const cmpl_job *j, const cmpl_choice *c, const char *text, size_t len, int32_t from,
-                          int32_t to, const char *finish)
+/* A piece of text as a delta — {"reasoning_content"}, {"content"}, or both (reasoning first) where the piece crosses
+ * </think> — after the split; a piece the split holds back entirely (a tag's first bytes) sends nothing yet. The last
+ * piece of a choice (with finish) has its finish_reason and aah object, and an empty delta when no text is left. */
+static json_t *chat_piece(const cmpl_job *j, cmpl_choice *c, const char *text, size_t len, int32_t from, int32_t to,
+                          const char *finish, bool *held)
 {
-	json_t *delta = len > 0 || !finish ? json_pack("{s:s%}", "content", text, len) : json_object();
+	size_t room = len + REASONING_MAX_HELD;
+	char *buf = malloc(2 * room + 1);
+	if (!buf)
+		return NULL;
+	reasoning_out o = { buf, buf + room, 0, 0 };
+	reasoning_feed(&c->split, text, len, &o);
+	if (finish)
+		reasoning_finish(&c->split, &o);
+	if (!finish && o.reasoning_len == 0 && o.content_len == 0) {
+		free(buf);
+		*held = true;
+		return NULL;
+	}
+	json_t *delta = json_object();
+	bool ok = (o.reasoning_len == 0 || set_text(delta, "reasoning_content", o.reasoning, o.reasoning_len)) &&
+	          (o.content_len == 0 || set_text(delta, "content", o.content, o.content_len));
+	free(buf);
+	if (!ok) {
+		json_decref(delta);
+		return NULL;
+	}
 	json_t *choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", c->index, "delta", delta, "logprobs",
 	                           to > from ? chat_logprobs(j, c, from, to) : json_null(), "finish_reason", finish);
 	if (choice && finish)
@@ -113,11 +192,15 @@ static json_t *chat_piece(const cmpl_job *j, const cmpl_choice *c, const char *t
 	return chunk(j, choice);
 }
 
+/* After every choice's last piece: each choice's split has seen all its text. */
 static json_t *chat_usage(const cmpl_job *j)
 {
+	int64_t reasoning_tokens = 0;
+	for (int32_t i = 0; i < j->n_choices; i++)
+		reasoning_tokens += choice_reasoning_tokens(&j->choices[i], &j->choices[i].split);
 	return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o,s:o}", "id", j->id, "object", "chat.completion.chunk", "created",
-	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", "usage", cmpl_job_usage(j), "aah",
-	                 cmpl_job_aah(j, NULL));
+	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", "usage",
+	                 chat_usage_json(j, reasoning_tokens), "aah", cmpl_job_aah(j, NULL));
 }
 
 static const cmpl_stream_shape chat_shape = { .head = chat_head, .piece = chat_piece, .usage = chat_usage };
@@ -182,18 +265,29 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 		chat_request_free(&cr);
 		return rc;
 	}
+	if (!chat_template_knows_developer(s->chat))
+		chat_request_developer_as_system(&cr);
 	char *prompt;
 	size_t prompt_len;
 	/* a prompt longer than 64 bytes per token of the context can never fit it (real tokens average about 4): the
 	 * render stops there rather than hand the tokenizer megabytes it would only refuse */
 	jinja_limits limits = { .max_steps = CHAT_RENDER_MAX_STEPS, .max_output = (size_t)s->ctx_len * 64 + 65536 };
 	jinja_status st = chat_template_render(s->chat, cr.vars, &limits, &prompt, &prompt_len, err, sizeof err);
-	json_decref(cr.vars);
-	cr.vars = NULL;
 	if (st != JINJA_OK) {
 		chat_request_free(&cr);
 		return render_error(req, st, err);
 	}
+	/* continue_final_message: the prompt ends with the final message's text, its turn left open */
+	if (chat_request_continue_cut(&cr, prompt, prompt_len, &prompt_len) != 0) {
+		free(prompt);
+		chat_request_free(&cr);
+		return http_reply_error(req, 400, "invalid_request_error", "continue_final_message", "chat_template_error",
+		                        "continue_final_message: the chat template did not render the final message's text "
+		                        "as it is, so there is no place to continue it from");
+	}
+	prompt[prompt_len] = '\0';
+	json_decref(cr.vars);
+	cr.vars = NULL;
 	cmpl_job *j = cmpl_job_new(req, "chatcmpl-");
 	completion_prompt *p = calloc(1, sizeof *p);
 	if (!j || !p) {
@@ -206,6 +300,10 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 	/* the job takes the shared fields and the rendered prompt; a chat request's own parts are no longer needed */
 	j->req = cr.base;
 	j->chat = true;
+	/* reasoning_parser = none, or Qwen3's enable_thinking false: all content; else the prompt says how answers begin */
+	j->reasoning = !strcmp(s->cfg->reasoning_parser, "none") || cr.thinking_off
+	                   ? REASONING_START_OFF
+	                   : reasoning_start_of_prompt(prompt, prompt_len);
 	j->owned_text = prompt;
 	p->text = prompt;
 	p->text_len = prompt_len;

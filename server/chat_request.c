@@ -70,7 +70,9 @@ static bool depth_ok(const json_t *v, int room)
 	return true;
 }
 
-static const char *const roles[] = { "system", "user", "assistant", "tool" };
+/* developer is what OpenAI's SDKs send for a system prompt to newer models; a template that does not name it sees
+ * system (chat_request_developer_as_system) */
+static const char *const roles[] = { "system", "user", "assistant", "tool", "developer" };
 
 /* A content array's text parts joined with "\n" into a new string; any other part is refused by name. */
 static int content_join(chat_ctx *c, size_t mi, json_t *parts, json_t **out)
@@ -125,7 +127,7 @@ static int message_parse(chat_ctx *c, size_t mi, json_t *m, json_t *out_messages
 		ri++;
 	if (ri == sizeof roles / sizeof roles[0] || strlen(rs) != json_string_length(role))
 		return fail(c, param_of(c, "messages[%zu].role", mi),
-		            "messages[%zu].role '%.64s' is not one of system, user, assistant, tool", mi, rs);
+		            "messages[%zu].role '%.64s' is not one of system, developer, user, assistant, tool", mi, rs);
 	if (!depth_ok(m, CHAT_MAX_DEPTH))
 		return fail(c, param_of(c, "messages[%zu]", mi), "messages[%zu] nests deeper than %d levels", mi,
 		            CHAT_MAX_DEPTH);
@@ -187,6 +189,46 @@ static int messages_parse(chat_ctx *c)
 	return 0;
 }
 
+/* Python's str.strip() whitespace, the ASCII part (transformers strips the final message with it) */
+static bool blank(char ch)
+{
+	return ch == ' ' || (ch >= '\t' && ch <= '\r') || (ch >= 0x1c && ch <= 0x1f);
+}
+
+/* continue_final_message, as vLLM takes it: the last message must be the assistant's, with text to continue, and an
+ * explicit add_generation_prompt true beside it is refused (vLLM's check_generation_prompt: both at once are a
+ * contradiction, a new turn and the old one continued). */
+static int continue_parse(chat_ctx *c, const json_t *agp)
+{
+	json_t *v = field(c, "continue_final_message");
+	if (!v)
+		return 0;
+	if (!json_is_boolean(v))
+		return fail(c, "continue_final_message", "'continue_final_message' must be true or false");
+	c->r->continue_final = json_is_true(v);
+	if (!c->r->continue_final)
+		return 0;
+	if (json_is_true(agp))
+		return fail(c, "continue_final_message",
+		            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+	json_t *msgs = json_object_get(c->r->vars, "messages");
+	json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+	const char *role = json_string_value(json_object_get(last, "role"));
+	if (!role || strcmp(role, "assistant") != 0)
+		return fail(c, "continue_final_message",
+		            "'continue_final_message' continues the final message, which must be the assistant's (it is "
+		            "'%s')", role ? role : "?");
+	json_t *text = json_object_get(last, "content");
+	size_t n = json_string_length(text), a = 0;
+	const char *s = json_string_value(text);
+	while (s && a < n && blank(s[a]))
+		a++;
+	if (!s || a == n)
+		return fail(c, "continue_final_message",
+		            "'continue_final_message' needs text in the final assistant message to continue");
+	return 0;
+}
+
 /* The variables a template may read beyond the messages, as transformers' apply_chat_template passes them: tools and
  * documents are None when not given, add_generation_prompt defaults to true (as vLLM's chat endpoint). */
 static int vars_parse(chat_ctx *c)
@@ -207,7 +249,10 @@ static int vars_parse(chat_ctx *c)
 	json_t *agp = field(c, "add_generation_prompt");
 	if (agp && !json_is_boolean(agp))
 		return fail(c, "add_generation_prompt", "'add_generation_prompt' must be true or false");
-	json_object_set_new(vars, "add_generation_prompt", json_boolean(!agp || json_is_true(agp)));
+	if (continue_parse(c, agp) != 0)
+		return -1;
+	/* true by default, as in vLLM, unless the final message is continued (which opens no new turn) */
+	json_object_set_new(vars, "add_generation_prompt", json_boolean(agp ? json_is_true(agp) : !c->r->continue_final));
 	json_t *kw = field(c, "chat_template_kwargs");
 	if (!kw)
 		return 0;
@@ -226,6 +271,9 @@ static int vars_parse(chat_ctx *c)
 				            k);
 		json_object_set(vars, k, v);
 	}
+	/* Qwen3's switch: its template renders an empty think block, and the answer is all content (as vLLM's qwen3
+	 * parser takes it when thinking is disabled) */
+	c->r->thinking_off = json_is_false(json_object_get(kw, "enable_thinking"));
 	return 0;
 }
 
@@ -257,8 +305,6 @@ static int unsupported(chat_ctx *c)
 		            "a request may not carry its own chat template: the server renders the model's (or --chat-template)");
 	if ((v = field(c, "echo")) && !json_is_false(v))
 		return fail(c, "echo", "'echo' is not supported by chat completions");
-	if ((v = field(c, "continue_final_message")) && !json_is_false(v))
-		return fail(c, "continue_final_message", "'continue_final_message' is not supported");
 	if ((v = field(c, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == c->r->base.n))
 		return fail(c, "best_of", "'best_of' other than n is not supported");
 	return 0;
@@ -305,6 +351,48 @@ int chat_request_parse(chat_request *r, const char *body, size_t len, const comp
 	if (messages_parse(&c) != 0 || vars_parse(&c) != 0 || logprobs_parse(&c) != 0 || unsupported(&c) != 0)
 		return -1;
 	r->base.logprobs = r->logprobs ? r->top_logprobs : -1;   /* what the engine computes: the top-N and the token's */
+	return 0;
+}
+
+void chat_request_developer_as_system(chat_request *r)
+{
+	json_t *msgs = json_object_get(r->vars, "messages");
+	size_t i;
+	json_t *m;
+	json_array_foreach(msgs, i, m) {
+		const char *role = json_string_value(json_object_get(m, "role"));
+		if (role && !strcmp(role, "developer"))
+			json_object_set_new(m, "role", json_string("system"));
+	}
+}
+
+int chat_request_continue_cut(const chat_request *r, const char *prompt, size_t len, size_t *cut)
+{
+	*cut = len;
+	if (!r->continue_final)
+		return 0;
+	json_t *msgs = json_object_get(r->vars, "messages");
+	json_t *text = json_object_get(json_array_get(msgs, json_array_size(msgs) - 1), "content");
+	const char *s = json_string_value(text);
+	size_t n = json_string_length(text);
+	if (!s)
+		return -1;
+	/* transformers: the last occurrence of the stripped text; the cut keeps the text's trailing whitespace when the
+	 * prompt has the whole text there (and it has no leading whitespace), else ends at the stripped text */
+	size_t a = 0, b = n;
+	while (a < b && blank(s[a]))
+		a++;
+	while (b > a && blank(s[b - 1]))
+		b--;
+	if (a == b)
+		return -1;
+	const char *last = NULL;
+	for (const char *p = prompt; (p = memmem(p, len - (size_t)(p - prompt), s + a, b - a)); p++)
+		last = p;
+	if (!last)
+		return -1;
+	size_t at = (size_t)(last - prompt);
+	*cut = at + (a == 0 && len - at >= n && !memcmp(last, s, n) ? n : b - a);
 	return 0;
 }
 

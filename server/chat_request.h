@@ -26,6 +26,9 @@ typedef struct chat_request {
 	                                   * and every key of chat_template_kwargs} — bos_token and eos_token are the
 	                                   * template's to add */
 	int32_t n_messages;
+	bool continue_final;              /* continue_final_message: the last (assistant) message is continued, its turn
+	                                   * left open (chat_request_continue_cut) */
+	bool thinking_off;                /* chat_template_kwargs.enable_thinking is false: no reasoning split */
 	bool logprobs;                    /* the chat shape: choices[].logprobs.content[] */
 	int32_t top_logprobs;             /* 0 … CHAT_MAX_TOP_LOGPROBS */
 	char param[64];                   /* the name of a field that failed, when it is built ("messages[3].content") */
@@ -40,6 +43,16 @@ typedef struct chat_request {
 int chat_request_parse(chat_request *out, const char *body, size_t len, const completion_limits *lim, char *err,
                        size_t err_len, const char **param);
 void chat_request_free(chat_request *r);
+
+/* Renames every developer message to system, for a template that does not know the developer role (OpenAI's SDKs
+ * send a system prompt as developer to newer models; a template written before that role would refuse or drop it). */
+void chat_request_developer_as_system(chat_request *r);
+/* With continue_final_message, the length of the rendered prompt to keep: up to the end of the final message's text,
+ * as transformers' apply_chat_template(continue_final_message=True) cuts it (the last occurrence of the text stripped
+ * of whitespace; its trailing whitespace kept where the prompt has the whole text), so that no end of turn follows.
+ * *cut is len without continue_final_message. Returns 0, or -1 when the template did not render the text (it changed
+ * it: the request is refused, as transformers refuses it). */
+int chat_request_continue_cut(const chat_request *r, const char *prompt, size_t len, size_t *cut);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@ struct chat_template {
 	jinja_template *jt;
 	char origin[4200];
 	char *bos, *eos;                   /* owned; NULL: none (the variable is then undefined, as in transformers) */
+	bool developer;                    /* the source names the developer role */
 };
 
 void chat_template_free(chat_template *t)
@@ -28,6 +29,11 @@ void chat_template_free(chat_template *t)
 const char *chat_template_origin(const chat_template *t)
 {
 	return t->origin;
+}
+
+bool chat_template_knows_developer(const chat_template *t)
+{
+	return t->developer;
 }
 
 chat_template *chat_template_from_string(const char *src, size_t len, const char *origin, const char *bos,
@@ -46,6 +52,9 @@ chat_template *chat_template_from_string(const char *src, size_t len, const char
 		chat_template_free(t);
 		return NULL;
 	}
+	/* a template that handles the role compares against its name; one that never names it would refuse it, or render
+	 * it as an unknown turn */
+	t->developer = memmem(src, len, "developer", 9) != NULL;
 	char perr[400];
 	t->jt = jinja_parse(src, len, perr, sizeof perr);
 	if (!t->jt) {

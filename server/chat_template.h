@@ -5,6 +5,7 @@
 #define AAH_SERVER_CHAT_TEMPLATE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "models/tokenizer.h"
@@ -33,6 +34,9 @@ void chat_template_free(chat_template *t);
 
 /* Where the template came from: "--chat-template FILE", "MODEL/tokenizer_config.json", … */
 const char *chat_template_origin(const chat_template *t);
+
+/* Whether the template's source names the developer role (else chat requests render developer messages as system). */
+bool chat_template_knows_developer(const chat_template *t);
 
 /* Renders t with vars (chat_request's: messages, add_generation_prompt, tools, the request's chat_template_kwargs)
  * plus bos_token and eos_token, within limits (NULL: jinja's defaults). jinja_render's contract: on JINJA_OK *out is

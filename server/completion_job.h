@@ -15,6 +15,7 @@
 #include "server/choice_text.h"
 #include "server/completion_request.h"
 #include "server/http.h"
+#include "server/reasoning.h"
 
 typedef struct cmpl_prompt {
 	int32_t *ids;                     /* n_ids, owned */
@@ -41,6 +42,7 @@ typedef struct cmpl_choice {
 	size_t sent;                      /* text bytes sent */
 	int32_t lp_sent;                  /* generated tokens whose log-probabilities were sent */
 	bool final_sent;
+	reasoning_split split;            /* chat streaming: the reasoning/content split of the text sent so far */
 } cmpl_choice;
 
 typedef struct cmpl_job {
@@ -59,6 +61,7 @@ typedef struct cmpl_job {
 	int32_t n_choices;
 	bool chat;                        /* /v1/chat/completions: the prompt is a rendered template (no special tokens
 	                                   * added when tokenizing it) and max_tokens defaults to the cap */
+	reasoning_start reasoning;        /* chat: how each answer begins (server/reasoning.h); OFF for /v1/completions */
 	char *owned_text;                 /* text a prompt of req points into that the job owns (chat: the rendered
 	                                   * template), or NULL; freed with the job */
 	struct grammar *grammar;          /* the compiled constraint of req, or NULL; a reference */

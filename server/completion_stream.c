@@ -57,8 +57,8 @@ static json_t *chunk(const cmpl_job *j, json_t *choice)
 }
 
 /* /v1/completions' shape: {"text", "logprobs" (the legacy object), "finish_reason"}, the aah object in the last. */
-static json_t *text_piece(const cmpl_job *j, const cmpl_choice *c, const char *text, size_t len, int32_t from,
-                          int32_t to, const char *finish)
+static json_t *text_piece(const cmpl_job *j, cmpl_choice *c, const char *text, size_t len, int32_t from, int32_t to,
+                          const char *finish, bool *held)
 {
 	json_t *choice = json_pack("{s:i,s:s%,s:o,s:s?}", "index", c->index, "text", text, len, "logprobs",
 	                           j->req.logprobs >= 0 ? cmpl_job_logprobs(j, c, false, from, to) : json_null(),
@@ -110,10 +110,15 @@ static int choice_events(stream *s, cmpl_choice *c)
 		size_t end = choice_text_token_end(&c->text, i);
 		if (end > c->text.safe)
 			break;
-		if (end == c->sent)
+		/* a token that completes no character, or whose text a held piece already took (lp_sent stays behind
+		 * sent then, so that those tokens' log-probabilities go with the next event) */
+		if (end <= c->sent)
 			continue;
-		json_t *e = s->shape->piece(j, c, c->text.text + c->sent, end - c->sent, from, i + 1, NULL);
+		bool held = false;
+		json_t *e = s->shape->piece(j, c, c->text.text + c->sent, end - c->sent, from, i + 1, NULL, &held);
 		c->sent = end;
+		if (held)
+			continue;   /* nothing to show yet: these tokens' log-probabilities ride the next event */
 		c->lp_sent = from = i + 1;
 		if (event(s, e) != 0)
 			return -1;
@@ -121,8 +126,9 @@ static int choice_events(stream *s, cmpl_choice *c)
 	if (!c->ended)
 		return 0;
 	/* the end: whatever is left, and why it ended */
+	bool held = false;
 	json_t *e = s->shape->piece(j, c, c->text.text + c->sent, c->text.len - c->sent, c->lp_sent, c->text.n_kept,
-	                            c->finish_reason);
+	                            c->finish_reason, &held);
 	c->sent = c->text.len;
 	c->lp_sent = c->text.n_kept;
 	c->final_sent = true;

@@ -26,6 +26,7 @@ static const char *const dtypes[] = { "f32", "f16", "bf16", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const on_off[] = { "on", "off", NULL };
 static const char *const cache_scopes[] = { "key", "global", NULL };
+static const char *const reasoning_parsers[] = { "qwen3", "none", NULL };
 
 #define STR(f) CONFIG_STRING, offsetof(aahd_config, f), 0, 0, NULL
 #define INT(f, lo, hi) CONFIG_INT, offsetof(aahd_config, f), lo, hi, NULL
@@ -44,6 +45,9 @@ static const config_row rows[] = {
 	{ "chat_template", STR(chat_template), "",
 	  "Jinja2 chat template file for /v1/chat/completions; empty: the model's own (chat_template.jinja or "
 	  "tokenizer_config.json's chat_template; none: chat requests get 400)" },
+	{ "reasoning_parser", ENUM(reasoning_parser, reasoning_parsers), "qwen3",
+	  "chat answers: qwen3 puts a <think>…</think> block that opens the answer (or that the prompt opened) in "
+	  "reasoning_content, as vLLM's --reasoning-parser qwen3 (docs/chat.md); none: all text is content" },
 	{ "backend", ENUM(backend, backends), "auto", "compute backend: auto, cpu, cuda (auto: CUDA when present)" },
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
 	{ "max_batch", INT(max_batch, 1, 256), "8", "sequences running at once (continuous batching)" },

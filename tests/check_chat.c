@@ -121,7 +121,7 @@ START_TEST(test_refusals)
 	refused("{\"messages\": [1]}", "messages[0]", "object");
 	refused("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"content\": \"x\"}]}", "messages[1].role",
 	        "role");
-	refused("{\"messages\": [{\"role\": \"developer\", \"content\": \"x\"}]}", "messages[0].role", "developer");
+	refused("{\"messages\": [{\"role\": \"critic\", \"content\": \"x\"}]}", "messages[0].role", "developer");
 	refused("{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content", "needs a 'content'");
 	refused("{\"messages\": [{\"role\": \"system\", \"content\": null}]}", "messages[0].content", "content");
 	refused("{\"messages\": [{\"role\": \"user\", \"content\": {}}]}", "messages[0].content", "string");
@@ -174,13 +174,86 @@ START_TEST(test_refusals)
 		{ "\"audio\": {}", "audio", "not supported" },
 		{ "\"chat_template\": \"x\"", "chat_template", "own chat template" },
 		{ "\"echo\": true", "echo", "not supported" },
-		{ "\"continue_final_message\": true", "continue_final_message", "not supported" },
+		{ "\"continue_final_message\": true", "continue_final_message", "must be the assistant's (it is 'user')" },
+		{ "\"continue_final_message\": 1", "continue_final_message", "true or false" },
 		{ "\"best_of\": 2", "best_of", "not supported" },
 	};
 	for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
 		snprintf(body, sizeof body, "{%s, %s}", ok, fields[i].field);
 		refused(body, fields[i].param, fields[i].says);
 	}
+}
+END_TEST
+
+/* The turns: developer accepted (and renamed system for a template that does not name it), continue_final_message
+ * as vLLM takes it (the last message the assistant's, with text; add_generation_prompt false by default beside it, an
+ * explicit true refused) and the prompt cut as transformers cuts it, enable_thinking false noted. */
+START_TEST(test_turns)
+{
+	chat_request r;
+	const char *p;
+	char err[512];
+	const char *dev = "{\"messages\": [{\"role\": \"developer\", \"content\": \"Be terse.\"}, {\"role\": \"user\", "
+	                  "\"content\": \"hi\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}}";
+	ck_assert_int_eq(parse(&r, dev, &p, err, sizeof err), 0);
+	json_t *m0 = json_array_get(json_object_get(r.vars, "messages"), 0);
+	ck_assert_str_eq(json_string_value(json_object_get(m0, "role")), "developer");
+	ck_assert(r.thinking_off);
+	ck_assert(!r.continue_final);
+	chat_request_developer_as_system(&r);
+	ck_assert_str_eq(json_string_value(json_object_get(m0, "role")), "system");
+	ck_assert_str_eq(json_string_value(json_object_get(m0, "content")), "Be terse.");
+	size_t cut;
+	ck_assert_int_eq(chat_request_continue_cut(&r, "abc", 3, &cut), 0);   /* not continuing: the whole prompt */
+	ck_assert_uint_eq(cut, 3);
+	chat_request_free(&r);
+
+	const char *cont = "{\"messages\": [{\"role\": \"user\", \"content\": \"Count\"}, {\"role\": \"assistant\", "
+	                   "\"content\": \"<think>1 2 \"}], \"continue_final_message\": true}";
+	ck_assert_int_eq(parse(&r, cont, &p, err, sizeof err), 0);
+	ck_assert(r.continue_final);
+	ck_assert(!r.thinking_off);
+	ck_assert(json_is_false(json_object_get(r.vars, "add_generation_prompt")));   /* no new turn by default */
+	/* the last occurrence, trailing whitespace kept where the prompt has the whole text */
+	const char *prompt = "u: <think>1 2 \na: <think>1 2 <end>\n";
+	ck_assert_int_eq(chat_request_continue_cut(&r, prompt, strlen(prompt), &cut), 0);
+	ck_assert_uint_eq(cut, strlen("u: <think>1 2 \na: <think>1 2 "));
+	/* a template that trimmed the text: the cut ends at the stripped text */
+	prompt = "a: <think>1 2<end>";
+	ck_assert_int_eq(chat_request_continue_cut(&r, prompt, strlen(prompt), &cut), 0);
+	ck_assert_uint_eq(cut, strlen("a: <think>1 2"));
+	/* a template that changed it: no place to continue from */
+	prompt = "a: 1 2<end>";
+	ck_assert_int_eq(chat_request_continue_cut(&r, prompt, strlen(prompt), &cut), -1);
+	chat_request_free(&r);
+
+	const char *both = "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}], \"continue_final_message\": "
+	                   "true, \"add_generation_prompt\": false}";
+	ck_assert_int_eq(parse(&r, both, &p, err, sizeof err), 0);
+	chat_request_free(&r);
+	refused("{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}], \"continue_final_message\": true, "
+	        "\"add_generation_prompt\": true}",
+	        "continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+	refused("{\"messages\": [{\"role\": \"assistant\", \"content\": \" \\n\"}], \"continue_final_message\": true}",
+	        "continue_final_message", "needs text");
+	refused("{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": []}], "
+	        "\"continue_final_message\": true}",
+	        "continue_final_message", "needs text");
+	ck_assert_int_eq(parse(&r, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+	                           "\"continue_final_message\": false}", &p, err, sizeof err), 0);
+	ck_assert(json_is_true(json_object_get(r.vars, "add_generation_prompt")));
+	chat_request_free(&r);
+
+	/* the template side: whether it names the developer role */
+	chat_template *t = chat_template_from_string("{{ messages[0].role }}", 22, "t", NULL, NULL, err, sizeof err);
+	ck_assert_ptr_nonnull(t);
+	ck_assert(!chat_template_knows_developer(t));
+	chat_template_free(t);
+	const char *src = "{% if messages[0].role == 'developer' %}D{% endif %}";
+	t = chat_template_from_string(src, strlen(src), "t", NULL, NULL, err, sizeof err);
+	ck_assert_ptr_nonnull(t);
+	ck_assert(chat_template_knows_developer(t));
+	chat_template_free(t);
 }
 END_TEST
 
@@ -436,6 +509,7 @@ static Suite *chat_suite(void)
 	tcase_add_test(req, test_defaults_and_fields);
 	tcase_add_test(req, test_messages_become_variables);
 	tcase_add_test(req, test_refusals);
+	tcase_add_test(req, test_turns);
 	tcase_add_test(req, test_sampling_fields);
 	tcase_add_test(req, test_message_count_bound);
 	suite_add_tcase(s, req);

@@ -27,6 +27,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!json_is_array(msgs) || json_array_size(msgs) < 1 || json_array_size(msgs) > CHAT_MAX_MESSAGES ||
 		    (int32_t)json_array_size(msgs) != r.n_messages || !json_is_boolean(json_object_get(r.vars, "add_generation_prompt")))
 			abort();
+		/* continue_final_message: the last message is the assistant's, and no new turn is opened after it */
+		json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+		if (r.continue_final && (strcmp(json_string_value(json_object_get(last, "role")), "assistant") != 0 ||
+		                         !json_is_string(json_object_get(last, "content")) ||
+		                         json_is_true(json_object_get(r.vars, "add_generation_prompt"))))
+			abort();
 		for (size_t i = 0; i < json_array_size(msgs); i++) {
 			json_t *m = json_array_get(msgs, i);
 			json_t *content = json_object_get(m, "content");
