@@ -154,7 +154,7 @@ $(BUILD)/tests/fuzz_chat_request: $(BUILD)/obj/server/chat_request.o $(BUILD)/ob
 # the chat request parser and the template's sources, with the Jinja2 interpreter (server/jinja*.c)
 CHAT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,server/chat_request.c server/completion_request.c server/request_fields.c \
               server/constraint.c \
-              server/chat_template.c \
+              server/chat_template.c server/tool_calls.c \
               $(wildcard server/jinja*.c))
 $(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/libaah.a
 	@mkdir -p $(@D)

@@ -13,6 +13,7 @@
 #include "server/completion_stream.h"
 #include "server/log.h"
 #include "server/reasoning.h"
+#include "server/tool_calls.h"
 
 /* ---- logprobs in the chat shape ---- */
 
@@ -93,15 +94,66 @@ static bool set_text(json_t *o, const char *key, const char *text, size_t len)
 	return o && json_object_set_new(o, key, json_stringn(text, len)) == 0;
 }
 
+/* ---- tool calls (server/tool_calls.h): the content part of the split goes through a parser when j->tools ---- */
+
+/* Choice c's parser. Its call ids are drawn from the request's seed and the choice's index, so that a seeded request
+ * gets the same ids streamed or not. NULL when out of memory. */
+static tool_parser *choice_tool_parser(const cmpl_job *j, const cmpl_choice *c)
+{
+	return tool_parser_new(j->tools, j->seed ^ ((uint64_t)(c->index + 1) * 0x9e3779b97f4a7c15ull));
+}
+
+/* Whether call i is returned: all are, or only the first without parallel_tool_calls (in auto mode the model may write
+ * more; the grammar of required and named allows one). */
+static bool tool_call_returned(const cmpl_job *j, int32_t i)
+{
+	return j->tool_parallel || i == 0;
+}
+
+/* At the end of choice c's text, p finished: counts the calls returned on /metrics, and gives the finish_reason —
+ * "tool_calls" when a returned call is complete and the model stopped by itself (not at max_tokens), else c's own. */
+static const char *tool_calls_end(const cmpl_job *j, const cmpl_choice *c, const tool_parser *p)
+{
+	int64_t n = 0, invalid = 0;
+	bool complete = false;
+	for (int32_t i = 0; i < tool_parser_n_calls(p) && tool_call_returned(j, i); i++) {
+		const tool_call *call = tool_parser_call(p, i);
+		n++;
+		invalid += !call->arguments_valid;
+		complete = complete || call->complete;
+	}
+	server_metrics_tool_calls(&j->srv->metrics, n, invalid);
+	return complete && c->finish_reason && !strcmp(c->finish_reason, "stop") ? "tool_calls" : c->finish_reason;
+}
+
+/* message.tool_calls: [{id, type, function: {name, arguments}}], arguments as the model wrote them. NULL when out of
+ * memory. */
+static json_t *tool_calls_json(const cmpl_job *j, const tool_parser *p)
+{
+	json_t *a = json_array();
+	for (int32_t i = 0; a && i < tool_parser_n_calls(p) && tool_call_returned(j, i); i++) {
+		const tool_call *call = tool_parser_call(p, i);
+		json_t *e = json_pack("{s:s,s:s,s:{s:s,s:s%}}", "id", call->id, "type", "function", "function", "name",
+		                      call->name, "arguments", call->arguments, call->arguments_len);
+		if (!e || json_array_append_new(a, e) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
 /* ---- the whole answer ---- */
 
-/* Choice c's message: content, and reasoning_content when the answer had a reasoning block. Adds c's reasoning tokens
- * to *reasoning_tokens. */
-static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *reasoning_tokens)
+/* Choice c's message: content, and reasoning_content when the answer had a reasoning block; with tools, the calls in
+ * the content as tool_calls and the text around them as content (null when there is none). Adds c's reasoning tokens
+ * to *reasoning_tokens; *finish is c's finish_reason ("tool_calls" for a call). */
+static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *reasoning_tokens, const char **finish)
 {
 	size_t len = c->text.len, room = len + REASONING_MAX_HELD;
 	char *buf = malloc(2 * room + 1);
 	json_t *m = json_pack("{s:s}", "role", "assistant");
+	*finish = c->finish_reason;
 	if (!buf || !m) {
 		free(buf);
 		json_decref(m);
@@ -112,8 +164,27 @@ static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *re
 	reasoning_init(&split, j->reasoning);
 	reasoning_feed(&split, c->text.text ? c->text.text : "", len, &o);
 	reasoning_finish(&split, &o);
-	bool ok = set_text(m, "content", o.content, o.content_len) &&
-	          (!split.block || set_text(m, "reasoning_content", o.reasoning, o.reasoning_len));
+	bool ok;
+	if (j->tools != TOOL_FORMAT_NONE) {
+		tool_parser *p = choice_tool_parser(j, c);
+		tool_events ev;
+		tool_events_init(&ev);
+		ok = p && tool_parser_push(p, o.content, o.content_len, &ev) == 0 && tool_parser_finish(p, &ev) == 0;
+		tool_events_free(&ev);
+		size_t clen = 0;
+		const char *content = ok ? tool_parser_content(p, &clen) : NULL;
+		json_t *calls = ok ? tool_calls_json(j, p) : NULL;
+		ok = ok && calls &&
+		     (clen ? set_text(m, "content", content, clen) : json_object_set_new(m, "content", json_null()) == 0) &&
+		     (json_array_size(calls) == 0 || json_object_set(m, "tool_calls", calls) == 0);
+		json_decref(calls);
+		if (ok)
+			*finish = tool_calls_end(j, c, p);
+		tool_parser_free(p);
+	} else {
+		ok = set_text(m, "content", o.content, o.content_len);
+	}
+	ok = ok && (!split.block || set_text(m, "reasoning_content", o.reasoning, o.reasoning_len));
 	free(buf);
 	*reasoning_tokens += choice_reasoning_tokens(c, &split);
 	if (!ok) {
@@ -129,10 +200,10 @@ static json_t *response_json(const cmpl_job *j)
 	int64_t reasoning_tokens = 0;
 	for (int32_t i = 0; i < j->n_choices; i++) {
 		const cmpl_choice *c = &j->choices[i];
-		json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", c->index, "message",
-		                                         message_json(j, c, &reasoning_tokens), "logprobs",
-		                                         chat_logprobs(j, c, 0, c->text.n_kept), "finish_reason",
-		                                         c->finish_reason));
+		const char *finish;
+		json_t *m = message_json(j, c, &reasoning_tokens, &finish);
+		json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", c->index, "message", m, "logprobs",
+		                                         chat_logprobs(j, c, 0, c->text.n_kept), "finish_reason", finish));
 	}
 	return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", j->id, "object", "chat.completion", "created",
 	                 (json_int_t)j->created, "model", j->srv->model_name, "choices", choices, "usage",
@@ -154,13 +225,60 @@ static json_t *chunk(const cmpl_job *j, json_t *choice)
 static json_t *chat_head(const cmpl_job *j, cmpl_choice *c)
 {
 	reasoning_init(&c->split, j->reasoning);
+	if (j->tools != TOOL_FORMAT_NONE && !c->tools)
+		c->tools = choice_tool_parser(j, c);   /* NULL when out of memory: the first piece then fails the stream */
 	return chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", c->index, "delta", "role", "assistant", "content",
 	                          "", "logprobs", "finish_reason"));
 }
 
+/* The tool parser's events of one piece into delta: the content joined (one member), and OpenAI's tool_calls entries
+ * in order — a call's first {index, id, type, function: {name, arguments: ""}}, then {index, function: {arguments}}
+ * per fragment — so that a client joining the fragments by index gets the message's calls. False when out of memory. */
+static bool tool_delta(const cmpl_job *j, const tool_events *ev, json_t *delta)
+{
+	size_t clen = 0;
+	for (int32_t i = 0; i < ev->n; i++)
+		if (ev->ev[i].kind == TOOL_EVENT_CONTENT)
+			clen += ev->ev[i].len;
+	if (clen) {
+		char *content = malloc(clen);
+		if (!content)
+			return false;
+		size_t at = 0;
+		for (int32_t i = 0; i < ev->n; i++)
+			if (ev->ev[i].kind == TOOL_EVENT_CONTENT) {
+				memcpy(content + at, ev->ev[i].text, ev->ev[i].len);
+				at += ev->ev[i].len;
+			}
+		bool ok = set_text(delta, "content", content, clen);
+		free(content);
+		if (!ok)
+			return false;
+	}
+	json_t *calls = NULL;
+	for (int32_t i = 0; i < ev->n; i++) {
+		const tool_event *e = &ev->ev[i];
+		if (e->kind == TOOL_EVENT_CONTENT || !tool_call_returned(j, e->index))
+			continue;
+		json_t *entry = e->kind == TOOL_EVENT_CALL_BEGIN
+		                    ? json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", e->index, "id", e->id, "type",
+		                                "function", "function", "name", e->text, e->len, "arguments", "")
+		                    : json_pack("{s:i,s:{s:s%}}", "index", e->index, "function", "arguments", e->text, e->len);
+		if (!calls)
+			calls = json_array();
+		if (!entry || !calls || json_array_append_new(calls, entry) != 0) {
+			json_decref(calls);
+			return false;
+		}
+	}
+	return !calls || json_object_set_new(delta, "tool_calls", calls) == 0;
+}
+
 /* A piece of text as a delta — {"reasoning_content"}, {"content"}, or both (reasoning first) where the piece crosses
- * </think> — after the split; a piece the split holds back entirely (a tag's first bytes) sends nothing yet. The last
- * piece of a choice (with finish) has its finish_reason and aah object, and an empty delta when no text is left. */
+ * </think>; with tools, the content through the choice's tool parser, its calls as tool_calls — after the split; a
+ * piece the split or the parser holds back entirely (a tag's first bytes) sends nothing yet. The last piece of a
+ * choice (with finish) has its finish_reason ("tool_calls" for a call) and aah object, and an empty delta when no text
+ * is left. */
 static json_t *chat_piece(const cmpl_job *j, cmpl_choice *c, const char *text, size_t len, int32_t from, int32_t to,
                           const char *finish, bool *held)
 {
@@ -172,17 +290,27 @@ static json_t *chat_piece(const cmpl_job *j, cmpl_choice *c, const char *text, s
 	reasoning_feed(&c->split, text, len, &o);
 	if (finish)
 		reasoning_finish(&c->split, &o);
-	if (!finish && o.reasoning_len == 0 && o.content_len == 0) {
-		free(buf);
-		*held = true;
-		return NULL;
-	}
 	json_t *delta = json_object();
-	bool ok = (o.reasoning_len == 0 || set_text(delta, "reasoning_content", o.reasoning, o.reasoning_len)) &&
-	          (o.content_len == 0 || set_text(delta, "content", o.content, o.content_len));
+	bool ok = delta && (o.reasoning_len == 0 || set_text(delta, "reasoning_content", o.reasoning, o.reasoning_len));
+	if (j->tools != TOOL_FORMAT_NONE) {
+		tool_events ev;
+		tool_events_init(&ev);
+		ok = ok && c->tools && tool_parser_push(c->tools, o.content, o.content_len, &ev) == 0 &&
+		     (!finish || tool_parser_finish(c->tools, &ev) == 0) && tool_delta(j, &ev, delta);
+		tool_events_free(&ev);
+		if (ok && finish)
+			finish = tool_calls_end(j, c, c->tools);
+	} else {
+		ok = ok && (o.content_len == 0 || set_text(delta, "content", o.content, o.content_len));
+	}
 	free(buf);
 	if (!ok) {
 		json_decref(delta);
+		return NULL;
+	}
+	if (!finish && json_object_size(delta) == 0) {
+		json_decref(delta);
+		*held = true;
 		return NULL;
 	}
 	json_t *choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", c->index, "delta", delta, "logprobs",
@@ -265,6 +393,27 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 		chat_request_free(&cr);
 		return rc;
 	}
+	/* tools: parsed out of the answers in s->tool_fmt; required and a named function constrain the output to calls */
+	const bool forced = cr.tools && (cr.tool_choice == CHAT_TOOL_CHOICE_REQUIRED || cr.tool_choice == CHAT_TOOL_CHOICE_NAMED);
+	if (forced && s->tool_fmt == TOOL_FORMAT_NONE) {
+		chat_request_free(&cr);
+		return http_reply_error(req, 400, "invalid_request_error", "tool_choice", "invalid_value",
+		                        "'tool_choice' \"required\" or a named function needs a tool-call format, and this "
+		                        "server has none (tool_call_parser = %s; auto takes hermes from a chat template that "
+		                        "writes <tool_call>)",
+		                        s->cfg->tool_call_parser);
+	}
+	if (forced) {
+		char *gbnf = tool_calls_gbnf(s->tool_fmt, cr.tools,
+		                             cr.tool_choice == CHAT_TOOL_CHOICE_NAMED ? cr.tool_name : NULL, cr.parallel_tools,
+		                             err, sizeof err);
+		if (!gbnf) {
+			chat_request_free(&cr);
+			return http_reply_error(req, 400, "invalid_request_error", "tools", "invalid_value", "'tools': %s", err);
+		}
+		cr.base.constraint = (constraint){ .gbnf = gbnf, .gbnf_len = strlen(gbnf), .field = "tool_choice",
+		                                   .kind = "tool_call" };
+	}
 	if (!chat_template_knows_developer(s->chat))
 		chat_request_developer_as_system(&cr);
 	char *prompt;
@@ -304,6 +453,11 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 	j->reasoning = !strcmp(s->cfg->reasoning_parser, "none") || cr.thinking_off
 	                   ? REASONING_START_OFF
 	                   : reasoning_start_of_prompt(prompt, prompt_len);
+	/* a forced call's grammar writes the call from the first byte: no think block, even where the prompt opened one */
+	if (forced)
+		j->reasoning = REASONING_START_OFF;
+	j->tools = cr.tools && cr.tool_choice != CHAT_TOOL_CHOICE_NONE ? s->tool_fmt : TOOL_FORMAT_NONE;
+	j->tool_parallel = cr.parallel_tools;
 	j->owned_text = prompt;
 	p->text = prompt;
 	p->text_len = prompt_len;

@@ -1,6 +1,6 @@
 /* server/chat_request.c — parses and validates a /v1/chat/completions body (see chat_request.h). Absent and null
  * fields take their defaults; a present field of the wrong type or range is an error naming it; a field whose
- * meaning the server cannot honour (an image part, a forced tool call, a JSON schema) is refused, never ignored. */
+ * meaning the server cannot honour (an image part, audio, a strict tool under tool_choice auto) is refused, never ignored. */
 #include "server/chat_request.h"
 
 #include <stdarg.h>
@@ -151,9 +151,13 @@ static int message_parse(chat_ctx *c, size_t mi, json_t *m, json_t *out_messages
 	} else if (!assistant) {   /* an assistant turn may carry only tool_calls */
 		return fail(c, param_of(c, "messages[%zu].content", mi), "messages[%zu] (role '%s') needs a 'content'", mi,
 		            rs);
+	} else {
+		/* an assistant turn of only tool_calls (the SDKs send content null): the template sees "", as vLLM's
+		 * string content format gives it; Qwen3's template tests '</think>' in message.content and fails on none */
+		text = json_string("");
 	}
 	/* a copy that shares the unchanged members, in their order (a template's dict order is insertion order);
-	 * content replaced by its text (or kept as null) */
+	 * content replaced by its text ("" for an assistant turn without one) */
 	json_t *copy = json_object();
 	if (!copy) {
 		json_decref(text);
@@ -162,7 +166,7 @@ static int message_parse(chat_ctx *c, size_t mi, json_t *m, json_t *out_messages
 	const char *k;
 	json_t *v;
 	json_object_foreach(m, k, v)
-		json_object_set(copy, k, strcmp(k, "content") != 0 ? v : text ? text : json_null());
+		json_object_set(copy, k, strcmp(k, "content") != 0 ? v : text);
 	json_decref(text);
 	return json_array_append_new(out_messages, copy) == 0 ? 0 : fail(c, "messages", "out of memory");
 }
@@ -229,6 +233,74 @@ static int continue_parse(chat_ctx *c, const json_t *agp)
 	return 0;
 }
 
+/* A tools[] entry's function named name, or NULL. */
+static const json_t *tool_named(const json_t *tools, const char *name)
+{
+	for (size_t i = 0; i < json_array_size(tools); i++) {
+		const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+		const char *n = json_string_value(json_object_get(fn, "name"));
+		if (n && !strcmp(n, name))
+			return fn;
+	}
+	return NULL;
+}
+
+/* tool_choice and parallel_tool_calls against tools (their types checked by the caller). required and a named function
+ * are enforced by a grammar, so they cannot stand beside another output constraint; strict cannot be enforced where
+ * the model may answer in text, so auto with a strict function is refused rather than half honoured. */
+static int tools_parse(chat_ctx *c, json_t *tools)
+{
+	chat_request *r = c->r;
+	r->tools = json_array_size(tools) > 0 ? tools : NULL;
+	r->parallel_tools = true;
+	json_t *par = field(c, "parallel_tool_calls");
+	if (par && !json_is_boolean(par))
+		return fail(c, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+	if (par)
+		r->parallel_tools = json_is_true(par);
+	json_t *v = field(c, "tool_choice");
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		if (!strcmp(s, "none"))
+			r->tool_choice = CHAT_TOOL_CHOICE_NONE;
+		else if (!strcmp(s, "auto"))
+			r->tool_choice = CHAT_TOOL_CHOICE_AUTO;
+		else if (!strcmp(s, "required"))
+			r->tool_choice = CHAT_TOOL_CHOICE_REQUIRED;
+		else
+			return fail(c, "tool_choice",
+			            "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+			            "\"function\": {\"name\": …}}");
+	} else if (v) {
+		json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
+		json_t *name = json_object_get(json_object_get(v, "function"), "name");
+		if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0 || !json_is_string(name))
+			return fail(c, "tool_choice",
+			            "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": …}}");
+		r->tool_choice = CHAT_TOOL_CHOICE_NAMED;
+		r->tool_name = json_string_value(name);
+		if (!tool_named(r->tools, r->tool_name))
+			return fail(c, "tool_choice", "'tool_choice' names function '%.64s', which is not among 'tools'",
+			            r->tool_name);
+	}
+	bool forced = r->tool_choice == CHAT_TOOL_CHOICE_REQUIRED || r->tool_choice == CHAT_TOOL_CHOICE_NAMED;
+	if (forced && !r->tools)
+		return fail(c, "tool_choice", "'tool_choice' \"required\" or a named function needs 'tools'");
+	if (forced && r->base.constraint.gbnf)
+		return fail(c, "tool_choice",
+		            "'tool_choice' \"required\" or a named function constrains the output to tool calls, so it cannot "
+		            "be combined with '%s' (one output constraint per request)",
+		            r->base.constraint.field);
+	for (size_t i = 0; r->tools && r->tool_choice == CHAT_TOOL_CHOICE_AUTO && i < json_array_size(tools); i++)
+		if (json_is_true(json_object_get(json_object_get(json_array_get(tools, i), "function"), "strict")))
+			return fail(c, "tools",
+			            "tools[%zu] is strict, which cannot be enforced with 'tool_choice' \"auto\" (the model may answer "
+			            "in text, and its calls are only parsed, not constrained): set 'tool_choice' to \"required\" "
+			            "or name the function, where the arguments are constrained to the schema, or drop 'strict'",
+			            i);
+	return 0;
+}
+
 /* The variables a template may read beyond the messages, as transformers' apply_chat_template passes them: tools and
  * documents are None when not given, add_generation_prompt defaults to true (as vLLM's chat endpoint). */
 static int vars_parse(chat_ctx *c)
@@ -244,7 +316,10 @@ static int vars_parse(chat_ctx *c)
 		if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
 			return fail(c, "tools", "tools[%zu]: only tools of \"type\": \"function\" are supported", i);
 	}
-	json_object_set(vars, "tools", tools ? tools : json_null());
+	if (tools_parse(c, tools) != 0)
+		return -1;
+	/* tool_choice none hides the tools: the template renders no tool prompt, and no call is looked for */
+	json_object_set(vars, "tools", tools && c->r->tool_choice != CHAT_TOOL_CHOICE_NONE ? tools : json_null());
 	json_object_set_new(vars, "documents", json_null());
 	json_t *agp = field(c, "add_generation_prompt");
 	if (agp && !json_is_boolean(agp))
@@ -281,11 +356,6 @@ static int vars_parse(chat_ctx *c)
 static int unsupported(chat_ctx *c)
 {
 	json_t *v;
-	if ((v = field(c, "tool_choice")) &&
-	    !(json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"))))
-		return fail(c, "tool_choice",
-		            "'tool_choice' other than \"auto\" or \"none\" is not supported (the server does not parse tool "
-		            "calls out of the output)");
 	if (field(c, "functions") || field(c, "function_call"))
 		return fail(c, field(c, "functions") ? "functions" : "function_call",
 		            "'functions' and 'function_call' (deprecated) are not supported; pass 'tools'");

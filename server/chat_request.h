@@ -20,6 +20,14 @@ extern "C" {
 #define CHAT_MAX_DEPTH 16             /* nesting of a message's values (tool_calls' arguments, …) */
 #define CHAT_MAX_TOP_LOGPROBS 20      /* OpenAI's bound */
 
+/* tool_choice (docs/chat.md#tools). */
+typedef enum chat_tool_choice {
+	CHAT_TOOL_CHOICE_AUTO = 0,        /* the default: the model may call a tool; its calls are parsed out */
+	CHAT_TOOL_CHOICE_NONE,            /* the tools are hidden from the template and nothing is parsed */
+	CHAT_TOOL_CHOICE_REQUIRED,        /* one call or more (one without parallel_tool_calls), enforced by a grammar */
+	CHAT_TOOL_CHOICE_NAMED,           /* {"type": "function", "function": {"name": N}}: a call to N, enforced */
+} chat_tool_choice;
+
 typedef struct chat_request {
 	completion_request base;          /* the shared fields; base.prompts is left empty (the handler renders one) */
 	json_t *vars;                     /* owned: {"messages": […], "add_generation_prompt": bool, "tools"?: […],
@@ -31,6 +39,10 @@ typedef struct chat_request {
 	bool thinking_off;                /* chat_template_kwargs.enable_thinking is false: no reasoning split */
 	bool logprobs;                    /* the chat shape: choices[].logprobs.content[] */
 	int32_t top_logprobs;             /* 0 … CHAT_MAX_TOP_LOGPROBS */
+	const json_t *tools;              /* the body's tools array (borrowed from base.json), or NULL: none or empty */
+	chat_tool_choice tool_choice;
+	const char *tool_name;            /* NAMED: the function's name (borrowed from base.json, one of tools') */
+	bool parallel_tools;              /* parallel_tool_calls (default true): false allows one call */
 	char param[64];                   /* the name of a field that failed, when it is built ("messages[3].content") */
 } chat_request;
 

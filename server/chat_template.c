@@ -14,6 +14,7 @@ struct chat_template {
 	char origin[4200];
 	char *bos, *eos;                   /* owned; NULL: none (the variable is then undefined, as in transformers) */
 	bool developer;                    /* the source names the developer role */
+	tool_format tools;                 /* the tool-call format the source writes (tool_format_from_template) */
 };
 
 void chat_template_free(chat_template *t)
@@ -36,6 +37,11 @@ bool chat_template_knows_developer(const chat_template *t)
 	return t->developer;
 }
 
+tool_format chat_template_tool_format(const chat_template *t)
+{
+	return t->tools;
+}
+
 chat_template *chat_template_from_string(const char *src, size_t len, const char *origin, const char *bos,
                                          const char *eos, char *err, size_t err_len)
 {
@@ -55,6 +61,17 @@ chat_template *chat_template_from_string(const char *src, size_t len, const char
 	/* a template that handles the role compares against its name; one that never names it would refuse it, or render
 	 * it as an unknown turn */
 	t->developer = memmem(src, len, "developer", 9) != NULL;
+	/* src need not end in a NUL: the format is read from a terminated copy */
+	char *text = malloc(len + 1);
+	if (!text) {
+		snprintf(err, err_len, "out of memory");
+		chat_template_free(t);
+		return NULL;
+	}
+	memcpy(text, src, len);
+	text[len] = '\0';
+	t->tools = tool_format_from_template(text);
+	free(text);
 	char perr[400];
 	t->jt = jinja_parse(src, len, perr, sizeof perr);
 	if (!t->jt) {

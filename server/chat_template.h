@@ -10,6 +10,7 @@
 
 #include "models/tokenizer.h"
 #include "server/jinja.h"
+#include "server/tool_calls.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,9 @@ const char *chat_template_origin(const chat_template *t);
 
 /* Whether the template's source names the developer role (else chat requests render developer messages as system). */
 bool chat_template_knows_developer(const chat_template *t);
+
+/* The tool-call format the template's source writes (tool_format_from_template): what tool_call_parser = auto takes. */
+tool_format chat_template_tool_format(const chat_template *t);
 
 /* Renders t with vars (chat_request's: messages, add_generation_prompt, tools, the request's chat_template_kwargs)
  * plus bos_token and eos_token, within limits (NULL: jinja's defaults). jinja_render's contract: on JINJA_OK *out is

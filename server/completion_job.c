@@ -18,6 +18,7 @@ static void job_free(cmpl_job *j)
 	for (int32_t i = 0; i < j->n_choices; i++) {
 		sched_request_release(j->choices[i].r);
 		choice_text_free(&j->choices[i].text);
+		tool_parser_free(j->choices[i].tools);
 	}
 	for (int32_t i = 0; j->prompts && i < j->req.n_prompts; i++) {
 		free(j->prompts[i].ids);
@@ -607,6 +608,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 		}
 	}
 	uint64_t seed = cr->seed_set ? cr->seed : random_seed();
+	j->seed = seed;
 	/* the prefix cache's tenant (docs/prefix_cache.md): the key's name unless the scope is global, then the salt; the
 	 * tags keep "key a, salt b" and "salt a\nb" apart (a name has no newline) */
 	char tenant[API_KEY_NAME_MAX + COMPLETION_MAX_SALT + 8];

@@ -16,6 +16,7 @@
 #include "server/completion_request.h"
 #include "server/http.h"
 #include "server/reasoning.h"
+#include "server/tool_calls.h"
 
 typedef struct cmpl_prompt {
 	int32_t *ids;                     /* n_ids, owned */
@@ -43,6 +44,7 @@ typedef struct cmpl_choice {
 	int32_t lp_sent;                  /* generated tokens whose log-probabilities were sent */
 	bool final_sent;
 	reasoning_split split;            /* chat streaming: the reasoning/content split of the text sent so far */
+	tool_parser *tools;               /* chat streaming with tools: the tool calls in that content; owned, or NULL */
 } cmpl_choice;
 
 typedef struct cmpl_job {
@@ -62,6 +64,10 @@ typedef struct cmpl_job {
 	bool chat;                        /* /v1/chat/completions: the prompt is a rendered template (no special tokens
 	                                   * added when tokenizing it) and max_tokens defaults to the cap */
 	reasoning_start reasoning;        /* chat: how each answer begins (server/reasoning.h); OFF for /v1/completions */
+	tool_format tools;                /* chat with tools: the format their calls are parsed out of the content as;
+	                                   * NONE: no parsing (no tools, tool_choice none, tool_call_parser none) */
+	bool tool_parallel;               /* parallel_tool_calls: false returns the first call only */
+	uint64_t seed;                    /* the request's seed, or the one drawn for it (submit): tool-call ids too */
 	char *owned_text;                 /* text a prompt of req points into that the job owns (chat: the rendered
 	                                   * template), or NULL; freed with the job */
 	struct grammar *grammar;          /* the compiled constraint of req, or NULL; a reference */

@@ -27,6 +27,7 @@ static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const on_off[] = { "on", "off", NULL };
 static const char *const cache_scopes[] = { "key", "global", NULL };
 static const char *const reasoning_parsers[] = { "qwen3", "none", NULL };
+static const char *const tool_call_parsers[] = { "auto", "hermes", "llama3_json", "mistral", "none", NULL };
 
 #define STR(f) CONFIG_STRING, offsetof(aahd_config, f), 0, 0, NULL
 #define INT(f, lo, hi) CONFIG_INT, offsetof(aahd_config, f), lo, hi, NULL
@@ -48,6 +49,11 @@ static const config_row rows[] = {
 	{ "reasoning_parser", ENUM(reasoning_parser, reasoning_parsers), "qwen3",
 	  "chat answers: qwen3 puts a <think>…</think> block that opens the answer (or that the prompt opened) in "
 	  "reasoning_content, as vLLM's --reasoning-parser qwen3 (docs/chat.md); none: all text is content" },
+	{ "tool_call_parser", ENUM(tool_call_parser, tool_call_parsers), "auto",
+	  "chat answers to requests with tools: the tool-call format parsed out of the content into message.tool_calls "
+	  "(docs/chat.md#tools); auto: hermes when the chat template's source writes <tool_call>, else none; hermes, "
+	  "llama3_json, mistral: that format (the latter two only when their markers reach the text); none: no parsing, "
+	  "and tool_choice required or a named function get 400" },
 	{ "backend", ENUM(backend, backends), "auto", "compute backend: auto, cpu, cuda (auto: CUDA when present)" },
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
 	{ "max_batch", INT(max_batch, 1, 256), "8", "sequences running at once (continuous batching)" },

@@ -18,6 +18,7 @@ typedef struct aahd_config {
 	char *regime;                   /* default AAH regime; "" = the model's default_regime */
 	char *chat_template;            /* Jinja2 chat template file; "" = the model's own (tokenizer_config.json) */
 	char *reasoning_parser;         /* qwen3: <think> blocks of chat answers go to reasoning_content; none: off */
+	char *tool_call_parser;         /* auto, hermes, llama3_json, mistral, none (server/tool_calls.h) */
 	char *backend;                  /* auto, cpu, cuda */
 	int64_t threads;                /* 0 = online cores */
 	int64_t max_batch;              /* sequences running at once */

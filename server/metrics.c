@@ -21,8 +21,14 @@ void server_metrics_count_chat(server_metrics *m, int status)
 }
 
 static const char *const grammar_kinds[SERVER_GRAMMAR_KINDS] = { "json_schema", "json_object", "regex", "choice",
-                                                                  "grammar" };
+                                                                  "grammar", "tool_call" };
 static const double compile_bounds[SERVER_COMPILE_BOUNDS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5 };
+
+void server_metrics_tool_calls(server_metrics *m, int64_t calls, int64_t invalid)
+{
+	atomic_fetch_add(&m->tool_calls, (uint_fast64_t)calls);
+	atomic_fetch_add(&m->tool_call_invalid_arguments, (uint_fast64_t)invalid);
+}
 
 void server_metrics_grammar(server_metrics *m, const char *kind, bool hit, bool ok, double seconds)
 {
@@ -156,6 +162,12 @@ static void grammar_metrics(FILE *f, server_metrics *sm, const sched_metrics *m)
 	for (int i = 0; i < SERVER_GRAMMAR_KINDS; i++)
 		fprintf(f, "aahd_constrained_requests_total{kind=\"%s\"} %llu\n", grammar_kinds[i],
 		        (unsigned long long)atomic_load(&sm->constrained[i]));
+	family(f, "aahd_tool_calls_total", "counter", "Tool calls returned in chat answers (message.tool_calls).");
+	fprintf(f, "aahd_tool_calls_total %llu\n", (unsigned long long)atomic_load(&sm->tool_calls));
+	family(f, "aahd_tool_call_invalid_arguments_total", "counter",
+	       "Tool calls among them whose arguments are not one JSON object (returned as the model wrote them).");
+	fprintf(f, "aahd_tool_call_invalid_arguments_total %llu\n",
+	        (unsigned long long)atomic_load(&sm->tool_call_invalid_arguments));
 	family(f, "aahd_grammar_cache_hits_total", "counter", "Constraints whose compiled grammar was in the cache.");
 	fprintf(f, "aahd_grammar_cache_hits_total %llu\n", (unsigned long long)atomic_load(&sm->grammar_hits));
 	family(f, "aahd_grammar_cache_misses_total", "counter", "Constraints compiled (the refused ones included).");

@@ -10,7 +10,8 @@
 
 #include "engine/scheduler.h"
 
-#define SERVER_GRAMMAR_KINDS 5       /* json_schema, json_object, regex, choice, grammar (server/constraint.h) */
+#define SERVER_GRAMMAR_KINDS 6       /* json_schema, json_object, regex, choice, grammar (server/constraint.h),
+                                      * tool_call (tool_choice required or named: server/tool_calls.h) */
 #define SERVER_COMPILE_BOUNDS 8
 
 typedef struct server_metrics {
@@ -22,6 +23,9 @@ typedef struct server_metrics {
 	atomic_uint_fast64_t grammar_hits, grammar_misses, grammar_errors;
 	atomic_uint_fast64_t compile_counts[SERVER_COMPILE_BOUNDS + 1];
 	atomic_uint_fast64_t compile_us;
+	/* chat answers' tool calls (docs/chat.md#tools): those returned, and those among them whose arguments are not one
+	 * JSON object (returned as the model wrote them) */
+	atomic_uint_fast64_t tool_calls, tool_call_invalid_arguments;
 } server_metrics;
 
 void server_metrics_count(server_metrics *m, int status);
@@ -30,6 +34,8 @@ void server_metrics_count_chat(server_metrics *m, int status);
 /* A constrained request: its constraint's kind, whether the grammar cache had it, whether it compiled, and the
  * seconds the lookup (with the compile on a miss) took. */
 void server_metrics_grammar(server_metrics *m, const char *kind, bool hit, bool ok, double seconds);
+/* A chat answer's tool calls: calls returned, invalid of them with arguments that do not parse. */
+void server_metrics_tool_calls(server_metrics *m, int64_t calls, int64_t invalid);
 /* What /metrics shows beside the scheduler's figures. */
 typedef struct server_metrics_info {
 	const char *backend;          /* engine_backend_desc, e.g. "cuda (NVIDIA H200, …)": aahd_backend_info{backend, device} */

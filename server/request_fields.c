@@ -50,8 +50,7 @@ static const request_field fields[] = {
 	{ "metadata", H, NOOP, "tags for OpenAI's stored completions; aahd stores nothing" },
 	{ "store", H, NO, "aahd does not store completions ('store': false is accepted)" },
 	{ "service_tier", H, NO, "aahd has one tier ('auto' and 'default' are accepted)" },
-	{ "parallel_tool_calls", H, NO, "aahd does not parse tool calls out of the output, so it cannot limit them "
-	                                "('parallel_tool_calls': true is accepted)" },
+	{ "parallel_tool_calls", H, IMPL, NULL },
 	{ "reasoning_effort", H, NO, "aahd has no reasoning-effort control for the model it serves" },
 	{ "web_search_options", H, NO, "aahd has no web search" },
 	/* aahd's and vLLM's extensions */
@@ -120,7 +119,7 @@ static bool neutral(const char *name, const json_t *v)
 		return is_num(v, 0);
 	if (!strcmp(name, "include_stop_str_in_output") || !strcmp(name, "use_beam_search") || !strcmp(name, "store"))
 		return json_is_false(v);
-	if (!strcmp(name, "skip_special_tokens") || !strcmp(name, "parallel_tool_calls") || !strcmp(name, "cache_prompt"))
+	if (!strcmp(name, "skip_special_tokens") || !strcmp(name, "cache_prompt"))
 		return json_is_true(v);
 	if (!strcmp(name, "service_tier"))
 		return is_str(v, "auto") || is_str(v, "default");

@@ -14,6 +14,7 @@
 #include "server/api_keys.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/tool_calls.h"
 
 struct chat_template;
 
@@ -39,6 +40,8 @@ typedef struct server_ctx {
 	int32_t acr_context_length;       /* T of ACR (aah.json's context_length, else the engine's) */
 	char backend[192];                /* engine_backend_desc: "cuda (…)" or "cpu (…)", for the log and /metrics */
 	struct chat_template *chat;       /* the chat template (chat_template.h); NULL: chat requests get 400 */
+	tool_format tool_fmt;             /* tool_call_parser resolved: the format chat answers to tools are parsed as;
+	                                   * NONE: no parsing (and tool_choice required or named gets 400) */
 	server_metrics metrics;
 	atomic_bool draining;             /* SIGTERM seen: new work gets 503 */
 } server_ctx;

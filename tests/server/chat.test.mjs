@@ -212,7 +212,7 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
       [{ messages: CONVERSATIONS[0], response_format: { type: 'json_object', strict: true } }, 'response_format',
         /unknown field 'strict'/],
       [{ messages: CONVERSATIONS[0], response_format: { type: 'xml' } }, 'response_format', /not supported/],
-      [{ messages: CONVERSATIONS[0], tool_choice: 'required' }, 'tool_choice', /not supported/],
+      [{ messages: CONVERSATIONS[0], tool_choice: 'required' }, 'tool_choice', /needs 'tools'/],
       [{ messages: CONVERSATIONS[0], chat_template: '{{ 1 }}' }, 'chat_template', /own chat template/],
       [{ messages: CONVERSATIONS[0], chat_template_kwargs: { messages: [] } }, 'chat_template_kwargs', /messages/],
       [{ messages: CONVERSATIONS[0], max_completion_tokens: -1 }, 'max_completion_tokens', /integer/],
@@ -270,7 +270,7 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
         }
       }
       // chat-only refusals
-      for (const [name, value] of [['parallel_tool_calls', false], ['store', true], ['reasoning_effort', 'low'],
+      for (const [name, value] of [['parallel_tool_calls', 0], ['store', true], ['reasoning_effort', 'low'],
         ['service_tier', 'flex'], ['web_search_options', {}]]) {
         const r = await post(srv, { messages: M, max_tokens: 1, [name]: value });
         assert.equal(r.status, 400, `${name}: ${r.text}`);
