@@ -96,6 +96,65 @@ static bool set_text(json_t *o, const char *key, const char *text, size_t len)
 
 /* ---- tool calls (server/tool_calls.h): the content part of the split goes through a parser when j->tools ---- */
 
+/* The special tokens each format's calls are written with. The text pipeline skips special tokens (a reply never shows
+ * <|im_end|>), which would hide these from the parser; choice_text records where they were instead (its markers), and
+ * split_feed puts them back into the one stream the parser reads. Hermes' tags are ordinary text in Qwen's
+ * vocabularies, special in a few others. */
+static const char *const hermes_markers[] = { "<tool_call>", "</tool_call>" };
+static const char *const llama3_markers[] = { "<|python_tag|>" };
+static const char *const mistral_markers[] = { "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]" };
+
+static const char *const *format_markers(tool_format fmt, int32_t *n)
+{
+	switch (fmt) {
+	case TOOL_FORMAT_HERMES:
+		*n = 2;
+		return hermes_markers;
+	case TOOL_FORMAT_LLAMA3_JSON:
+		*n = 1;
+		return llama3_markers;
+	case TOOL_FORMAT_MISTRAL:
+		*n = 3;
+		return mistral_markers;
+	default:
+		*n = 0;
+		return NULL;
+	}
+}
+
+/* The bytes every marker of c's text spells, at most: the room split_feed may add beyond the text. */
+static size_t markers_room(const cmpl_job *j, const cmpl_choice *c)
+{
+	size_t n = 0;
+	for (int32_t i = 0; i < c->text.n_markers; i++)
+		n += strlen(j->markers[c->text.markers[i].which]);
+	return n;
+}
+
+/* Feeds c's text [from, to) into split, each marker there back before the byte it preceded (with last, also those
+ * after the text's end: a piece leaves a marker at its end to the next piece, so pieces and the whole agree). A
+ * marker inside the reasoning block is dropped: only content is parsed for calls, and a special token's text has no
+ * place in reasoning_content. Outside it the marker is fed as text, so that a marker that opens the answer ends the
+ * split's wait for <think> (the answer did not begin with a block) just as its text would. */
+static void split_feed(const cmpl_job *j, const cmpl_choice *c, reasoning_split *split, size_t from, size_t to,
+                       bool last, reasoning_out *o)
+{
+	const char *text = c->text.text ? c->text.text : "";
+	size_t at = from;
+	for (int32_t i = 0; i < c->text.n_markers; i++) {
+		const choice_marker *m = &c->text.markers[i];
+		if (m->at < from)
+			continue;
+		if (m->at > to || (m->at == to && !last))
+			break;
+		reasoning_feed(split, text + at, m->at - at, o);
+		at = m->at;
+		if (split->state != REASONING_STATE_THINK)
+			reasoning_feed(split, j->markers[m->which], strlen(j->markers[m->which]), o);
+	}
+	reasoning_feed(split, text + at, to - at, o);
+}
+
 /* Choice c's parser. Its call ids are drawn from the request's seed and the choice's index, so that a seeded request
  * gets the same ids streamed or not. NULL when out of memory. */
 static tool_parser *choice_tool_parser(const cmpl_job *j, const cmpl_choice *c)
@@ -150,7 +209,7 @@ static json_t *tool_calls_json(const cmpl_job *j, const tool_parser *p)
  * to *reasoning_tokens; *finish is c's finish_reason ("tool_calls" for a call). */
 static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *reasoning_tokens, const char **finish)
 {
-	size_t len = c->text.len, room = len + REASONING_MAX_HELD;
+	size_t len = c->text.len, room = len + markers_room(j, c) + REASONING_MAX_HELD;
 	char *buf = malloc(2 * room + 1);
 	json_t *m = json_pack("{s:s}", "role", "assistant");
 	*finish = c->finish_reason;
@@ -162,7 +221,7 @@ static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *re
 	reasoning_split split;
 	reasoning_out o = { buf, buf + room, 0, 0 };
 	reasoning_init(&split, j->reasoning);
-	reasoning_feed(&split, c->text.text ? c->text.text : "", len, &o);
+	split_feed(j, c, &split, 0, len, true, &o);
 	reasoning_finish(&split, &o);
 	bool ok;
 	if (j->tools != TOOL_FORMAT_NONE) {
@@ -282,12 +341,13 @@ static bool tool_delta(const cmpl_job *j, const tool_events *ev, json_t *delta)
 static json_t *chat_piece(const cmpl_job *j, cmpl_choice *c, const char *text, size_t len, int32_t from, int32_t to,
                           const char *finish, bool *held)
 {
-	size_t room = len + REASONING_MAX_HELD;
+	size_t room = len + markers_room(j, c) + REASONING_MAX_HELD;
 	char *buf = malloc(2 * room + 1);
 	if (!buf)
 		return NULL;
 	reasoning_out o = { buf, buf + room, 0, 0 };
-	reasoning_feed(&c->split, text, len, &o);
+	const size_t at = (size_t)(text - c->text.text);   /* completion_stream hands pieces of c's own text */
+	split_feed(j, c, &c->split, at, at + len, finish != NULL, &o);
 	if (finish)
 		reasoning_finish(&c->split, &o);
 	json_t *delta = json_object();
@@ -399,8 +459,8 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 		chat_request_free(&cr);
 		return http_reply_error(req, 400, "invalid_request_error", "tool_choice", "invalid_value",
 		                        "'tool_choice' \"required\" or a named function needs a tool-call format, and this "
-		                        "server has none (tool_call_parser = %s; auto takes hermes from a chat template that "
-		                        "writes <tool_call>)",
+		                        "server has none (tool_call_parser = %s; auto takes the format from a chat template "
+		                        "that writes <tool_call>, [TOOL_CALLS] or <|python_tag|>)",
 		                        s->cfg->tool_call_parser);
 	}
 	if (forced) {
@@ -458,6 +518,7 @@ static enum MHD_Result chat_start(http_request *req, cmpl_job **out)
 		j->reasoning = REASONING_START_OFF;
 	j->tools = cr.tools && cr.tool_choice != CHAT_TOOL_CHOICE_NONE ? s->tool_fmt : TOOL_FORMAT_NONE;
 	j->tool_parallel = cr.parallel_tools;
+	j->markers = format_markers(j->tools, &j->n_markers);
 	j->owned_text = prompt;
 	p->text = prompt;
 	p->text_len = prompt_len;

@@ -24,12 +24,19 @@ void choice_text_free(choice_text *c)
 {
 	free(c->text);
 	free(c->tok_off);
+	free(c->markers);
 	memset(c, 0, sizeof *c);
 }
 
 void choice_text_min_tokens(choice_text *c, int32_t n)
 {
 	stop_text_min_tokens(&c->st, n);
+}
+
+void choice_text_markers(choice_text *c, const char *const *texts, int32_t n)
+{
+	c->marker_text = texts;
+	c->n_marker_text = n > 0 ? n : 0;
 }
 
 static int append(choice_text *c, const char *s, size_t n)
@@ -58,6 +65,10 @@ static void text_settle(choice_text *c)
 		c->n_kept = 0;
 		while (c->n_kept < c->n_tokens && c->tok_off[c->n_kept] < c->len)
 			c->n_kept++;
+		/* a marker at the stop's first byte goes with it: streaming never sent one there (a piece sends the markers
+		 * before the bytes it sends), so dropping it keeps the whole answer equal to the streamed one */
+		while (c->n_markers > 0 && c->markers[c->n_markers - 1].at >= c->len)
+			c->n_markers--;
 		return;
 	}
 	size_t hold = stop_text_held(&c->st);
@@ -65,10 +76,39 @@ static void text_settle(choice_text *c)
 		c->safe = c->len - hold;
 }
 
+/* Whether special token id is a marker: its index in the allow-list, or -1. Only special tokens are looked at, and
+ * they are rare in an answer, so comparing texts here costs nothing on ordinary tokens. */
+static int32_t marker_of(const choice_text *c, int32_t id)
+{
+	if (c->n_marker_text == 0 || !tokenizer_is_special(c->tok, id))
+		return -1;
+	char t[64];
+	int64_t n = tokenizer_token_bytes(c->tok, id, t, sizeof t);
+	for (int32_t i = 0; n > 0 && n < (int64_t)sizeof t && i < c->n_marker_text; i++)
+		if (strlen(c->marker_text[i]) == (size_t)n && !memcmp(c->marker_text[i], t, (size_t)n))
+			return i;
+	return -1;
+}
+
+static int marker_add(choice_text *c, int32_t which)
+{
+	if (c->n_markers == c->cap_markers) {
+		int32_t cap = c->cap_markers ? 2 * c->cap_markers : 8;
+		choice_marker *grown = realloc(c->markers, (size_t)cap * sizeof *grown);
+		if (!grown)
+			return -1;
+		c->markers = grown;
+		c->cap_markers = cap;
+	}
+	c->markers[c->n_markers++] = (choice_marker){ .at = c->len, .which = which };
+	return 0;
+}
+
 int choice_text_push(choice_text *c, int32_t id)
 {
 	if (c->stopped || c->finished)
 		return 0;
+	const int32_t which = marker_of(c, id);
 	char small[1024];
 	char *buf = small;
 	int64_t cap = sizeof small, room = stop_text_room(c->tok, id);
@@ -84,7 +124,7 @@ int choice_text_push(choice_text *c, int32_t id)
 	int rc = n < 0 ? -1 : append(c, buf, (size_t)n);
 	if (buf != small)
 		free(buf);
-	if (rc != 0)
+	if (rc != 0 || (which >= 0 && marker_add(c, which) != 0))
 		return -1;
 	if (n > 0)
 		text_settle(c);

@@ -1,7 +1,9 @@
 /* server/choice_text.h — the text of one choice as its tokens arrive: complete UTF-8 characters only, stop strings
  * found across token boundaries (engine/stop_text.h: the very rule by which the engine thread ended the request at
  * the same token), and the part that is safe to send — text that could still grow into a stop string is held back,
- * so a stop string is never sent, nor split. */
+ * so a stop string is never sent, nor split. Beside the text, the places of chosen special tokens (markers: Llama 3's
+ * <|python_tag|>, Mistral's [TOOL_CALLS]), which the text skips as it skips every special token, so that the one
+ * reader that wants them (the tool-call parser) can put them back while stop strings and content never see them. */
 #ifndef AAH_SERVER_CHOICE_TEXT_H
 #define AAH_SERVER_CHOICE_TEXT_H
 
@@ -11,6 +13,12 @@
 
 #include "engine/stop_text.h"
 #include "models/tokenizer.h"
+
+/* A marker special token in the text: it came right before the byte at offset at (at == len: after the last). */
+typedef struct choice_marker {
+	size_t at;
+	int32_t which;                    /* its index in the allow-list given to choice_text_markers */
+} choice_marker;
 
 typedef struct choice_text {
 	stop_text st;                     /* the decoder and the stop strings */
@@ -23,6 +31,10 @@ typedef struct choice_text {
 	size_t *tok_off;                  /* (max_tokens) byte offset in text where each token's text begins */
 	int32_t n_tokens;                 /* tokens pushed */
 	int32_t n_kept;                   /* tokens whose text is in the result (all, unless stopped) */
+	const char *const *marker_text;   /* the allow-list (borrowed): a special token whose text is one is a marker */
+	int32_t n_marker_text;
+	choice_marker *markers;           /* in text order; after a stop only those before it (at < len) */
+	int32_t n_markers, cap_markers;
 } choice_text;
 
 /* The stop strings are copied (at most STOP_TEXT_MAX, each 1 … STOP_TEXT_MAX_BYTES bytes). Returns 0, or -1 when out
@@ -33,6 +45,9 @@ void choice_text_free(choice_text *c);
 /* The first n tokens complete no stop string (min_tokens; stop_text_min_tokens, the engine thread's same rule). Call
  * before the first push. */
 void choice_text_min_tokens(choice_text *c, int32_t n);
+/* Special tokens whose text is one of the n texts (borrowed: they must outlive c) are recorded as markers from now on
+ * (none by default). Call before the first push. */
+void choice_text_markers(choice_text *c, const char *const *texts, int32_t n);
 /* Appends a generated token (special tokens, and ids beyond the tokenizer's vocabulary, add no text). After a stop
  * it does nothing. Returns 0, or -1 when out of memory. At most max_tokens tokens. */
 int choice_text_push(choice_text *c, int32_t id);

@@ -628,6 +628,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 				goto fail;
 			}
 			choice_text_min_tokens(&c->text, (int32_t)cr->min_tokens);   /* the engine thread's rule (sampling) */
+			choice_text_markers(&c->text, j->markers, j->n_markers);
 			sched_request_params *p = &rp[ci];
 			p->prompt = j->prompts[i].ids;
 			p->n_prompt = j->prompts[i].n_ids;

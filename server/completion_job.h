@@ -67,6 +67,9 @@ typedef struct cmpl_job {
 	tool_format tools;                /* chat with tools: the format their calls are parsed out of the content as;
 	                                   * NONE: no parsing (no tools, tool_choice none, tool_call_parser none) */
 	bool tool_parallel;               /* parallel_tool_calls: false returns the first call only */
+	const char *const *markers;       /* chat with tools: the texts of the special tokens the tool parser reads (static
+	                                   * storage; choice_text_markers), n_markers of them; none otherwise */
+	int32_t n_markers;
 	uint64_t seed;                    /* the request's seed, or the one drawn for it (submit): tool-call ids too */
 	char *owned_text;                 /* text a prompt of req points into that the job owns (chat: the rendered
 	                                   * template), or NULL; freed with the job */

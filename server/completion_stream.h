@@ -17,7 +17,7 @@ enum MHD_Result completion_stream_start(http_request *req, cmpl_job *j);
 typedef struct cmpl_stream_shape {
 	/* optional: choice c's first event, before any of its text (chat: the role; it also starts c's split) */
 	json_t *(*head)(const cmpl_job *j, cmpl_choice *c);
-	/* c's text [text, text + len) with the log-probabilities of its generated tokens [from, to); finish is NULL
+	/* c's text [text, text + len) (a range of c->text.text, starting at c->sent) with the log-probabilities of its generated tokens [from, to); finish is NULL
 	 * except in c's last event, where it is the finish_reason. A piece that has nothing to show yet (chat: a tag's
 	 * first bytes, held until decided) sets *held and returns NULL: its text counts as sent, and its tokens'
 	 * log-probabilities go with the next event. The last event is never held. */

@@ -51,9 +51,9 @@ static const config_row rows[] = {
 	  "reasoning_content, as vLLM's --reasoning-parser qwen3 (docs/chat.md); none: all text is content" },
 	{ "tool_call_parser", ENUM(tool_call_parser, tool_call_parsers), "auto",
 	  "chat answers to requests with tools: the tool-call format parsed out of the content into message.tool_calls "
-	  "(docs/chat.md#tools); auto: hermes when the chat template's source writes <tool_call>, else none; hermes, "
-	  "llama3_json, mistral: that format (the latter two only when their markers reach the text); none: no parsing, "
-	  "and tool_choice required or a named function get 400" },
+	  "(docs/chat.md#tools); auto: the format the chat template's source writes calls in (mistral for [TOOL_CALLS], "
+	  "hermes for <tool_call>, llama3_json for <|python_tag|> or the ipython role), else none; hermes, llama3_json, "
+	  "mistral: that format; none: no parsing, and tool_choice required or a named function get 400" },
 	{ "backend", ENUM(backend, backends), "auto", "compute backend: auto, cpu, cuda (auto: CUDA when present)" },
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
 	{ "max_batch", INT(max_batch, 1, 256), "8", "sequences running at once (continuous batching)" },

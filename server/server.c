@@ -148,11 +148,10 @@ int server_run(const aahd_config *cfg)
 	}
 	log_msg(LOG_INFO, NULL, "chat template: %s", srv->chat ? chat_template_origin(srv->chat)
 	                                                         : "none (chat requests get 400; see --chat-template)");
-	/* auto takes hermes only: llama3_json's <|python_tag|> and mistral's [TOOL_CALLS] are special tokens, which the
-	 * text pipeline skips, so a template of theirs would parse nothing in most answers (docs/chat.md#tools) */
+	/* auto: the format the template writes calls in. llama3_json's <|python_tag|> and mistral's [TOOL_CALLS] are
+	 * special tokens, which the text skips; the tool parser gets them back as markers (chat_completions.c) */
 	if (!strcmp(cfg->tool_call_parser, "auto"))
-		srv->tool_fmt = srv->chat && chat_template_tool_format(srv->chat) == TOOL_FORMAT_HERMES ? TOOL_FORMAT_HERMES
-		                                                                                        : TOOL_FORMAT_NONE;
+		srv->tool_fmt = srv->chat ? chat_template_tool_format(srv->chat) : TOOL_FORMAT_NONE;
 	else
 		srv->tool_fmt = tool_format_from_name(cfg->tool_call_parser);
 	log_msg(LOG_INFO, NULL, "tool-call parser: %s (tool_call_parser = %s)", tool_format_name(srv->tool_fmt),

@@ -179,6 +179,45 @@ START_TEST(test_special_tokens)
 }
 END_TEST
 
+/* Markers: a special token whose text is in the allow-list is recorded at the offset of the text that follows it, the
+ * text itself still without it; other special tokens are not; a stop drops the markers at or after where it begins. */
+START_TEST(test_markers)
+{
+	static const char *const marks[] = { "[none]", "<|im_start|>" };
+	const int32_t im_start = 2049, im_end = 2050;   /* the test tokenizer's specials (tests/data/qwen3-small-a) */
+	ck_assert(tokenizer_is_special(tok, im_start) && tokenizer_is_special(tok, im_end));
+	const char *stop[] = { "Stop" };
+	size_t stop_len[] = { 4 };
+	choice_text c;
+	ck_assert_int_eq(choice_text_init(&c, tok, stop, stop_len, 1, 64), 0);
+	choice_text_markers(&c, marks, 2);
+	ck_assert_int_eq(choice_text_push(&c, im_start), 0);
+	push_text(&c, "ab");
+	ck_assert_int_eq(choice_text_push(&c, im_end), 0);
+	ck_assert_int_eq(choice_text_push(&c, im_start), 0);
+	push_text(&c, "cd");
+	ck_assert_int_eq(choice_text_push(&c, im_start), 0);
+	ck_assert_uint_eq(c.len, 4);
+	ck_assert(!memcmp(c.text, "abcd", 4));
+	ck_assert_int_eq(c.n_markers, 3);
+	ck_assert_uint_eq(c.markers[0].at, 0);
+	ck_assert_uint_eq(c.markers[1].at, 2);
+	ck_assert_uint_eq(c.markers[2].at, 4);
+	ck_assert_int_eq(c.markers[0].which, 1);
+	/* the stop begins at 4: the marker there goes with it */
+	push_text(&c, "Stop");
+	ck_assert(c.stopped);
+	ck_assert_uint_eq(c.len, 4);
+	ck_assert_int_eq(c.n_markers, 2);
+	choice_text_free(&c);
+	/* without an allow-list nothing is recorded */
+	ck_assert_int_eq(choice_text_init(&c, tok, NULL, NULL, 0, 64), 0);
+	ck_assert_int_eq(choice_text_push(&c, im_start), 0);
+	ck_assert_int_eq(c.n_markers, 0);
+	choice_text_free(&c);
+}
+END_TEST
+
 /* choice_text_decode: the text of ids with padding ids (the model's rows beyond the tokenizer) in them equals the text
  * without them, also where one falls inside a character's bytes; a negative id is refused. */
 START_TEST(test_decode_padding)
@@ -221,6 +260,7 @@ static Suite *choice_text_suite(void)
 	tcase_add_test(tc, test_earliest_stop);
 	tcase_add_test(tc, test_utf8);
 	tcase_add_test(tc, test_special_tokens);
+	tcase_add_test(tc, test_markers);
 	tcase_add_test(tc, test_decode_padding);
 	suite_add_tcase(s, tc);
 	return s;

@@ -4,9 +4,13 @@
 // false; tool_choice none (no tools rendered, nothing parsed); auto parsing a call forced by guided_regex, and invalid
 // arguments returned as written and counted on /metrics; a tool result turn; the 400s. Run by tests/test_tools.sh.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { metrics, request, sseEvents, startServer } from './lib.mjs';
+import { MODEL, metrics, request, sseEvents, startServer } from './lib.mjs';
 
 const post = (srv, body) => request(srv.port, 'POST', '/v1/chat/completions', body);
 const Q = [{ role: 'user', content: 'What is the weather in Paris?' }];
@@ -33,6 +37,18 @@ function validArguments(call) {
     assert.ok(Number.isInteger(args.a) && args.a >= 0 && args.a <= 9, call.function.arguments);
     assert.equal(typeof args.b, 'boolean');
   }
+}
+
+// Every call's arguments against its function's parameters schema, judged by Debian's python3-jsonschema
+// (tests/structured_validate.py), which shares no code with the grammar that constrained them.
+function schemaValid(calls) {
+  const cases = calls.map((call, i) => ({ name: `${call.function.name} #${i}`, kind: 'schema',
+    spec: TOOLS.find((t) => t.function.name === call.function.name).function.parameters,
+    outputs: [call.function.arguments] }));
+  const r = JSON.parse(execFileSync('/usr/bin/python3', ['tests/structured_validate.py'],
+    { input: JSON.stringify(cases) }).toString('utf8'));
+  assert.equal(r.checked, calls.length);
+  assert.deepEqual(r.failures, []);
 }
 
 // A stream's deltas joined as OpenAI's SDKs join them: content concatenated, tool_calls merged by index (the first
@@ -229,4 +245,85 @@ describe('tool_call_parser none', () => {
     assert.equal(r.json.error.param, 'tool_choice');
     assert.match(r.json.error.message, /tool_call_parser = none/);
   });
+});
+
+// Llama 3.1's and Mistral's templates: auto picks their formats; required and named are enforced by the grammar, which
+// spells the markers in ordinary tokens (it never allows a special token), and the parser reads that spelling.
+for (const [template, format, idPattern] of [['llama3.1_json', 'llama3_json', /^call_[A-Za-z0-9]{24}$/],
+  ['mistral', 'mistral', /^[A-Za-z0-9]{9}$/], ['qwen3', 'hermes', /^call_[A-Za-z0-9]{24}$/]]) {
+  describe(`tools with ${template}.jinja (tool_call_parser auto → ${format})`, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer(['--ctx-len', '1024', '--chat-template', `tests/data/chat/${template}.jinja`]);
+    });
+    after(async () => {
+      if (srv) await srv.stop();
+    });
+
+    test('the parser comes from the template', () => {
+      assert.match(srv.log(), new RegExp(`tool-call parser: ${format} \\(tool_call_parser = auto\\)`));
+    });
+
+    test('required and named, whole and streamed: calls whose arguments validate against the schema', async () => {
+      for (const [choice, parallel] of [['required', false], ['required', true], ['get_weather', false],
+        ['add', false], ['add', true]]) {
+        const tool_choice = choice === 'required' ? choice : { type: 'function', function: { name: choice } };
+        const c = await both(srv, { ...BASE, tool_choice, parallel_tool_calls: parallel });
+        const calls = c.message.tool_calls;
+        assert.ok(calls && calls.length >= 1, JSON.stringify(c));
+        assert.equal(c.message.content, null, JSON.stringify(c));
+        if (!parallel) assert.equal(calls.length, 1);
+        for (const call of calls) {
+          assert.match(call.id, idPattern);
+          if (choice !== 'required') assert.equal(call.function.name, choice);
+        }
+        // the last call may be cut short by max_tokens when the model goes on calling; the others are whole
+        const whole = c.finish_reason === 'length' ? calls.slice(0, -1) : calls;
+        if (c.finish_reason !== 'length') assert.equal(c.finish_reason, 'tool_calls');
+        schemaValid(whole);
+      }
+    });
+  });
+}
+
+// The markers as special tokens: the test tokenizer given <|python_tag|>, [TOOL_CALLS], [ARGS] and [CALL_ID] as
+// special added tokens (ids the model has rows for, past the tokenizer's 2051), and logit_bias to make the random
+// model write them. The text pipeline skips special tokens; the parser must see them all the same.
+describe('marker special tokens reach the parser', () => {
+  const MARKS = { '<|python_tag|>': 2051, '[TOOL_CALLS]': 2052, '[ARGS]': 2053, '[CALL_ID]': 2054 };
+  let dir;
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'aah-markers-'));
+    for (const f of ['config.json', 'model.safetensors', 'tokenizer_config.json'])
+      fs.symlinkSync(path.resolve(MODEL, f), path.join(dir, f));
+    const tj = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8'));
+    for (const [content, id] of Object.entries(MARKS))
+      tj.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
+        special: true });
+    fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tj));
+  });
+  after(() => {
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  for (const [template, marker] of [['llama3.1_json', '<|python_tag|>'], ['mistral', '[TOOL_CALLS]']]) {
+    test(`${template}: ${marker} written as its special token`, async () => {
+      const srv = await startServer(['--ctx-len', '1024', '--chat-template', `tests/data/chat/${template}.jinja`],
+        {}, dir);
+      try {
+        const body = { ...BASE, max_tokens: 2, logit_bias: { [MARKS[marker]]: 100 } };
+        // without tools the special token is not text: nothing shows
+        const plain = await post(srv, { ...body, tools: undefined });
+        assert.equal(plain.json.choices[0].message.content, '', plain.text);
+        // with tools the parser reads it: two markers and nothing after them is no call (no name), so the text the
+        // parser read comes back as content, as an unparsable call does
+        const c = await both(srv, body);
+        assert.equal(c.message.tool_calls, undefined);
+        assert.equal(c.message.content, marker + marker, JSON.stringify(c));
+        assert.equal(c.finish_reason, 'length');
+      } finally {
+        await srv.stop();
+      }
+    });
+  }
 });
