@@ -284,6 +284,19 @@ START_TEST(test_masks_small_vocab)
 		free(t);
 	}
 	ck_assert_int_gt(complete, 5);
+	/* the same walks with every transition in the map instead of the per-state arrays */
+	grammar_vocab_set_transition_arrays(voc, 0);
+	for (uint64_t seed = 1; seed <= 10; seed++) {
+		bool ended;
+		char *t = walk_grammar(voc, tok, json_gbnf, 120, seed, &ended);
+		if (ended) {
+			json_t *j = json_loads(t, 0, NULL);
+			ck_assert_msg(j != NULL, "seed %llu: not JSON: %s", (unsigned long long)seed, t);
+			json_decref(j);
+		}
+		free(t);
+	}
+	grammar_vocab_set_transition_arrays(voc, (size_t)32 << 20);
 	/* a grammar of words, where tokens span several literals */
 	for (uint64_t seed = 1; seed <= 10; seed++) {
 		bool ended;

@@ -35,8 +35,14 @@
 
 #define GRAMMAR_KEY_DEPTH 3        /* frames a mask key keeps (see above) */
 #define GRAMMAR_MAX_DEPTH 512      /* frames of one parse stack */
-#define GRAMMAR_MAX_NODES (4 << 20)
-#define GRAMMAR_MAX_SETS (1 << 20)
+/* Memory bounds of one grammar's caches (a hostile grammar meets them and its matchers fail with a message; the
+ * server's grammar cache holds at most 64 grammars): nodes 20 bytes each with their index, states 32 bytes and their
+ * stacks, byte-transition arrays 1 KiB for the states that get one (past the budget, a map entry per transition),
+ * mask entries' bitmaps 19 KiB each for Qwen3's vocabulary. */
+#define GRAMMAR_MAX_NODES (1 << 20)
+#define GRAMMAR_MAX_SETS (1 << 18)
+#define GRAMMAR_TRANS_ARRAY_BYTES ((size_t)32 << 20)
+#define GRAMMAR_MAX_ENTRY_BYTES ((size_t)128 << 20)
 #define GRAMMAR_MAX_CLOSURE 200000 /* expansions in one closure */
 #define GRAMMAR_WARM_S 0.025       /* compile explores and caches masks for this long at most (warm_up) */
 
@@ -158,6 +164,7 @@ struct grammar_vocab {
 	int64_t *off;              /* n_vocab; -1: never allowed (special, empty, padding) */
 	int32_t *len;
 	double warm_s;             /* grammar_vocab_set_warm */
+	size_t trans_array_bytes;  /* grammar_vocab_set_transition_arrays */
 };
 
 typedef struct vtok {
@@ -202,6 +209,11 @@ void grammar_vocab_set_warm(grammar_vocab *v, double seconds)
 	v->warm_s = seconds > 0 ? seconds : 0;
 }
 
+void grammar_vocab_set_transition_arrays(grammar_vocab *v, size_t bytes)
+{
+	v->trans_array_bytes = bytes;
+}
+
 #define VOCAB_MAX_TOKEN 1024       /* bytes of one token; longer ones are never allowed */
 
 grammar_vocab *grammar_vocab_new(const tokenizer *tk, int32_t n_vocab, char *err, size_t err_len)
@@ -220,6 +232,7 @@ grammar_vocab *grammar_vocab_new(const tokenizer *tk, int32_t n_vocab, char *err
 		goto oom;
 	v->n_vocab = n_vocab;
 	v->warm_s = GRAMMAR_WARM_S;
+	v->trans_array_bytes = GRAMMAR_TRANS_ARRAY_BYTES;
 	v->off = malloc((size_t)n_vocab * sizeof *v->off);
 	v->len = calloc((size_t)n_vocab, sizeof *v->len);
 	t = calloc((size_t)n_vocab, sizeof *t);
@@ -353,6 +366,9 @@ struct grammar {
 	gentry *entries;
 	int32_t n_entries, cap_entries;
 	map64 raw_map;             /* raw node → the state of its closure */
+	map64 trans_map;           /* (state, byte) → state, for the states without an array */
+	size_t trans_bytes;        /* of the states' transition arrays */
+	size_t entry_bytes;        /* of the mask entries */
 	/* scratch of one closure */
 	ivec work, out;
 	map64 seen;
@@ -554,13 +570,16 @@ static int32_t closure(grammar *g)
 	return set_get(g, g->out.p, (int32_t)n, flags);
 }
 
-/* The state after byte c from state s: SET_DEAD when no stack takes it, -1 on failure. Cached. */
+/* The state after byte c from state s: SET_DEAD when no stack takes it, -1 on failure. Cached: in the state's array
+ * of 256, or once the arrays have used their budget, in a map. */
 static int32_t step(grammar *g, int32_t s, unsigned c)
 {
 	gset *st = &g->sets[s];
-	if (st->trans && st->trans[c] >= 0)
-		return st->trans[c];
-	if (!st->trans) {
+	uint64_t key = ((uint64_t)(uint32_t)s << 8 | c) + 1;
+	if (st->trans) {
+		if (st->trans[c] >= 0)
+			return st->trans[c];
+	} else if (g->trans_bytes + 256 * sizeof(int32_t) <= g->v->trans_array_bytes) {
 		int32_t *t = malloc(256 * sizeof *t);
 		if (!t) {
 			snprintf(g->fail, sizeof g->fail, "out of memory");
@@ -569,6 +588,11 @@ static int32_t step(grammar *g, int32_t s, unsigned c)
 		for (int i = 0; i < 256; i++)
 			t[i] = -1;
 		st->trans = t;
+		g->trans_bytes += 256 * sizeof *t;
+	} else {
+		int32_t known = map64_get(&g->trans_map, key);
+		if (known >= 0)
+			return known;
 	}
 	g->work.n = 0;
 	for (int32_t i = 0; i < st->n; i++) {
@@ -583,7 +607,12 @@ static int32_t step(grammar *g, int32_t s, unsigned c)
 	int32_t next = g->work.n ? closure(g) : SET_DEAD;
 	if (next < 0)
 		return -1;
-	g->sets[s].trans[c] = next;    /* sets may have moved */
+	if (g->sets[s].trans)          /* sets may have moved */
+		g->sets[s].trans[c] = next;
+	else if (map64_put(&g->trans_map, key, next) < 0) {
+		snprintf(g->fail, sizeof g->fail, "out of memory");
+		return -1;
+	}
 	return next;
 }
 
@@ -651,6 +680,13 @@ static gentry *entry_get(grammar *g, int32_t k)
 			snprintf(g->fail, sizeof g->fail, "out of memory");
 		return NULL;
 	}
+	if (g->entry_bytes + (size_t)nw * sizeof *bits > GRAMMAR_MAX_ENTRY_BYTES) {
+		free(bits);
+		free(points.p);
+		snprintf(g->fail, sizeof g->fail, "the grammar's mask cache exceeds %zu MiB (too many distinct parse "
+		         "positions)", GRAMMAR_MAX_ENTRY_BYTES >> 20);
+		return NULL;
+	}
 	gentry en = { 0 };
 	int64_t cnt = 0;
 	for (int32_t w = 0; w < nw; w++)
@@ -667,9 +703,12 @@ static gentry *entry_get(grammar *g, int32_t k)
 			for (uint32_t b = bits[w]; b; b &= b - 1)
 				en.ids[en.n_ids++] = w * 32 + __builtin_ctz(b);
 		free(bits);
+		g->entry_bytes += (size_t)en.n_ids * sizeof *en.ids;
 	} else {
 		en.bits = bits;
+		g->entry_bytes += (size_t)nw * sizeof *bits;
 	}
+	g->entry_bytes += points.n * sizeof *points.p;
 	en.points = points.p;
 	en.n_points = (int32_t)points.n;
 	if (g->n_entries == g->cap_entries) {
@@ -1905,6 +1944,7 @@ void grammar_unref(grammar *g)
 	}
 	free(g->entries);
 	map64_free(&g->raw_map);
+	map64_free(&g->trans_map);
 	free(g->work.p);
 	free(g->out.p);
 	map64_free(&g->seen);

@@ -59,6 +59,9 @@ int32_t grammar_vocab_size(const grammar_vocab *v);
  * it explores the grammar breadth first from its start and pays the whole-vocabulary walks of free-text positions
  * (a few ms each on 151,936 tokens) there, instead of at a request's first tokens. */
 void grammar_vocab_set_warm(grammar_vocab *v, double seconds);
+/* The bytes a grammar may spend on per-state transition arrays (1 KiB a state, default 32 MiB); past them its
+ * transitions go to a map, slower and smaller. The tests set 0 to run the map alone. */
+void grammar_vocab_set_transition_arrays(grammar_vocab *v, size_t bytes);
 
 /* Compiles GBNF text against a vocabulary (borrowed: it must outlive the grammar). Returns the grammar with one
  * reference, or NULL with a message in err. */
