@@ -397,14 +397,13 @@ static const cmpl_stream_shape chat_shape = { .head = chat_head, .piece = chat_p
 
 static void job_note(http_request *req, const cmpl_job *j, size_t rendered)
 {
-	int64_t completion = 0;
-	for (int32_t i = 0; i < j->n_choices; i++)
-		completion += cmpl_job_completion_tokens(&j->choices[i]);
+	int64_t prompt, completion;
+	cmpl_job_token_totals(j, &prompt, &completion);
 	snprintf(req->note, sizeof req->note, "chat choices=%d prompt_tokens=%d rendered_bytes=%zu completion_tokens=%lld "
 	         "finish=%s regime=%s",
-	         j->n_choices, j->prompts ? j->prompts[0].n_ids : 0, rendered, (long long)completion,
+	         j->n_choices, (int)prompt, rendered, (long long)completion,
 	         j->n_choices ? (j->choices[0].finish_reason ? j->choices[0].finish_reason : "-") : "-",
-	         j->srv->regimes[j->regime]);
+	         cmpl_job_regime_name(j));
 }
 
 /* The answer to a render that failed: the template's own refusal and its limits are the request's (400), as is a

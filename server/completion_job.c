@@ -273,13 +273,24 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 	                 "text_offset", offs);
 }
 
+void cmpl_job_token_totals(const cmpl_job *j, int64_t *prompt, int64_t *completion)
+{
+	*prompt = *completion = 0;
+	for (int32_t i = 0; j->prompts && i < j->req.n_prompts; i++)
+		*prompt += j->prompts[i].n_ids;
+	for (int32_t i = 0; i < j->n_choices; i++)
+		*completion += cmpl_job_completion_tokens(&j->choices[i]);
+}
+
+const char *cmpl_job_regime_name(const cmpl_job *j)
+{
+	return j->srv->regimes[j->regime];
+}
+
 json_t *cmpl_job_usage(const cmpl_job *j)
 {
-	int64_t prompt = 0, completion = 0;
-	for (int32_t i = 0; i < j->req.n_prompts; i++)
-		prompt += j->prompts[i].n_ids;
-	for (int32_t i = 0; i < j->n_choices; i++)
-		completion += cmpl_job_completion_tokens(&j->choices[i]);
+	int64_t prompt, completion;
+	cmpl_job_token_totals(j, &prompt, &completion);
 	/* OpenAI's prompt_tokens_details.cached_tokens: per prompt, the tokens its prefill took from the prefix cache (the
 	 * choice that ran it; the others forked it and took none) */
 	int64_t cached = 0;
@@ -343,7 +354,7 @@ json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 	}
 	double acr = usage > 0 ? acr_w / usage : n > 0 ? acr_plain / n : 1.0;
 	/* four decimals, as the paper reports ACR */
-	return json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", j->srv->regimes[j->regime], "acr", round(acr * 1e4) / 1e4,
+	return json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", cmpl_job_regime_name(j), "acr", round(acr * 1e4) / 1e4,
 	                 "attention_work_ratio", prod_full > 0 ? prod / prod_full : 1.0, "kv_bytes", (json_int_t)kv,
 	                 "kv_memory_ratio", kv_full > 0 ? kv / kv_full : 1.0, "branch_usage", by_window);
 }

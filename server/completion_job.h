@@ -127,6 +127,11 @@ json_t *cmpl_job_token_string(const tokenizer *t, int32_t id);
 json_t *cmpl_job_logprob_json(float lp);
 /* The usage object, and the aah object of one choice or (c NULL) of the whole request. */
 json_t *cmpl_job_usage(const cmpl_job *j);
+/* The job's token totals: its prompts' tokens and its choices' completion tokens (cmpl_job_completion_tokens): the
+ * one place usage and the request log add them up. */
+void cmpl_job_token_totals(const cmpl_job *j, int64_t *prompt, int64_t *completion);
+/* The name of the job's regime. */
+const char *cmpl_job_regime_name(const cmpl_job *j);
 json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *c);
 
 #endif

@@ -194,11 +194,10 @@ static void stream_free(void *state)
 	stream *s = state;
 	cmpl_job *j = s->job;
 	if (j->n_choices > 0 && j->choices[0].finish_reason) {
-		int64_t completion = 0;
-		for (int32_t i = 0; i < j->n_choices; i++)
-			completion += cmpl_job_completion_tokens(&j->choices[i]);
+		int64_t prompt, completion;
+		cmpl_job_token_totals(j, &prompt, &completion);
 		snprintf(s->req->note, sizeof s->req->note, "stream choices=%d completion_tokens=%lld finish=%s regime=%s",
-		         j->n_choices, (long long)completion, j->choices[0].finish_reason, j->srv->regimes[j->regime]);
+		         j->n_choices, (long long)completion, j->choices[0].finish_reason, cmpl_job_regime_name(j));
 	}
 	cmpl_job_release(j);
 	free(s->out);

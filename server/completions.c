@@ -13,15 +13,12 @@
 /* A summary of the finished job for the request's log line. */
 static void job_note(http_request *req, const cmpl_job *j)
 {
-	int64_t prompt = 0, completion = 0;
-	for (int32_t i = 0; i < j->req.n_prompts; i++)
-		prompt += j->prompts[i].n_ids;
-	for (int32_t i = 0; i < j->n_choices; i++)
-		completion += cmpl_job_completion_tokens(&j->choices[i]);
+	int64_t prompt, completion;
+	cmpl_job_token_totals(j, &prompt, &completion);
 	snprintf(req->note, sizeof req->note, "choices=%d prompt_tokens=%lld completion_tokens=%lld finish=%s regime=%s%s",
 	         j->n_choices, (long long)prompt, (long long)completion,
 	         j->n_choices ? (j->choices[0].finish_reason ? j->choices[0].finish_reason : "-") : "-",
-	         j->srv->regimes[j->regime], j->req.stream ? " stream" : "");
+	         cmpl_job_regime_name(j), j->req.stream ? " stream" : "");
 }
 
 static json_t *response_json(const cmpl_job *j)
