@@ -69,25 +69,37 @@ static void label_value(FILE *f, const char *s)
 	}
 }
 
-/* One histogram per regime, as series of one family with a regime label: a quantile of the whole server is
- * histogram_quantile(q, sum by (le) (rate(NAME_bucket[…]))). */
+/* One histogram's series: with a regime label (one series per regime of one family: a quantile of the whole server is
+ * histogram_quantile(q, sum by (le) (rate(NAME_bucket[…])))), or without (regime NULL). */
 static void histogram_series(FILE *f, const char *name, const char *regime, const sched_histogram *h)
 {
 	uint64_t cum = 0;
 	for (int32_t b = 0; b <= h->n_bounds; b++) {
 		cum += h->counts[b];
-		fprintf(f, "%s_bucket{regime=\"", name);
-		label_value(f, regime);
+		fprintf(f, "%s_bucket{", name);
+		if (regime) {
+			fputs("regime=\"", f);
+			label_value(f, regime);
+			fputs("\",", f);
+		}
 		if (b < h->n_bounds)
-			fprintf(f, "\",le=\"%g\"} %llu\n", h->bounds[b], (unsigned long long)cum);
+			fprintf(f, "le=\"%g\"} %llu\n", h->bounds[b], (unsigned long long)cum);
 		else
-			fprintf(f, "\",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+			fprintf(f, "le=\"+Inf\"} %llu\n", (unsigned long long)cum);
 	}
-	fprintf(f, "%s_sum{regime=\"", name);
-	label_value(f, regime);
-	fprintf(f, "\"} %.9g\n%s_count{regime=\"", h->sum, name);
-	label_value(f, regime);
-	fprintf(f, "\"} %llu\n", (unsigned long long)h->count);
+	const char *suffix[2] = { "_sum", "_count" };
+	for (int k = 0; k < 2; k++) {
+		fprintf(f, "%s%s", name, suffix[k]);
+		if (regime) {
+			fputs("{regime=\"", f);
+			label_value(f, regime);
+			fputs("\"}", f);
+		}
+		if (k == 0)
+			fprintf(f, " %.9g\n", h->sum);
+		else
+			fprintf(f, " %llu\n", (unsigned long long)h->count);
+	}
 }
 
 static void histogram(FILE *f, const sched_metrics *m, const char *name, const char *help, int which)
@@ -176,17 +188,14 @@ static void grammar_metrics(FILE *f, server_metrics *sm, const sched_metrics *m)
 	fprintf(f, "aahd_grammar_compile_errors_total %llu\n", (unsigned long long)atomic_load(&sm->grammar_errors));
 	family(f, "aahd_grammar_compile_seconds", "histogram",
 	       "Time to compile a grammar against the vocabulary, its mask warm-up included (cache misses only).");
-	uint64_t cum = 0;
+	sched_histogram compile = { .n_bounds = SERVER_COMPILE_BOUNDS, .sum = (double)atomic_load(&sm->compile_us) / 1e6 };
 	for (int b = 0; b <= SERVER_COMPILE_BOUNDS; b++) {
-		cum += atomic_load(&sm->compile_counts[b]);
 		if (b < SERVER_COMPILE_BOUNDS)
-			fprintf(f, "aahd_grammar_compile_seconds_bucket{le=\"%g\"} %llu\n", compile_bounds[b],
-			        (unsigned long long)cum);
-		else
-			fprintf(f, "aahd_grammar_compile_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+			compile.bounds[b] = compile_bounds[b];
+		compile.counts[b] = atomic_load(&sm->compile_counts[b]);
+		compile.count += compile.counts[b];
 	}
-	fprintf(f, "aahd_grammar_compile_seconds_sum %.6f\naahd_grammar_compile_seconds_count %llu\n",
-	        (double)atomic_load(&sm->compile_us) / 1e6, (unsigned long long)cum);
+	histogram_series(f, "aahd_grammar_compile_seconds", NULL, &compile);
 	family(f, "aahd_constrained_sequences_total", "counter", "Sequences (choices) admitted with a grammar.");
 	fprintf(f, "aahd_constrained_sequences_total %llu\n", (unsigned long long)m->constrained_requests);
 	family(f, "aahd_constrained_complete_total", "counter",
@@ -196,17 +205,7 @@ static void grammar_metrics(FILE *f, server_metrics *sm, const sched_metrics *m)
 	       "Constrained sequences ended by a bound of the matcher (nesting, ambiguity; finish_reason error).");
 	fprintf(f, "aahd_constrained_errors_total %llu\n", (unsigned long long)m->constrained_errors);
 	family(f, "aahd_grammar_mask_seconds", "histogram", "Time to compute one token mask on the engine thread.");
-	const sched_histogram *h = &m->grammar_mask;
-	cum = 0;
-	for (int32_t b = 0; b <= h->n_bounds; b++) {
-		cum += h->counts[b];
-		if (b < h->n_bounds)
-			fprintf(f, "aahd_grammar_mask_seconds_bucket{le=\"%g\"} %llu\n", h->bounds[b], (unsigned long long)cum);
-		else
-			fprintf(f, "aahd_grammar_mask_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-	}
-	fprintf(f, "aahd_grammar_mask_seconds_sum %.9g\naahd_grammar_mask_seconds_count %llu\n", h->sum,
-	        (unsigned long long)h->count);
+	histogram_series(f, "aahd_grammar_mask_seconds", NULL, &m->grammar_mask);
 }
 
 /* The prefix cache's counters (their names: docs/architecture.md), at 0 when it is off. */

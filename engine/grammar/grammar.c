@@ -1732,6 +1732,28 @@ static const grule *user_rule(const gbuild *b, int32_t r)
 	return &b->rules[b->rules[r].origin];
 }
 
+/* Whether every symbol of q is a rule in set, or (bytes_ok) a byte set. */
+static bool alt_within(const gseq *q, const bool *set, bool bytes_ok)
+{
+	for (int32_t i = 0; i < q->n; i++)
+		if (q->s[i].kind == SYM_RULE ? !set[q->s[i].arg] : !bytes_ok)
+			return false;
+	return true;
+}
+
+/* The least fixpoint: set[r] once some alternative of r is alt_within(set, bytes_ok) — the productive rules with
+ * bytes_ok, the nullable ones without. */
+static void rules_fixpoint(const gbuild *b, bool *set, bool bytes_ok)
+{
+	for (bool changed = true; changed;) {
+		changed = false;
+		for (int32_t r = 0; r < b->n_rules; r++)
+			for (int32_t a = 0; a < b->rules[r].n_alts && !set[r]; a++)
+				if (alt_within(&b->rules[r].alts[a], set, bytes_ok))
+					set[r] = changed = true;
+	}
+}
+
 /* Checks and prunes the rules: every mentioned rule defined; useless alternatives (those that can derive nothing)
  * dropped; no left recursion. */
 static int check_rules(gbuild *b, int32_t root)
@@ -1755,21 +1777,7 @@ static int check_rules(gbuild *b, int32_t root)
 		return -1;
 	}
 	/* productive: some alternative of only productive symbols (a byte set is never empty here) */
-	for (bool changed = true; changed;) {
-		changed = false;
-		for (int32_t r = 0; r < n; r++) {
-			if (prod[r])
-				continue;
-			for (int32_t a = 0; a < b->rules[r].n_alts && !prod[r]; a++) {
-				const gseq *q = &b->rules[r].alts[a];
-				bool ok = true;
-				for (int32_t i = 0; i < q->n && ok; i++)
-					ok = q->s[i].kind != SYM_RULE || prod[q->s[i].arg];
-				if (ok)
-					prod[r] = changed = true;
-			}
-		}
-	}
+	rules_fixpoint(b, prod, true);
 	int rc = 0;
 	if (!prod[root]) {
 		snprintf(b->err, b->err_len, "the grammar matches no string (rule 'root' never ends)");
@@ -1780,32 +1788,15 @@ static int check_rules(gbuild *b, int32_t root)
 		int32_t k = 0;
 		for (int32_t a = 0; a < b->rules[r].n_alts; a++) {
 			gseq *q = &b->rules[r].alts[a];
-			bool ok = true;
-			for (int32_t i = 0; i < q->n && ok; i++)
-				ok = q->s[i].kind != SYM_RULE || prod[q->s[i].arg];
-			if (ok)
+			if (alt_within(q, prod, true))
 				b->rules[r].alts[k++] = *q;
 			else
 				free(q->s);
 		}
 		b->rules[r].n_alts = k;
 	}
-	/* nullable */
-	for (bool changed = true; changed;) {
-		changed = false;
-		for (int32_t r = 0; r < n; r++) {
-			if (null[r])
-				continue;
-			for (int32_t a = 0; a < b->rules[r].n_alts && !null[r]; a++) {
-				const gseq *q = &b->rules[r].alts[a];
-				bool ok = true;
-				for (int32_t i = 0; i < q->n && ok; i++)
-					ok = q->s[i].kind == SYM_RULE && null[q->s[i].arg];
-				if (ok)
-					null[r] = changed = true;
-			}
-		}
-	}
+	/* nullable: some alternative of only nullable rules */
+	rules_fixpoint(b, null, false);
 	/* Left recursion. A rule may start with another when everything before the reference can match nothing: a
 	 * "start edge". A cycle of start edges where some reference has symbols after it makes every closure push a
 	 * frame and come back, without end. A cycle whose references are all last in their alternatives pushes

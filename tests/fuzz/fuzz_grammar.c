@@ -9,27 +9,9 @@
 
 #include "engine/grammar/grammar.h"
 #include "models/tokenizer.h"
+#include "tests/fuzz/fuzz_vocab.h"
 
 const char *fuzz_corpus_dir = "tests/fuzz/corpus/grammar";
-
-/* The small test vocabulary (a few hundred tokens): masks are checked whole on every input. */
-static grammar_vocab *fuzz_vocab(void)
-{
-	static grammar_vocab *v;
-	static tokenizer *t;   /* kept for the process (static: still reachable, no leak report) */
-	if (v)
-		return v;
-	const char *data = getenv("AAH_TESTDATA");
-	char dir[1024], err[512] = "";
-	snprintf(dir, sizeof dir, "%s/qwen3-small-a", data && *data ? data : "tests/data");
-	t = tokenizer_load(dir, err, sizeof err);
-	if (!t || !(v = grammar_vocab_new(t, tokenizer_vocab_size(t), err, sizeof err))) {
-		fprintf(stderr, "fuzz_grammar: %s\n", err);
-		abort();
-	}
-	grammar_vocab_set_warm(v, 0);
-	return v;
-}
 
 static void check_mask(grammar_matcher *m, int32_t nv, uint32_t *bits)
 {
@@ -48,7 +30,7 @@ static void check_mask(grammar_matcher *m, int32_t nv, uint32_t *bits)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	grammar_vocab *v = fuzz_vocab();
+	grammar_vocab *v = fuzz_vocab("fuzz_grammar");
 	const uint8_t *nul = memchr(data, 0, size);
 	size_t glen = nul ? (size_t)(nul - data) : size;
 	char err[256];

@@ -13,26 +13,9 @@
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/json_schema.h"
 #include "models/tokenizer.h"
+#include "tests/fuzz/fuzz_vocab.h"
 
 const char *fuzz_corpus_dir = "tests/fuzz/corpus/json_schema";
-
-static grammar_vocab *fuzz_vocab(void)
-{
-	static grammar_vocab *v;
-	static tokenizer *t;   /* kept for the process, reachable (no leak report) */
-	if (v)
-		return v;
-	const char *data = getenv("AAH_TESTDATA");
-	char dir[1024], err[512] = "";
-	snprintf(dir, sizeof dir, "%s/qwen3-small-a", data && *data ? data : "tests/data");
-	t = tokenizer_load(dir, err, sizeof err);
-	if (!t || !(v = grammar_vocab_new(t, tokenizer_vocab_size(t), err, sizeof err))) {
-		fprintf(stderr, "fuzz_json_schema: %s\n", err);
-		abort();
-	}
-	grammar_vocab_set_warm(v, 0);
-	return v;
-}
 
 /* Refusals of the engine that a valid conversion may meet: a schema whose every value is infinite (a required
  * property that holds the object's own schema) or a grammar past the engine's bounds. Anything else is a bug. */
@@ -61,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!again || strcmp(g, again) != 0 || strncmp(g, "root ::= ", 9) != 0 || len > GRAMMAR_MAX_TEXT ||
 	    g[len - 1] != '\n')
 		abort();
-	grammar *gr = grammar_compile(fuzz_vocab(), g, len, err, sizeof err);
+	grammar *gr = grammar_compile(fuzz_vocab("fuzz_json_schema"), g, len, err, sizeof err);
 	if (!gr && !engine_may_refuse(err)) {
 		fprintf(stderr, "fuzz_json_schema: the engine refuses the grammar: %s\n%s", err, g);
 		abort();
