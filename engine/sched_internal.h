@@ -42,13 +42,13 @@ struct sched_request {
 	sampler smp;
 	grammar_matcher *gm;              /* the output's grammar, or NULL */
 	uint32_t *mask;                   /* gm's allowed tokens, one bit per logits column */
-	stop_text stop;                   /* the stop strings, and the text's tail they are matched against */
 	double t_admit, t_first, t_last;
 
 	/* written by the engine thread; others read them up to the published counts */
 	int32_t *tokens;                  /* max_tokens */
 	sched_logprob_rows gen_lp;        /* max_tokens rows, when logprobs ≥ 0 */
 	sched_logprob_rows prompt_lp_rows; /* n_prompt rows, when prompt_lp */
+	gen_text text;                    /* the output's text and its stop strings (readers: pub.text) */
 
 	pthread_mutex_t mu;               /* guards pub and result */
 	pthread_cond_t cv;
@@ -107,8 +107,7 @@ struct sched {
 	int32_t top_n, top_cols;          /* this step's candidates per row (0: none taken) and their columns */
 	int32_t *lp_ids;                  /* AAH_LOGITS_TOP_MAX: one row's candidates over all columns (logprobs) */
 	float *lp_logits;                 /* AAH_LOGITS_TOP_MAX */
-	char *stop_buf;                   /* (stop_room) one token's text, for the stop strings; NULL without a tokenizer */
-	int64_t stop_room;
+	int64_t text_room;                /* the most text one token makes (stop_text_room_max); 0 without a tokenizer */
 	sched_request **admitted;         /* max_seqs */
 	sched_request **dropped;          /* queue_length: cancelled while waiting */
 

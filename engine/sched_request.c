@@ -31,6 +31,7 @@ static void request_free(sched_request *r)
 	free(r->prompt);
 	free(r->tenant);
 	free(r->tokens);
+	gen_text_free(&r->text);
 	free(r->gen_lp.logprob);
 	free(r->gen_lp.top_ids);
 	free(r->gen_lp.top_logprobs);
@@ -84,7 +85,7 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 		r->tenant = strdup(p->cache_tenant);
 	int bad = !r->prompt || !r->tokens || (p->cache_tenant && *p->cache_tenant && !r->tenant) ||
 	          sampler_init(&r->smp, &p->sampling, s->vocab) != 0 ||
-	          stop_text_init(&r->stop, s->p.tok, p->stop, p->stop_len, p->n_stop) != 0;   /* validate checked it */
+	          gen_text_init(&r->text, s->p.tok, p->stop, p->stop_len, p->n_stop, p->max_tokens, s->text_room) != 0;
 	if (!bad && p->grammar) {
 		r->gm = grammar_matcher_new(p->grammar);
 		r->mask = malloc((size_t)(s->vocab + 31) / 32 * sizeof *r->mask);
@@ -100,7 +101,7 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 	}
 	memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
 	sampler_prompt(&r->smp, r->prompt, r->n_prompt);   /* the repetition penalty counts the prompt's tokens */
-	stop_text_min_tokens(&r->stop, p->sampling.min_tokens);
+	gen_text_min_tokens(&r->text, p->sampling.min_tokens);
 	if (p->prompt_logprobs)
 		r->prompt_lp_rows.logprob[0] = NAN;   /* the first token has no context */
 	return r;

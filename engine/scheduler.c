@@ -112,6 +112,7 @@ static void publish(sched_request *r, const sched_slot *sl)
 {
 	pthread_mutex_lock(&r->mu);
 	r->pub.n_tokens = sl->n_tokens;
+	gen_text_view_get(&r->text, &r->pub.text);
 	r->pub.prompt_done = sl->n_fed == r->n_prompt;
 	r->pub.version++;
 	pthread_cond_broadcast(&r->cv);
@@ -147,8 +148,13 @@ static void kv_gauge_update(sched *s)
 static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish why, const char *msg)
 {
 	double t = aah_now_s();
+	/* the text's end: an incomplete last character becomes U+FFFD, and may complete a stop string itself */
+	gen_text_finish(&r->text);
+	if (gen_text_stopped(&r->text) && why == SCHED_FINISH_LENGTH)
+		why = SCHED_FINISH_STOP;
 	sched_result res = r->result;
 	res.finish = why;
+	res.stop_string = r->text.st.stopped ? r->text.st.stop_index : -1;
 	res.duration_s = t - r->t_submit;
 	if (sl) {
 		if (sl->state == SCHED_SLOT_PREFILL || sl->state == SCHED_SLOT_PREFIX_WAIT) {
@@ -175,35 +181,8 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 	histogram_observe(&s->m.duration, res.duration_s);
 	if (r->regime < SCHED_MAX_REGIMES)
 		histogram_observe(&s->m.regimes[r->regime].duration, res.duration_s);
-	if (res.has_stats && r->regime < SCHED_MAX_REGIMES) {
-		sched_regime_totals *g = &s->m.regimes[r->regime];
-		const engine_seq_stats *st = &res.stats;
-		g->sequences++;
-		g->usage_total += st->branch_usage_total;
-		g->acr_weighted += st->acr * st->branch_usage_total;
-		g->attn_products += (double)st->attn_products;
-		g->attn_products_full += (double)st->attn_products_full;
-		g->kv_bytes_peak += (double)st->kv_bytes_peak;
-		g->kv_bytes_full_peak += (double)st->kv_bytes_full_peak;
-		for (int32_t u = 0; u < st->n_usage; u++) {
-			int32_t w = st->usage_window[u], j = 0;
-			while (j < g->n_windows && g->windows[j] != w)
-				j++;
-			if (j == g->n_windows) {
-				if (j == SCHED_MAX_WINDOWS)
-					continue;
-				while (j > 0 && g->windows[j - 1] > w) {   /* kept sorted by window */
-					g->windows[j] = g->windows[j - 1];
-					g->window_usage[j] = g->window_usage[j - 1];
-					j--;
-				}
-				g->windows[j] = w;
-				g->window_usage[j] = 0;
-				g->n_windows++;
-			}
-			g->window_usage[j] += st->usage[u];
-		}
-	}
+	if (res.has_stats && r->regime < SCHED_MAX_REGIMES)
+		aah_tally_add(&s->m.regimes[r->regime].aah, &res.stats);
 	pthread_mutex_unlock(&s->metrics_mu);
 
 	pthread_mutex_lock(&r->mu);
@@ -211,6 +190,7 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 	r->pub.finish = why;
 	r->pub.n_tokens = res.n_tokens;
 	r->pub.prompt_done = sl && sl->n_fed == r->n_prompt;
+	gen_text_view_get(&r->text, &r->pub.text);
 	r->pub.version++;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
@@ -402,17 +382,15 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 	}
 	r->tokens[sl->n_tokens++] = id;
 	sl->changed = true;
-	/* a stop string decided here, at the token that completes it, so that nothing runs after it */
-	if (r->stop.n_stop > 0) {
-		if (stop_text_push(&r->stop, id, s->stop_buf, s->stop_room) < 0) {   /* cannot happen: stop_room is the most */
-			request_end(s, r, sl, SCHED_FINISH_ERROR, "cannot decode a generated token for the stop strings");
-			return;
-		}
-		if (r->stop.stopped) {
-			r->result.stop_string = r->stop.stop_index;
-			request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
-			return;
-		}
+	/* the text, made here and only here; a stop string is decided at the token that completes it, so that nothing
+	 * runs after it */
+	if (gen_text_push(&r->text, id) != 0) {
+		request_end(s, r, sl, SCHED_FINISH_ERROR, "out of memory for the text of the output");
+		return;
+	}
+	if (gen_text_stopped(&r->text)) {
+		request_end(s, r, sl, SCHED_FINISH_STOP, NULL);
+		return;
 	}
 	/* a grammar that admits nothing longer ends the output here, without a step for an end token */
 	if (r->gm && grammar_end(s, r, sl))
@@ -904,8 +882,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 		 * first increase loses that increase to Prometheus's rate() */
 		engine_regime_layout lay;
 		if (engine_regime_layout_get(e, i, &lay) == 0)
-			for (int32_t w = 0; w < lay.n_usage_windows && g->n_windows < SCHED_MAX_WINDOWS; w++)
-				g->windows[g->n_windows++] = lay.usage_windows[w];
+			for (int32_t w = 0; w < lay.n_usage_windows; w++)
+				aah_tally_window(&g->aah, lay.usage_windows[w]);
 		histogram_init(&g->ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
 		histogram_init(&g->inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
 		histogram_init(&g->duration, duration_bounds, (int32_t)(sizeof duration_bounds / sizeof *duration_bounds));
@@ -944,10 +922,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	s->row_fetched = calloc((size_t)s->p.max_seqs, sizeof *s->row_fetched);
 	s->lp_ids = calloc(AAH_LOGITS_TOP_MAX, sizeof *s->lp_ids);
 	s->lp_logits = calloc(AAH_LOGITS_TOP_MAX, sizeof *s->lp_logits);
-	if (p->tok) {
-		s->stop_room = stop_text_room_max(p->tok);
-		s->stop_buf = malloc((size_t)s->stop_room);
-	}
+	if (p->tok)
+		s->text_room = stop_text_room_max(p->tok);
 	/* Device sampling where the logits are not in host memory (a device), unless AAH_DEVICE_SAMPLING=0; =1 takes it
 	 * on the CPU too (the tests: it must give the host path's tokens bit for bit there). */
 	const char *dev_env = getenv("AAH_DEVICE_SAMPLING");
@@ -960,7 +936,7 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	atomic_init(&s->epoch, 1);
 	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_item ||
 	    !s->admitted || !s->queue || !s->dropped || !s->logits || !s->top_stats || !s->top_ids || !s->top_logits ||
-	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits || (p->tok && !s->stop_buf)) {
+	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits ) {
 		snprintf(err, err_len, "scheduler: out of memory");
 		sched_free(s);
 		return -1;
@@ -1007,6 +983,5 @@ void sched_free(sched *s)
 	free(s->row_fetched);
 	free(s->lp_ids);
 	free(s->lp_logits);
-	free(s->stop_buf);
 	free(s);
 }

@@ -9,10 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/aah_tally.h"
 #include "engine/engine.h"
 #include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
-#include "engine/stop_text.h"
+#include "engine/gen_text.h"
 #include "models/tokenizer.h"
 
 #ifdef __cplusplus
@@ -22,7 +23,7 @@ extern "C" {
 #define SCHED_MAX_LOGPROBS 20     /* top-N log-probabilities per position, at most */
 #define SCHED_MAX_STOP_IDS SAMPLER_MAX_STOP_IDS   /* stop token ids (EOS, stop_token_ids) per request */
 #define SCHED_MAX_REGIMES 16      /* regimes the metrics keep apart */
-#define SCHED_MAX_WINDOWS 16      /* distinct windows the branch-usage metric keeps apart per regime */
+#define SCHED_MAX_WINDOWS AAH_TALLY_MAX_WINDOWS   /* distinct windows the branch-usage metric keeps apart per regime */
 #define SCHED_HIST_MAX_BOUNDS 16  /* histogram bucket bounds (the +Inf bucket is extra) */
 #define SCHED_MAX_TENANT 512      /* bytes of a prefix-cache tenant (sched_request_params.cache_tenant) */
 
@@ -65,8 +66,9 @@ typedef struct sched_params {
 	int32_t queue_length;     /* requests waiting at most (beyond that sched_submit refuses); 0 = 64 */
 	int32_t step_tokens;      /* prompt tokens per step, so that a long prompt does not stall decoders; 0 = 256 */
 	int32_t step_delay_us;    /* test hook: sleep before every step, so that requests last long enough to cancel */
-	const tokenizer *tok;     /* decodes generated tokens for stop strings; borrowed, must outlive the scheduler.
-	                           * NULL: no request may have stop strings */
+	const tokenizer *tok;     /* decodes generated tokens into each request's text (sched_view.text), once, on the
+	                           * engine thread; borrowed, must outlive the scheduler. NULL: no text, and no request
+	                           * may have stop strings */
 } sched_params;
 
 /* Called on the engine thread after new output is published for a request (last = false), and once more when the
@@ -92,9 +94,9 @@ typedef struct sched_request_params {
 	const int32_t *stop_ids;  /* n_stop_ids ≤ SCHED_MAX_STOP_IDS token ids that end the request (the EOS ids unless
 	                           * ignore_eos, stop_token_ids), copied; such a token is not among the output */
 	int32_t n_stop_ids;
-	/* n_stop ≤ STOP_TEXT_MAX stop strings, copied. The engine thread matches them after each generated token
-	 * (engine/stop_text.h, the rule the server's text follows too) and ends the request at the token that completes
-	 * one, before any further step: its tokens, stats and counters stop exactly there. */
+	/* n_stop ≤ STOP_TEXT_MAX stop strings, copied. The engine thread matches them in the text as it makes it
+	 * (engine/gen_text.h) and ends the request at the token that completes one, before any further step: its
+	 * tokens, text, stats and counters stop exactly there. */
 	const char *const *stop;
 	const size_t *stop_len;
 	int32_t n_stop;
@@ -123,6 +125,10 @@ typedef struct sched_view {
 	int32_t n_tokens;         /* generated tokens available */
 	bool prompt_done;         /* the prompt is processed (prompt logprobs are complete) */
 	sched_finish finish;
+	/* The output's text as of this publication, made once on the engine thread (engine/gen_text.h; empty without
+	 * sched_params.tok): stop strings cut it, a held tail is not yet safe, and once the request has ended it is
+	 * finished (an incomplete last character is U+FFFD). Valid while the caller holds its reference. */
+	gen_text_view text;
 } sched_view;
 
 /* After the request has ended. */
@@ -130,7 +136,9 @@ typedef struct sched_result {
 	sched_finish finish;
 	int32_t n_tokens;         /* generated tokens (a stop token not counted) */
 	int32_t stop_id;          /* the stop token that ended it, else -1 */
-	int32_t stop_string;      /* the stop string that ended it (its index), else -1 */
+	int32_t stop_string;      /* the stop string that ended it (its index), else -1: found after a token, or in the
+	                           * U+FFFD that an incomplete last character becomes at the end (then the finish is
+	                           * SCHED_FINISH_STOP even where max_tokens ran out) */
 	bool has_stats;           /* the sequence ran (it was admitted) */
 	engine_seq_stats stats;   /* taken just before its sequence closed */
 	double queue_s;           /* submit → admitted */
@@ -151,18 +159,11 @@ typedef struct sched_histogram {
 	uint64_t count;
 } sched_histogram;
 
-/* Totals of the sequences of one regime that have ended (windows: every window the regime may count, listed from
- * the start at 0 usage, in ascending order; more appear only past SCHED_MAX_WINDOWS), and its latency histograms. */
+/* Totals of the sequences of one regime that have ended (aah.windows: every window the regime may count, listed from
+ * the start at 0 usage, in ascending order), and its latency histograms. */
 typedef struct sched_regime_totals {
 	char name[64];
-	uint64_t sequences;
-	double usage_total;                  /* Σ branch usage */
-	double acr_weighted;                 /* Σ acr · usage_total: ACR of the regime = acr_weighted / usage_total */
-	int32_t n_windows;
-	int32_t windows[SCHED_MAX_WINDOWS];
-	double window_usage[SCHED_MAX_WINDOWS];
-	double attn_products, attn_products_full;
-	double kv_bytes_peak, kv_bytes_full_peak;
+	aah_tally aah;                       /* its sequences' AAH figures, added as each ends */
 	sched_histogram ttft, inter_token, duration;   /* the requests of this regime (sched_metrics has all of them) */
 } sched_regime_totals;
 

@@ -1,6 +1,6 @@
-/* engine/stop_text.h — stop strings over the text of generated tokens: the one rule that both the engine thread (which
- * ends a request at the token that completes a stop string, so that its stats stop there) and the server (which cuts
- * the text there, server/choice_text.h) run on the same tokens, so they always agree on where a completion stopped.
+/* engine/stop_text.h — stop strings over the text of generated tokens: the decoder and the matcher of a sequence's
+ * text (engine/gen_text.h, which the engine thread runs once per generated token: the request ends at the token that
+ * completes a stop string, so that its stats stop there, and the text every reader sees is cut there).
  *
  * The rule: each token is decoded by the streaming decoder (tokenizer_stream: complete UTF-8 characters only, a
  * character split over tokens appears with the token that completes it; special tokens and ids beyond the tokenizer

@@ -74,7 +74,7 @@ static json_t *chat_logprobs(const cmpl_job *j, const cmpl_choice *c, int32_t fr
 static int32_t choice_reasoning_tokens(const cmpl_choice *c, const reasoning_split *split)
 {
 	int32_t total = cmpl_job_completion_tokens(c), n_text = c->text.n_kept < total ? c->text.n_kept : total;
-	return reasoning_count_tokens(split, c->text.tok_off, n_text, total - n_text);
+	return reasoning_count_tokens(split, c->text.v.tok_off, n_text, total - n_text);
 }
 
 /* cmpl_job_usage with OpenAI's completion_tokens_details.reasoning_tokens (the sum over the choices). */
@@ -139,7 +139,7 @@ static size_t markers_room(const cmpl_job *j, const cmpl_choice *c)
 static void split_feed(const cmpl_job *j, const cmpl_choice *c, reasoning_split *split, size_t from, size_t to,
                        bool last, reasoning_out *o)
 {
-	const char *text = c->text.text ? c->text.text : "";
+	const char *text = c->text.v.text;
 	size_t at = from;
 	for (int32_t i = 0; i < c->text.n_markers; i++) {
 		const choice_marker *m = &c->text.markers[i];
@@ -209,7 +209,7 @@ static json_t *tool_calls_json(const cmpl_job *j, const tool_parser *p)
  * to *reasoning_tokens; *finish is c's finish_reason ("tool_calls" for a call). */
 static json_t *message_json(const cmpl_job *j, const cmpl_choice *c, int64_t *reasoning_tokens, const char **finish)
 {
-	size_t len = c->text.len, room = len + markers_room(j, c) + REASONING_MAX_HELD;
+	size_t len = c->text.v.len, room = len + markers_room(j, c) + REASONING_MAX_HELD;
 	char *buf = malloc(2 * room + 1);
 	json_t *m = json_pack("{s:s}", "role", "assistant");
 	*finish = c->finish_reason;
@@ -346,7 +346,7 @@ static json_t *chat_piece(const cmpl_job *j, cmpl_choice *c, const char *text, s
 	if (!buf)
 		return NULL;
 	reasoning_out o = { buf, buf + room, 0, 0 };
-	const size_t at = (size_t)(text - c->text.text);   /* completion_stream hands pieces of c's own text */
+	const size_t at = (size_t)(text - c->text.v.text);   /* completion_stream hands pieces of c's own text */
 	split_feed(j, c, &c->split, at, at + len, finish != NULL, &o);
 	if (finish)
 		reasoning_finish(&c->split, &o);

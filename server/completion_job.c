@@ -140,27 +140,21 @@ bool cmpl_job_poll(cmpl_job *j)
 			continue;
 		sched_view v;
 		sched_request_view(c->r, &v);
-		const int32_t *tokens = sched_request_tokens(c->r);
-		/* the engine thread ended the request at the token that completes a stop string (the same rule, on the same
-		 * tokens): the text stops with its last token, and nothing ran after it */
-		while (c->n_consumed < v.n_tokens && !c->text.stopped) {
-			if (choice_text_push(&c->text, tokens[c->n_consumed]) != 0) {
-				j->failed = true;
-				snprintf(j->err, sizeof j->err, "out of memory for the text of choice %d", c->index);
-				sched_request_cancel(c->r);
-				break;
-			}
-			c->n_consumed++;
+		/* the text is the engine thread's (sched_view.text): it decoded the tokens and ended the request at the token
+		 * that completes a stop string; here only the markers are read from the new tokens */
+		if (choice_text_sync(&c->text, sched_request_tokens(c->r), &v.text) != 0) {
+			j->failed = true;
+			snprintf(j->err, sizeof j->err, "out of memory for the text of choice %d", c->index);
+			sched_request_cancel(c->r);
 		}
-		/* ended once the engine has closed the sequence (its stats are final) and its tokens are consumed */
-		if (v.finish == SCHED_FINISH_NONE || (c->n_consumed < v.n_tokens && !c->text.stopped && !j->failed)) {
+		/* ended once the engine has closed the sequence: its stats are final and its text is whole */
+		if (v.finish == SCHED_FINISH_NONE) {
 			all = false;
 			continue;
 		}
 		sched_request_result(c->r, &c->result);
-		choice_text_finish(&c->text);
 		c->ended = true;
-		if (c->text.stopped || c->result.finish == SCHED_FINISH_STOP)
+		if (c->result.finish == SCHED_FINISH_STOP)
 			c->finish_reason = "stop";
 		else if (c->result.finish == SCHED_FINISH_LENGTH)
 			c->finish_reason = "length";
@@ -181,7 +175,7 @@ bool cmpl_job_poll(cmpl_job *j)
 
 int32_t cmpl_job_completion_tokens(const cmpl_choice *c)
 {
-	return c->n_consumed + (c->result.stop_id >= 0 ? 1 : 0);
+	return c->text.v.n_tokens + (c->result.stop_id >= 0 ? 1 : 0);
 }
 
 /* ---- JSON pieces ---- */
@@ -258,14 +252,14 @@ json_t *cmpl_job_logprobs(const cmpl_job *j, const cmpl_choice *c, bool with_ech
 	const sched_logprob_rows *gl = sched_request_token_logprobs(c->r);
 	const int32_t *ids = sched_request_tokens(c->r);
 	size_t base = j->req.echo ? p->echo_chars : 0;
-	size_t chars = base + utf8_chars(c->text.text, from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len);
-	size_t at = from < c->text.n_tokens ? c->text.tok_off[from] : c->text.len;
+	size_t chars = base + utf8_chars(c->text.v.text, from < c->text.v.n_tokens ? c->text.v.tok_off[from] : c->text.v.len);
+	size_t at = from < c->text.v.n_tokens ? c->text.v.tok_off[from] : c->text.v.len;
 	for (int32_t i = from; i < to && gl; i++) {
 		json_array_append_new(tokens, cmpl_job_token_string(t, ids[i]));
 		json_array_append_new(lps, cmpl_job_logprob_json(gl->logprob[i]));
 		json_array_append_new(tops, top_object(t, gl, i, ids[i]));
-		size_t off = c->text.tok_off[i] < c->text.len ? c->text.tok_off[i] : c->text.len;
-		chars += utf8_chars(c->text.text + at, off - at);
+		size_t off = c->text.v.tok_off[i] < c->text.v.len ? c->text.v.tok_off[i] : c->text.v.len;
+		chars += utf8_chars(c->text.v.text + at, off - at);
 		at = off;
 		json_array_append_new(offs, json_integer((json_int_t)chars));
 	}
@@ -306,57 +300,28 @@ json_t *cmpl_job_usage(const cmpl_job *j)
 	                 "cached_tokens", (json_int_t)cached);
 }
 
-/* ACR weighted by branch usage (the rectangular accounting over all the request's selections); the work and memory
- * ratios as sums over the choices; kv_bytes the sum of their peaks (a bound on what they held at once). */
+/* The choices' AAH figures added up (engine/aah_tally.h): ACR weighted by branch usage; the work and memory ratios as
+ * sums over the choices; kv_bytes the sum of their peaks (a bound on what they held at once). */
 json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 {
-	double usage = 0, acr_w = 0, prod = 0, prod_full = 0, kv = 0, kv_full = 0, acr_plain = 0;
-	int32_t n = 0;
-	/* branch usage per window, the exact figures behind acr, windows ascending */
-	enum { MAX_WIN = 32 };
-	int32_t win[MAX_WIN];
-	double win_usage[MAX_WIN];
-	int32_t n_win = 0;
+	aah_tally t = { 0 };
 	for (int32_t i = 0; i < j->n_choices; i++) {
 		const cmpl_choice *c = &j->choices[i];
 		if ((only && c != only) || !c->ended || !c->result.has_stats)
 			continue;
-		const engine_seq_stats *st = &c->result.stats;
-		usage += st->branch_usage_total;
-		acr_w += st->acr * st->branch_usage_total;
-		acr_plain += st->acr;
-		prod += (double)st->attn_products;
-		prod_full += (double)st->attn_products_full;
-		kv += (double)st->kv_bytes_peak;
-		kv_full += (double)st->kv_bytes_full_peak;
-		for (int32_t u = 0; u < st->n_usage; u++) {   /* insert in order; a request's choices share one regime */
-			int32_t k = 0;
-			while (k < n_win && win[k] < st->usage_window[u])
-				k++;
-			if (k == n_win || win[k] != st->usage_window[u]) {
-				if (n_win == MAX_WIN)
-					continue;   /* cannot happen: one regime has at most 9 windows (engine_seq_stats) */
-				memmove(win + k + 1, win + k, (size_t)(n_win - k) * sizeof *win);
-				memmove(win_usage + k + 1, win_usage + k, (size_t)(n_win - k) * sizeof *win_usage);
-				win[k] = st->usage_window[u];
-				win_usage[k] = 0;
-				n_win++;
-			}
-			win_usage[k] += st->usage[u];
-		}
-		n++;
+		aah_tally_add(&t, &c->result.stats);
 	}
 	json_t *by_window = json_object();
-	for (int32_t k = 0; k < n_win; k++) {
+	for (int32_t k = 0; k < t.n_windows; k++) {
 		char w[16];
-		snprintf(w, sizeof w, "%d", win[k]);
-		json_object_set_new(by_window, w, json_integer((json_int_t)win_usage[k]));   /* query-head selections */
+		snprintf(w, sizeof w, "%d", t.windows[k]);
+		json_object_set_new(by_window, w, json_integer((json_int_t)t.window_usage[k]));   /* query-head selections */
 	}
-	double acr = usage > 0 ? acr_w / usage : n > 0 ? acr_plain / n : 1.0;
 	/* four decimals, as the paper reports ACR */
-	return json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", cmpl_job_regime_name(j), "acr", round(acr * 1e4) / 1e4,
-	                 "attention_work_ratio", prod_full > 0 ? prod / prod_full : 1.0, "kv_bytes", (json_int_t)kv,
-	                 "kv_memory_ratio", kv_full > 0 ? kv / kv_full : 1.0, "branch_usage", by_window);
+	return json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", cmpl_job_regime_name(j), "acr",
+	                 round(aah_tally_acr(&t) * 1e4) / 1e4, "attention_work_ratio", aah_tally_work_ratio(&t),
+	                 "kv_bytes", (json_int_t)t.kv_bytes_peak, "kv_memory_ratio", aah_tally_kv_ratio(&t),
+	                 "branch_usage", by_window);
 }
 
 /* ---- start ---- */
@@ -632,13 +597,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 			cmpl_choice *c = &j->choices[ci];
 			c->index = ci;
 			c->prompt = i;
-			if (choice_text_init(&c->text, s->tok, cr->stop, cr->stop_len, cr->n_stop, j->max_tokens) != 0) {
-				free(rp);
-				free(rs);
-				answered = http_reply_error(req, 503, "server_error", NULL, NULL, "out of memory");
-				goto fail;
-			}
-			choice_text_min_tokens(&c->text, (int32_t)cr->min_tokens);   /* the engine thread's rule (sampling) */
+			choice_text_init(&c->text, s->tok);
 			choice_text_markers(&c->text, j->markers, j->n_markers);
 			sched_request_params *p = &rp[ci];
 			p->prompt = j->prompts[i].ids;

@@ -33,7 +33,6 @@ typedef struct cmpl_choice {
 	int32_t prompt;
 	sched_request *r;
 	choice_text text;
-	int32_t n_consumed;               /* scheduler tokens taken into text */
 	bool ended;
 	const char *finish_reason;        /* "stop", "length", "abort" */
 	bool head_sent;                   /* streaming: the shape's head event (chat: the role) is out */

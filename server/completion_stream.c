@@ -107,15 +107,15 @@ static int choice_events(stream *s, cmpl_choice *c)
 	 * character joins the next one's chunk) */
 	int32_t from = c->lp_sent;
 	for (int32_t i = c->lp_sent; i < c->text.n_kept; i++) {
-		size_t end = choice_text_token_end(&c->text, i);
-		if (end > c->text.safe)
+		size_t end = gen_text_token_end(&c->text.v, i);
+		if (end > c->text.v.safe)
 			break;
 		/* a token that completes no character, or whose text a held piece already took (lp_sent stays behind
 		 * sent then, so that those tokens' log-probabilities go with the next event) */
 		if (end <= c->sent)
 			continue;
 		bool held = false;
-		json_t *e = s->shape->piece(j, c, c->text.text + c->sent, end - c->sent, from, i + 1, NULL, &held);
+		json_t *e = s->shape->piece(j, c, c->text.v.text + c->sent, end - c->sent, from, i + 1, NULL, &held);
 		c->sent = end;
 		if (held)
 			continue;   /* nothing to show yet: these tokens' log-probabilities ride the next event */
@@ -127,9 +127,9 @@ static int choice_events(stream *s, cmpl_choice *c)
 		return 0;
 	/* the end: whatever is left, and why it ended */
 	bool held = false;
-	json_t *e = s->shape->piece(j, c, c->text.text + c->sent, c->text.len - c->sent, c->lp_sent, c->text.n_kept,
+	json_t *e = s->shape->piece(j, c, c->text.v.text + c->sent, c->text.v.len - c->sent, c->lp_sent, c->text.n_kept,
 	                            c->finish_reason, &held);
-	c->sent = c->text.len;
+	c->sent = c->text.v.len;
 	c->lp_sent = c->text.n_kept;
 	c->final_sent = true;
 	return event(s, e);

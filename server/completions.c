@@ -28,7 +28,7 @@ static json_t *response_json(const cmpl_job *j)
 		const cmpl_choice *c = &j->choices[i];
 		const cmpl_prompt *p = &j->prompts[c->prompt];
 		/* echo puts the prompt's text first */
-		size_t n = (j->req.echo ? p->echo_len : 0) + c->text.len;
+		size_t n = (j->req.echo ? p->echo_len : 0) + c->text.v.len;
 		char *text = malloc(n + 1);
 		if (!text) {
 			json_decref(choices);
@@ -39,7 +39,7 @@ static json_t *response_json(const cmpl_job *j)
 			memcpy(text, p->echo, p->echo_len);
 			at = p->echo_len;
 		}
-		memcpy(text + at, c->text.text, c->text.len);
+		memcpy(text + at, c->text.v.text, c->text.v.len);
 		json_t *lp = j->req.logprobs >= 0 ? cmpl_job_logprobs(j, c, j->req.echo, 0, c->text.n_kept) : json_null();
 		json_array_append_new(choices, json_pack("{s:i,s:s%,s:o,s:s}", "index", c->index, "text", text, n, "logprobs",
 		                                         lp, "finish_reason", c->finish_reason));

@@ -122,11 +122,11 @@ typedef enum regime_figure {
 static double figure(const sched_regime_totals *g, regime_figure which)
 {
 	switch (which) {
-	case FIGURE_SEQUENCES: return (double)g->sequences;
-	case FIGURE_PRODUCTS: return g->attn_products;
-	case FIGURE_PRODUCTS_FULL: return g->attn_products_full;
-	case FIGURE_KV_PEAK: return g->kv_bytes_peak;
-	case FIGURE_KV_PEAK_FULL: return g->kv_bytes_full_peak;
+	case FIGURE_SEQUENCES: return (double)g->aah.sequences;
+	case FIGURE_PRODUCTS: return g->aah.attn_products;
+	case FIGURE_PRODUCTS_FULL: return g->aah.attn_products_full;
+	case FIGURE_KV_PEAK: return g->aah.kv_bytes_peak;
+	case FIGURE_KV_PEAK_FULL: return g->aah.kv_bytes_full_peak;
 	}
 	return 0;
 }
@@ -150,15 +150,10 @@ static void per_regime(FILE *f, const sched_metrics *m, const char *name, const 
 	family(f, name, "gauge", help);
 	for (int32_t i = 0; i < m->n_regimes; i++) {
 		const sched_regime_totals *g = &m->regimes[i];
-		if (g->sequences == 0)
+		if (g->aah.sequences == 0)
 			continue;
-		double v;
-		if (which == 0)
-			v = g->usage_total > 0 ? g->acr_weighted / g->usage_total : 1.0;
-		else if (which == 1)
-			v = g->attn_products_full > 0 ? g->attn_products / g->attn_products_full : 1.0;
-		else
-			v = g->kv_bytes_full_peak > 0 ? g->kv_bytes_peak / g->kv_bytes_full_peak : 1.0;
+		double v = which == 0 ? aah_tally_acr(&g->aah) : which == 1 ? aah_tally_work_ratio(&g->aah)
+		                                                              : aah_tally_kv_ratio(&g->aah);
 		fprintf(f, "%s{regime=\"", name);
 		label_value(f, g->name);
 		fprintf(f, "\"} %.6f\n", v);
@@ -308,10 +303,10 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 	       "Branch usage: query-head selections of each window, summed over layers, groups and tokens.");
 	for (int32_t i = 0; i < m->n_regimes; i++) {
 		const sched_regime_totals *g = &m->regimes[i];
-		for (int32_t w = 0; w < g->n_windows; w++) {
+		for (int32_t w = 0; w < g->aah.n_windows; w++) {
 			fprintf(f, "aahd_branch_usage_total{regime=\"");
 			label_value(f, g->name);
-			fprintf(f, "\",window=\"%d\"} %.0f\n", g->windows[w], g->window_usage[w]);
+			fprintf(f, "\",window=\"%d\"} %.0f\n", g->aah.windows[w], g->aah.window_usage[w]);
 		}
 	}
 	/* W as a value beside each window label: PromQL cannot read a label as a number, and a fleet's ACR is
@@ -319,8 +314,8 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 	family(f, "aahd_branch_window", "gauge", "The window W of each window label of aahd_branch_usage_total, as a value.");
 	int32_t shown[SCHED_MAX_REGIMES * SCHED_MAX_WINDOWS], n_shown = 0;
 	for (int32_t i = 0; i < m->n_regimes; i++)
-		for (int32_t w = 0; w < m->regimes[i].n_windows; w++) {
-			int32_t win = m->regimes[i].windows[w], k = 0;
+		for (int32_t w = 0; w < m->regimes[i].aah.n_windows; w++) {
+			int32_t win = m->regimes[i].aah.windows[w], k = 0;
 			while (k < n_shown && shown[k] != win)
 				k++;
 			if (k < n_shown)

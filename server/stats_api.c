@@ -46,28 +46,22 @@ static json_t *histogram_json(const sched_histogram *h)
 	return json_pack("{s:I,s:f,s:o}", "count", (json_int_t)h->count, "sum", h->sum, "buckets", buckets);
 }
 
-/* A ratio num/den, or null when nothing was counted (the JSON says "no figure", never a made-up 1). */
-static json_t *ratio(double num, double den)
-{
-	return den > 0 ? json_real(num / den) : json_null();
-}
-
 static json_t *regime_json(const server_ctx *s, const sched_regime_totals *g, int32_t ri)
 {
+	const aah_tally *a = &g->aah;
 	json_t *usage = json_array();
-	double weighted = 0;
-	for (int32_t w = 0; w < g->n_windows; w++) {
-		json_array_append_new(usage, json_pack("{s:i,s:f}", "window", g->windows[w], "usage", g->window_usage[w]));
-		weighted += g->window_usage[w] * g->windows[w];
-	}
-	json_t *acr = g->sequences == 0 ? json_null() : ratio(g->acr_weighted, g->usage_total);
+	for (int32_t w = 0; w < a->n_windows; w++)
+		json_array_append_new(usage, json_pack("{s:i,s:f}", "window", a->windows[w], "usage", a->window_usage[w]));
+	/* null where nothing was counted (the JSON says "no figure", never a made-up 1) */
+	json_t *acr = a->sequences == 0 || a->usage_total <= 0 ? json_null() : json_real(aah_tally_acr(a));
 	return json_pack("{s:s,s:I,s:o,s:o,s:o,s:f,s:f,s:o,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o}", "name", g->name,
-	                 "sequences", (json_int_t)g->sequences, "acr", acr,
-	                 "attention_work_ratio", ratio(g->attn_products, g->attn_products_full),
-	                 "kv_memory_ratio", ratio(g->kv_bytes_peak, g->kv_bytes_full_peak),
-	                 "branch_usage_total", g->usage_total, "branch_usage_weighted", weighted, "branch_usage", usage,
-	                 "attention_products", g->attn_products, "attention_products_full", g->attn_products_full,
-	                 "kv_peak_bytes", g->kv_bytes_peak, "kv_peak_bytes_full", g->kv_bytes_full_peak,
+	                 "sequences", (json_int_t)a->sequences, "acr", acr,
+	                 "attention_work_ratio", a->attn_products_full > 0 ? json_real(aah_tally_work_ratio(a)) : json_null(),
+	                 "kv_memory_ratio", a->kv_bytes_full_peak > 0 ? json_real(aah_tally_kv_ratio(a)) : json_null(),
+	                 "branch_usage_total", a->usage_total, "branch_usage_weighted", aah_tally_usage_weighted(a),
+	                 "branch_usage", usage,
+	                 "attention_products", a->attn_products, "attention_products_full", a->attn_products_full,
+	                 "kv_peak_bytes", a->kv_bytes_peak, "kv_peak_bytes_full", a->kv_bytes_full_peak,
 	                 "time_to_first_token_seconds", histogram_json(&g->ttft),
 	                 "inter_token_latency_seconds", histogram_json(&g->inter_token),
 	                 "request_duration_seconds", histogram_json(&g->duration), "layout", layout_json(s->eng, ri));

@@ -57,11 +57,42 @@ static int32_t naive_stop(const tokenizer *t, const int32_t *ids, int32_t n, con
 	return -1;
 }
 
+/* The text a request published (sched_view.text, made once on the engine thread) is the tokenizer's decoding of its
+ * tokens, cut where the earliest of the stop strings begins; finished, all safe. */
+static void text_check(const tokenizer *tk, sched_request *r, int32_t n_tokens, const char *const *stop,
+                       const size_t *len, int32_t n_stop)
+{
+	sched_view v;
+	sched_request_view(r, &v);
+	ck_assert_int_eq(v.text.n_tokens, n_tokens);
+	ck_assert(v.text.finished);
+	int32_t ids[256], k = 0;   /* ids of the padded vocabulary that the tokenizer lacks make no text */
+	for (int32_t i = 0; i < n_tokens && k < 256; i++)
+		if (sched_request_tokens(r)[i] < tokenizer_vocab_size(tk))
+			ids[k++] = sched_request_tokens(r)[i];
+	int64_t n = tokenizer_decode(tk, ids, k, false, NULL, 0);
+	ck_assert_int_ge(n, 0);
+	char *want = malloc((size_t)n + 1);
+	tokenizer_decode(tk, ids, k, false, want, n + 1);
+	size_t cut = (size_t)n;
+	for (int32_t i = 0; i < n_stop; i++) {
+		const char *hit = memmem(want, (size_t)n, stop[i], len[i]);
+		if (hit && (size_t)(hit - want) < cut)
+			cut = (size_t)(hit - want);
+	}
+	ck_assert_int_eq(v.text.stopped, cut < (size_t)n);
+	ck_assert_uint_eq(v.text.len, cut);
+	ck_assert_uint_eq(v.text.safe, cut);
+	ck_assert_mem_eq(v.text.text, want, cut);
+	free(want);
+}
+
 /* Three choices (one prefill, two forks) of an adaptive regime, with logprobs, each with stop strings taken across a
  * token boundary of its own text: each ends with finish STOP at exactly the token the naive rule names — none decoded
  * after it, whatever the timing — and its tokens, log-probabilities and stats (ACR, branch usage, attention products,
  * KV peak) equal those of the same submission with max_tokens cut to that token and no stop strings; the counters
- * count no token beyond. A stop met by the last token allowed is a stop, not a length. Without the scheduler's
+ * count no token beyond; each published text is the decoding of its tokens, cut where the stop string begins. A stop
+ * met by the last token allowed is a stop, not a length. Without the scheduler's
  * tokenizer, stop strings are refused, as are bad ones. */
 START_TEST(test_stop_strings)
 {
@@ -96,6 +127,7 @@ START_TEST(test_stop_strings)
 		ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
 		ck_assert_int_eq(res.n_tokens, MAX);
 		memcpy(full[i], sched_request_tokens(r[i]), sizeof full[i]);
+		text_check(tk, r[i], MAX, NULL, NULL, 0);
 		sched_request_release(r[i]);
 		gen_want += MAX;
 	}
@@ -156,6 +188,7 @@ START_TEST(test_stop_strings)
 		ck_assert_int_eq(stopped[i].n_tokens, at[i] + 1);   /* the token that completed it is the last */
 		ck_assert_mem_eq(sched_request_tokens(rs[i]), full[i], (size_t)(at[i] + 1) * sizeof **full);
 		ck_assert(stopped[i].has_stats);
+		text_check(tk, rs[i], at[i] + 1, stop, len, N + 1);
 		gen_want += (uint64_t)(at[i] + 1);
 	}
 
@@ -176,6 +209,7 @@ START_TEST(test_stop_strings)
 		ck_assert_int_eq(stopped[i].stats.n_positions, NP + at[i]);   /* its last token was never fed */
 		stats_eq(&stopped[i].stats, &cut.stats);
 		ck_assert(cut.stats.acr < 1);   /* the windows did move */
+		text_check(tk, r[i], cut.n_tokens, NULL, NULL, 0);
 		gen_want += (uint64_t)cut.n_tokens;
 		sched_request_release(r[i]);
 	}
@@ -733,11 +767,12 @@ START_TEST(test_metrics)
 	ck_assert_uint_eq(m.inter_token.count, 9);
 	ck_assert_uint_eq(m.duration.count, 1);
 	ck_assert_int_ge(m.n_regimes, 1);
-	ck_assert_uint_eq(m.regimes[0].sequences, 1);
-	ck_assert(m.regimes[0].attn_products > 0 && m.regimes[0].attn_products <= m.regimes[0].attn_products_full);
-	ck_assert(m.regimes[0].kv_bytes_peak > 0);
-	ck_assert_double_eq_tol(m.regimes[0].acr_weighted / m.regimes[0].usage_total, res.stats.acr, 1e-9);
-	ck_assert_int_eq(m.regimes[0].n_windows, 1);
+	const aah_tally *a = &m.regimes[0].aah;
+	ck_assert_uint_eq(a->sequences, 1);
+	ck_assert(a->attn_products > 0 && a->attn_products <= a->attn_products_full);
+	ck_assert(a->kv_bytes_peak > 0);
+	ck_assert_double_eq_tol(aah_tally_acr(a), res.stats.acr, 1e-9);
+	ck_assert_int_eq(a->n_windows, 1);
 }
 END_TEST
 

@@ -121,6 +121,30 @@ describe('tools with Qwen3\'s template (tool_call_parser auto → hermes)', () =
     validArguments(c.message.tool_calls[0]);
   });
 
+  test('logprobs cover the tool-call tokens, as OpenAI\'s do; streamed they are the same entries', async () => {
+    const body = { ...BASE, tool_choice: 'required', parallel_tool_calls: false, logprobs: true, top_logprobs: 2 };
+    const whole = await post(srv, body);
+    assert.equal(whole.status, 200, whole.text);
+    const c = whole.json.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls');
+    const lps = c.logprobs.content;
+    // the grammar ended the call: no end token was drawn, so every generated token has its entry
+    assert.equal(lps.length, whole.json.usage.completion_tokens);
+    for (const e of lps) {
+      assert.ok(e.logprob <= 0 && e.top_logprobs.length === 2, JSON.stringify(e));
+      assert.deepEqual(e.bytes, [...Buffer.from(e.token)]);
+    }
+    // the tokens spell the call as the model wrote it: the tags and the arguments the message carries
+    const raw = lps.map((e) => e.token).join('');
+    assert.match(raw, /^<tool_call>[\s\S]*<\/tool_call>$/);
+    assert.ok(raw.includes(c.message.tool_calls[0].function.arguments), raw);
+    assert.ok(raw.includes(c.message.tool_calls[0].function.name), raw);
+    const streamed = await post(srv, { ...body, stream: true });
+    const got = sseEvents(streamed.text).filter((e) => e !== '[DONE]' && e.choices.length)
+      .flatMap((e) => e.choices[0].logprobs?.content ?? []);
+    assert.deepEqual(got, lps);
+  });
+
   test('a named function: every call is to it, with valid arguments', async () => {
     for (const [name, parallel] of [['get_weather', false], ['add', false], ['get_weather', true]]) {
       const c = await both(srv, { ...BASE, tool_choice: { type: 'function', function: { name } },
