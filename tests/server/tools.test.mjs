@@ -2,7 +2,8 @@
 // random test model with Qwen3's template (hermes): tool_choice required and named enforced by a grammar, whose calls
 // validate against the functions' schemas, whole and streamed, the deltas joining to the message; parallel_tool_calls
 // false; tool_choice none (no tools rendered, nothing parsed); auto parsing a call forced by guided_regex, and invalid
-// arguments returned as written and counted on /metrics; a tool result turn; the 400s. Run by tests/test_tools.sh.
+// arguments returned as written and counted on /metrics; a tool result turn; the 400s; logprobs over the call's tokens;
+// the three formats on the trained demo model too. Run by tests/test_tools.sh.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -347,6 +348,39 @@ describe('marker special tokens reach the parser', () => {
         assert.equal(c.finish_reason, 'length');
       } finally {
         await srv.stop();
+      }
+    });
+  }
+});
+
+// The trained demo model (runs/aah imported by aah-convert; 256 tokens of context, so ChatML renders the turns and
+// the parser is named), in each of the three formats: required and named, whole and streamed, calls whose arguments
+// validate against the schema.
+describe('tools on the trained demo model, each format', () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'aahd-tools-demo-'));
+  before(() => {
+    execFileSync(`${process.env.AAH_BUILD || 'build'}/aah-convert`, ['import', '-q', 'runs/aah', path.join(tmp, 'aah')],
+      { stdio: 'pipe' });
+  });
+  after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+  for (const format of ['hermes', 'llama3_json', 'mistral']) {
+    test(`${format}: required and named, whole and streamed`, async () => {
+      const srv = await startServer(['--chat-template', 'tests/data/chat/chatml.jinja', '--tool-call-parser', format],
+        {}, path.join(tmp, 'aah', 'checkpoint-10000'));
+      try {
+        for (const choice of ['required', 'add', 'get_weather']) {
+          const tool_choice = choice === 'required' ? choice : { type: 'function', function: { name: choice } };
+          const c = await both(srv, { ...BASE, max_tokens: 120, tool_choice, parallel_tool_calls: false });
+          assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+          assert.equal(c.message.content, null);
+          assert.equal(c.message.tool_calls.length, 1);
+          if (choice !== 'required') assert.equal(c.message.tool_calls[0].function.name, choice);
+          schemaValid(c.message.tool_calls);
+        }
+      } finally {
+        const r = await srv.stop();
+        assert.equal(r.code, 0, srv.log());
       }
     });
   }
