@@ -2,6 +2,7 @@
  * the tensor directory checked against the data section (types, sizes, alignment, bounds, overlaps). */
 #include "gguf.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -483,6 +484,10 @@ int gguf_get_float(const gguf_file *g, const char *key, double *out, char *err, 
 		return 0;
 	if (kv->type == GGUF_TYPE_ARRAY || !gguf_float_at(kv->type, kv->data, out)) {
 		aah_errf(err, err_len, "key '%s' must be a float (type %u)", key, kv->type);
+		return -1;
+	}
+	if (!isfinite(*out)) {   /* no value of a model is NaN or infinite: a lying file, never a default */
+		aah_errf(err, err_len, "key '%s' is %g: must be a finite number", key, *out);
 		return -1;
 	}
 	return 1;

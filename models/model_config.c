@@ -333,11 +333,41 @@ static int cfg_parse_object(model_config *c, const cfg_reader *r)
 	double theta, eps;
 	if (cfg_num(r, "rope_theta", 10000.0, &theta) || cfg_num(r, "rms_norm_eps", 1e-6, &eps))
 		return -1;
+	/* in range, not only positive: a base at or below 1 makes no rotation frequencies, an epsilon of 1 or more
+	 * swamps any activation (real models: 1e4 … 1e7, and 1e-6 … 1e-5) */
+	if (theta <= 1 || eps >= 1) {
+		aah_errf(r->err, r->err_len, "%s: '%s' is %g, must be %s", r->file, theta <= 1 ? "rope_theta" : "rms_norm_eps",
+		         theta <= 1 ? theta : eps, theta <= 1 ? "above 1" : "below 1");
+		return -1;
+	}
 	c->rope_theta = (float)theta;
 	c->rms_norm_eps = (float)eps;
 	if (cfg_rope_scaling(r, c) || cfg_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings) ||
 	    cfg_token_id(r, "bos_token_id", &c->bos_token_id) || cfg_token_id(r, "eos_token_id", &c->eos_token_id))
 		return -1;
+	/* a special token past the embedding could never be fed, and an end token past it never generated */
+	if (c->bos_token_id >= c->vocab_size || c->eos_token_id >= c->vocab_size) {
+		const bool bos = c->bos_token_id >= c->vocab_size;
+		aah_errf(r->err, r->err_len, "%s: '%s' %d is past the vocabulary (vocab_size %d rows)", r->file,
+		         bos ? "bos_token_id" : "eos_token_id", bos ? c->bos_token_id : c->eos_token_id, c->vocab_size);
+		return -1;
+	}
+	return 0;
+}
+
+int model_config_check_tokenizer(const model_config *c, const tokenizer *t, char *err, size_t err_len)
+{
+	const int32_t n = tokenizer_vocab_size(t), bos = tokenizer_bos(t), eos = tokenizer_eos(t);
+	if (n > c->vocab_size) {
+		aah_errf(err, err_len, "the tokenizer has %d tokens but the model's embedding has %d rows (vocab_size): "
+		         "the tokenizer is not this model's", n, c->vocab_size);
+		return -1;
+	}
+	if (bos >= c->vocab_size || eos >= c->vocab_size) {
+		aah_errf(err, err_len, "the tokenizer's %s token id %d is past the model's %d embedding rows",
+		         eos >= c->vocab_size ? "end" : "beginning", eos >= c->vocab_size ? eos : bos, c->vocab_size);
+		return -1;
+	}
 	return 0;
 }
 

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "models/tokenizer.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,6 +59,9 @@ typedef struct model_config {
 int model_config_parse(model_config *c, const char *json, size_t len, char *err, size_t err_len);
 /* Reads and parses dir/config.json. */
 int model_config_load(model_config *c, const char *dir, char *err, size_t err_len);
+/* Whether tokenizer t fits the model: no more tokens than embedding rows (a padded embedding may have more rows), and
+ * its beginning and end tokens inside them. 0, or -1 with the reason in err. */
+int model_config_check_tokenizer(const model_config *c, const tokenizer *t, char *err, size_t err_len);
 
 /* Fills inv_freq[head_dim/2] with the rotary inverse frequencies, scaling included. */
 void model_config_rope_freqs(const model_config *c, float *inv_freq);

@@ -67,6 +67,13 @@ int prompt_cli_run(const prompt_cli_args *a)
 		tokenizer_free(tok);
 		return 1;
 	}
+	if (tok && model_config_check_tokenizer(engine_config(e), tok, err, sizeof err) != 0) {
+		fprintf(stderr, "aahd: %s\n", err);
+		engine_free(e);
+		free(prompt);
+		tokenizer_free(tok);
+		return 1;
+	}
 	const int32_t vocab = engine_config(e)->vocab_size;
 	float *logits = malloc((size_t)vocab * sizeof *logits);
 	int32_t *out = malloc(((size_t)a->n_predict + 1) * sizeof *out);

@@ -124,7 +124,7 @@ int server_run(const aahd_config *cfg)
 		goto done;
 	}
 	srv->tok = tokenizer_load(dir, err, sizeof err);
-	if (!srv->tok) {
+	if (!srv->tok || model_config_check_tokenizer(engine_config(e), srv->tok, err, sizeof err) != 0) {
 		log_msg(LOG_ERROR, NULL, "cannot load the tokenizer: %s", err);
 		goto done;
 	}

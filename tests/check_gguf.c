@@ -17,6 +17,7 @@
 #include "models/gguf.h"
 #include "models/gguf_model.h"
 #include "models/model.h"
+#include "models/model_config.h"
 #include "models/tokenizer.h"
 #include "tests/test_env.h"
 #include "tools/convert/gguf_write.h"
@@ -773,6 +774,77 @@ START_TEST(test_yarn_gguf_keys)
 }
 END_TEST
 
+/* The model config of a metadata-only Qwen3 GGUF whose rope.freq_base and layer_norm_rms_epsilon are given, and
+ * whose eos_token_id is eos (-1: absent), over an embedding of 10 rows: 0 and c, or -1 and err. */
+static int plain_meta(float base, float eps, int32_t eos, model_config *c, char *err, size_t err_len)
+{
+	gguf_writer *w = gguf_writer_init();
+	ck_assert_ptr_nonnull(w);
+	ck_assert(!gguf_writer_str(w, "general.architecture", "qwen3", 5) && !gguf_writer_u32(w, "qwen3.block_count", 1) &&
+	          !gguf_writer_u32(w, "qwen3.embedding_length", 8) && !gguf_writer_u32(w, "qwen3.feed_forward_length", 16) &&
+	          !gguf_writer_u32(w, "qwen3.attention.head_count", 2) && !gguf_writer_u32(w, "qwen3.attention.key_length", 4) &&
+	          !gguf_writer_u32(w, "qwen3.context_length", 64) && !gguf_writer_f32(w, "qwen3.rope.freq_base", base) &&
+	          !gguf_writer_f32(w, "qwen3.attention.layer_norm_rms_epsilon", eps));
+	if (eos >= 0)
+		ck_assert(!gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos));
+	ck_assert(!gguf_writer_tensor(w, "token_embd.weight", 2, (int64_t[]){ 8, 10 }, GGML_TYPE_F32));
+	char werr[256];
+	ck_assert_msg(!gguf_writer_write(w, path_in("p.gguf"), fill_pattern, NULL, werr, sizeof werr), "%s", werr);
+	gguf_writer_free(w);
+	size_t len;
+	unsigned char *buf = read_all(path_in("p.gguf"), &len);
+	gguf_file g;
+	ck_assert(gguf_parse(&g, buf, len, werr, sizeof werr) == 0);
+	const int rc = gguf_model_config(c, &g, "p.gguf", err, err_len);
+	gguf_free(&g);
+	free(buf);
+	return rc;
+}
+
+/* Lying values are refused at load, naming the key: a NaN or infinite float (it used to vanish from the config and
+ * leave the default in its place), a rope base or epsilon out of range, an end token past the embedding; and a
+ * tokenizer with more tokens than the embedding has rows, or its end token past them. */
+START_TEST(test_lying_values)
+{
+	model_config c;
+	char err[512];
+	ck_assert_msg(plain_meta(1e6f, 1e-6f, 9, &c, err, sizeof err) == 0, "%s", err);
+	ck_assert_double_eq(c.rope_theta, 1e6f);
+	ck_assert_int_eq(c.eos_token_id, 9);
+	static const struct { float base, eps; const char *key; } bad[] = {
+		{ NAN, 1e-6f, "qwen3.rope.freq_base" }, { 1e6f, NAN, "qwen3.attention.layer_norm_rms_epsilon" },
+		{ INFINITY, 1e-6f, "qwen3.rope.freq_base" }, { 1e6f, -INFINITY, "layer_norm_rms_epsilon" },
+		{ 0.5f, 1e-6f, "rope_theta" }, { 1e6f, 2.0f, "rms_norm_eps" }, { 0.0f, 1e-6f, "rope_theta" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		ck_assert_int_eq(plain_meta(bad[i].base, bad[i].eps, -1, &c, err, sizeof err), -1);
+		ck_assert_msg(strstr(err, bad[i].key), "case %zu: %s", i, err);
+	}
+	ck_assert_int_eq(plain_meta(1e6f, 1e-6f, 10, &c, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "eos_token_id") && strstr(err, "10"), "%s", err);
+
+	/* the test tokenizer (2051 tokens with its specials) against embeddings of fewer and more rows */
+	char dir[1024];
+	snprintf(dir, sizeof dir, "%s/qwen3-small-a", testdata());
+	tokenizer *t = tokenizer_load(dir, err, sizeof err);
+	ck_assert_msg(t, "%s", err);
+	const int32_t n = tokenizer_vocab_size(t);
+	model_config m = { .vocab_size = n + 5 };
+	ck_assert_msg(model_config_check_tokenizer(&m, t, err, sizeof err) == 0, "%s", err);   /* a padded embedding */
+	m.vocab_size = n - 1;
+	ck_assert_int_eq(model_config_check_tokenizer(&m, t, err, sizeof err), -1);
+	ck_assert_msg(strstr(err, "tokenizer has") && strstr(err, "rows"), "%s", err);
+	if (tokenizer_eos(t) > 0) {
+		m.vocab_size = tokenizer_eos(t);   /* more rows than most tokens would need, but not the end token's */
+		if (n <= m.vocab_size) {
+			ck_assert_int_eq(model_config_check_tokenizer(&m, t, err, sizeof err), -1);
+			ck_assert_msg(strstr(err, "end token"), "%s", err);
+		}
+	}
+	tokenizer_free(t);
+}
+END_TEST
+
 /* ---- the command line and the loader's refusals ---- */
 
 START_TEST(test_cli)
@@ -1132,6 +1204,7 @@ static Suite *gguf_suite(void)
 	tcase_add_test(t, test_llama31_rope_freqs);
 	tcase_add_test(t, test_yarn);
 	tcase_add_test(t, test_yarn_gguf_keys);
+	tcase_add_test(t, test_lying_values);
 	tcase_add_test(t, test_cli);
 	tcase_add_test(t, test_loader_refusals);
 	tcase_add_test(t, test_calibrate);

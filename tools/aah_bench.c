@@ -1251,8 +1251,9 @@ static int bench_constrained(const char *schema_path, const char *dir, int32_t t
 	char mdir[4096];
 	tokenizer *tk = aah_resolve_model_dir(dir, -1, mdir, sizeof mdir, err, sizeof err) == 0
 	                        ? tokenizer_load(mdir, err, sizeof err) : NULL;
-	if (!tk) {
+	if (!tk || model_config_check_tokenizer(engine_config(e), tk, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
+		tokenizer_free(tk);
 		engine_free(e);
 		return 1;
 	}
