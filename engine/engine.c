@@ -12,19 +12,11 @@
 #include "engine/aah_policy.h"
 #include "engine/kv_cache.h"
 #include "engine/prefix_cache.h"
-#include "engine/weight_quant.h"
 #include "kernels/argmax.h"
 #include "kernels/quant.h"
 #include "models/aah_config.h"
 #include "models/model.h"
-
-typedef struct layer_tensors {
-	aah_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
-	/* Fused projections (engine_params.fuse_projections): wqkv = [wq; wk; wv] (qd + 2·kvd, hidden) and
-	 * w_gate_up = [w_gate; w_up] (2·intermediate, hidden), imported instead of their parts, whose tensors stay empty.
-	 * The concatenated host copy is freed once imported: every backend copies a matrix (the CPU packs it). */
-	aah_tensor wqkv, w_gate_up;
-} layer_tensors;
+#include "models/weights.h"
 
 /* The pages a prompt item's windowed rings drop before the item ends (a ring shorter than the item), written to pages
  * of the prefix cache's own instead of being lost: engine_prefix_insert hands them to their blocks, and whatever it
@@ -53,9 +45,7 @@ struct engine {
 	aah_backend *be;
 	char desc[128];
 
-	/* weights, imported into the backend (in place on the CPU) */
-	aah_tensor embed, norm, lm_head;
-	layer_tensors *layers;         /* n_layers */
+	model_tensors w;               /* the weights, imported into the backend (models/weights.h) */
 	float *inv_freq;               /* head_dim / 2, host */
 
 	/* per-sequence state */
@@ -107,164 +97,6 @@ struct engine {
 	float *fused;                  /* (rows, max(qd + 2·kvd, 2·intermediate)) a fused projection's output; NULL unless
 	                                * fuse */
 };
-
-/* The type a weight is imported in: its own, or with load-time quantization (engine_params.quantize) the type the mix
- * gives a float matrix of that role (engine/weight_quant.h); tensors already in a block type (GGUF) keep theirs. */
-static aah_dtype import_type(const engine *e, const st_tensor *s, weight_role role, int32_t layer)
-{
-	const aah_dtype own = (aah_dtype)s->dtype;
-	if (!e->has_mix || s->n_dims != 2 || s->shape[0] <= 1 || aah_dtype_is_quantized(own))
-		return own;
-	return weight_mix_type(&e->mix, role, layer, e->cfg.n_layers, s->shape[1], own);
-}
-
-/* Writes s's bytes in type t (its own, or quantized from it) at dst: aah_dtype_row_bytes(t, cols) per row. */
-static int import_bytes(engine *e, void *dst, const st_tensor *s, aah_dtype t, char *err, size_t err_len)
-{
-	if (t == (aah_dtype)s->dtype) {
-		memcpy(dst, s->data, s->nbytes);
-		return 0;
-	}
-	const int32_t threads = e->p.n_threads > 0 ? e->p.n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-	if (weight_quantize_rows(dst, t, s->data, (aah_dtype)s->dtype, s->shape[0], s->shape[1], threads) != 0) {
-		snprintf(err, err_len, "out of memory quantizing tensor '%s' to %s", s->name, aah_dtype_name(t));
-		return -1;
-	}
-	return 0;
-}
-
-static int import_weight(engine *e, aah_tensor *t, const st_tensor *s, weight_role role, int32_t layer, char *err,
-                         size_t err_len)
-{
-	int64_t rows = s->n_dims >= 2 ? s->shape[0] : 1;
-	int64_t cols = s->n_dims >= 2 ? s->shape[1] : s->shape[0];
-	const aah_dtype type = import_type(e, s, role, layer);
-	const void *host = s->data;
-	void *tmp = NULL;
-	if (type != (aah_dtype)s->dtype) {   /* quantized at load: through a host copy freed once imported */
-		const size_t bytes = (size_t)rows * aah_dtype_row_bytes(type, cols);
-		tmp = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-		if (!tmp) {
-			snprintf(err, err_len, "out of memory for tensor '%s' in %s (%zu bytes)", s->name, aah_dtype_name(type),
-			         bytes);
-			return -1;
-		}
-		if (import_bytes(e, tmp, s, type, err, err_len) != 0) {
-			free(tmp);
-			return -1;
-		}
-		host = tmp;
-	}
-	if (e->be->iface.weight_import(e->be, t, host, type, rows, cols) != 0) {
-		free(tmp);
-		snprintf(err, err_len, "%s: backend %s cannot hold tensor '%s' (%s, %lld × %lld)", e->mf.dir,
-		         e->be->iface.name, s->name, aah_dtype_name(type), (long long)rows, (long long)cols);
-		return -1;
-	}
-	free(tmp);
-	if (rows > 1)   /* a matrix: the backend holds its own copy (packed, or on the device), the mapped bytes go */
-		st_tensor_drop_pages(s);
-	return 0;
-}
-
-/* Imports the rows of parts[0..n) (one import type and in_features, checked by the caller) concatenated as one weight,
- * through a host copy freed once imported (weight_import copies a matrix). Block types concatenate as rows of whole
- * blocks. */
-static int import_fused(engine *e, aah_tensor *t, const st_tensor *const *parts, const weight_role *roles, int n,
-                        int32_t layer, char *err, size_t err_len)
-{
-	const aah_dtype type = import_type(e, parts[0], roles[0], layer);
-	const int64_t cols = parts[0]->shape[1];
-	int64_t rows = 0;
-	for (int i = 0; i < n; i++)
-		rows += parts[i]->shape[0];
-	const size_t row_bytes = aah_dtype_row_bytes(type, cols), bytes = (size_t)rows * row_bytes;
-	uint8_t *host = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-	if (!host) {
-		snprintf(err, err_len, "out of memory for a fused weight of %zu bytes ('%s' …)", bytes, parts[0]->name);
-		return -1;
-	}
-	size_t at = 0;
-	for (int i = 0; i < n; i++) {
-		if (import_bytes(e, host + at, parts[i], type, err, err_len) != 0) {
-			free(host);
-			return -1;
-		}
-		at += (size_t)parts[i]->shape[0] * row_bytes;
-	}
-	if (e->be->iface.weight_import(e->be, t, host, type, rows, cols) != 0) {
-		free(host);
-		snprintf(err, err_len, "%s: backend %s cannot hold the fused weight of '%s' …", e->mf.dir, e->be->iface.name,
-		         parts[0]->name);
-		return -1;
-	}
-	free(host);
-	for (int i = 0; i < n; i++)
-		st_tensor_drop_pages(parts[i]);
-	return 0;
-}
-
-/* Whether parts can be one weight: all matrices of one import type and one in_features, each whole rows of that type
- * (block types: whole blocks per row, so the concatenated rows are rows of blocks as well). */
-static bool fusable(const engine *e, const st_tensor *const *parts, const weight_role *roles, int n, int32_t layer)
-{
-	const aah_dtype t0 = import_type(e, parts[0], roles[0], layer);
-	for (int i = 0; i < n; i++) {
-		const aah_dtype own = (aah_dtype)parts[i]->dtype;
-		if (parts[i]->n_dims != 2 || parts[i]->dtype != parts[0]->dtype || parts[i]->shape[1] != parts[0]->shape[1] ||
-		    import_type(e, parts[i], roles[i], layer) != t0 || !aah_dtype_row_bytes(own, parts[i]->shape[1]) ||
-		    parts[i]->nbytes != (size_t)parts[i]->shape[0] * aah_dtype_row_bytes(own, parts[i]->shape[1]))
-			return false;
-	}
-	return true;
-}
-
-static int import_weights(engine *e, char *err, size_t err_len)
-{
-	const model_weights *w = &e->mf.w;
-	const int32_t L = e->cfg.n_layers;
-	e->layers = calloc((size_t)L, sizeof *e->layers);
-	if (!e->layers) {
-		snprintf(err, err_len, "out of memory");
-		return -1;
-	}
-	const bool tied = w->lm_head == w->embed;
-	int rc = import_weight(e, &e->embed, w->embed, tied ? WEIGHT_OUTPUT : WEIGHT_EMBED, 0, err, err_len) |
-	         import_weight(e, &e->norm, w->norm, WEIGHT_EMBED, 0, err, err_len);
-	if (tied)   /* one copy serves both (the head of Qwen3-4B alone is 778 MB) */
-		e->lm_head = e->embed;
-	else
-		rc |= import_weight(e, &e->lm_head, w->lm_head, WEIGHT_OUTPUT, 0, err, err_len);
-	static const weight_role qkv_roles[3] = { WEIGHT_ATTN_Q, WEIGHT_ATTN_K, WEIGHT_ATTN_V },
-	                         gu_roles[2] = { WEIGHT_FFN_GATE, WEIGHT_FFN_UP };
-	for (int32_t l = 0; l < L && rc == 0; l++) {
-		const model_layer_weights *s = &w->layers[l];
-		layer_tensors *t = &e->layers[l];
-		const st_tensor *qkv[3] = { s->wq, s->wk, s->wv }, *gu[2] = { s->w_gate, s->w_up };
-		rc |= import_weight(e, &t->attn_norm, s->attn_norm, WEIGHT_EMBED, l, err, err_len);
-		if (e->fuse && fusable(e, qkv, qkv_roles, 3, l))
-			rc |= import_fused(e, &t->wqkv, qkv, qkv_roles, 3, l, err, err_len);
-		else {
-			rc |= import_weight(e, &t->wq, s->wq, WEIGHT_ATTN_Q, l, err, err_len);
-			rc |= import_weight(e, &t->wk, s->wk, WEIGHT_ATTN_K, l, err, err_len);
-			rc |= import_weight(e, &t->wv, s->wv, WEIGHT_ATTN_V, l, err, err_len);
-		}
-		rc |= import_weight(e, &t->wo, s->wo, WEIGHT_ATTN_O, l, err, err_len);
-		rc |= import_weight(e, &t->ffn_norm, s->ffn_norm, WEIGHT_EMBED, l, err, err_len);
-		if (e->fuse && fusable(e, gu, gu_roles, 2, l))
-			rc |= import_fused(e, &t->w_gate_up, gu, gu_roles, 2, l, err, err_len);
-		else {
-			rc |= import_weight(e, &t->w_gate, s->w_gate, WEIGHT_FFN_GATE, l, err, err_len);
-			rc |= import_weight(e, &t->w_up, s->w_up, WEIGHT_FFN_UP, l, err, err_len);
-		}
-		rc |= import_weight(e, &t->w_down, s->w_down, WEIGHT_FFN_DOWN, l, err, err_len);
-		if (e->cfg.qk_norm) {
-			rc |= import_weight(e, &t->q_norm, s->q_norm, WEIGHT_EMBED, l, err, err_len);
-			rc |= import_weight(e, &t->k_norm, s->k_norm, WEIGHT_EMBED, l, err, err_len);
-		}
-	}
-	return rc ? -1 : 0;
-}
 
 static int alloc_scratch(engine *e, char *err, size_t err_len)
 {
@@ -398,7 +230,8 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 			goto fail;
 		}
 	}
-	if (import_weights(e, err, err_len) != 0)
+	const model_import_params ip = { .mix = e->has_mix ? &e->mix : NULL, .n_threads = e->p.n_threads, .fuse = e->fuse };
+	if (model_tensors_import(&e->w, &e->mf, e->be, &ip, err, err_len) != 0)
 		goto fail;
 	e->inv_freq = malloc((size_t)c->head_dim / 2 * sizeof(float));
 	e->seq_len = calloc((size_t)e->p.max_seqs, sizeof *e->seq_len);
@@ -483,22 +316,9 @@ void engine_free(engine *e)
 			prefix_cache_free(&e->prefix);
 		if (e->kv.pool.data)
 			kv_cache_free(&e->kv, e->be);
-		/* every imported weight: a device holds copies (an empty tensor is skipped by weight_release) */
-		if (e->lm_head.data == e->embed.data)
-			e->lm_head = (aah_tensor){ 0 };   /* tied: released as the embedding */
-		aah_tensor *top[] = { &e->embed, &e->norm, &e->lm_head };
-		for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-			e->be->iface.weight_release(e->be, top[i]);
-		for (int32_t l = 0; e->layers && l < e->cfg.n_layers; l++) {
-			layer_tensors *t = &e->layers[l];
-			aah_tensor *all[] = { &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->q_norm, &t->k_norm, &t->ffn_norm,
-			                      &t->w_gate, &t->w_up, &t->w_down, &t->wqkv, &t->w_gate_up };
-			for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-				e->be->iface.weight_release(e->be, all[i]);
-		}
+		model_tensors_release(&e->w, e->be);   /* a device holds copies */
 		e->be->iface.free(e->be);
 	}
-	free(e->layers);
 	free(e->inv_freq);
 	free(e->seq_len);
 	free(e->seq_used);
@@ -540,32 +360,10 @@ int64_t engine_kv_pages_used(const engine *e) { return e->kv.pool.n_pages - e->k
 int64_t engine_kv_pages_in_sequences(const engine *e) { return e->kv.pages_in_rings; }
 aah_backend *engine_backend(engine *e) { return e->be; }
 const char *engine_backend_desc(const engine *e) { return e->desc; }
-bool engine_projections_fused(const engine *e)
-{
-	for (int32_t l = 0; l < e->cfg.n_layers; l++)
-		if (e->layers[l].wqkv.data || e->layers[l].w_gate_up.data)
-			return true;
-	return false;
-}
+bool engine_projections_fused(const engine *e) { return model_tensors_fused(&e->w); }
 uint64_t engine_attention_work(const engine *e) { return e->attn_work; }
 
-static int64_t tensor_bytes(const aah_tensor *t)
-{
-	return t->data ? t->rows * (int64_t)aah_dtype_row_bytes(t->type, t->cols) : 0;
-}
-
-int64_t engine_weight_bytes_per_token(const engine *e)
-{
-	int64_t n = tensor_bytes(&e->norm) + tensor_bytes(&e->lm_head);
-	for (int32_t l = 0; l < e->cfg.n_layers; l++) {
-		const layer_tensors *t = &e->layers[l];
-		const aah_tensor *all[] = { &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->q_norm, &t->k_norm,
-		                            &t->ffn_norm, &t->w_gate, &t->w_up, &t->w_down, &t->wqkv, &t->w_gate_up };
-		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-			n += tensor_bytes(all[i]);
-	}
-	return n;
-}
+int64_t engine_weight_bytes_per_token(const engine *e) { return model_tensors_bytes_per_token(&e->w); }
 
 int32_t engine_regime_count(const engine *e) { return e->regimes.n; }
 const char *engine_regime_name(const engine *e, int32_t i) { return i >= 0 && i < e->regimes.n ? e->regimes.r[i].name : NULL; }
@@ -928,10 +726,10 @@ static void forward_chunk(engine *e, int32_t n, int32_t n_spans, int32_t n_logit
 	uint64_t work;
 layers:
 	work = 0;
-	f->get_rows(b, e->x, &e->embed, e->ids, n);
+	f->get_rows(b, e->x, &e->w.embed, e->ids, n);
 	memset(e->span_work, 0, (size_t)n_spans * sizeof *e->span_work);
 	for (int32_t l = 0; l < c->n_layers; l++) {
-		const layer_tensors *t = &e->layers[l];
+		const model_layer_tensors *t = &e->w.layers[l];
 		f->rmsnorm(b, e->xn, e->x, &t->attn_norm, n, c->rms_norm_eps);
 		if (t->wqkv.data) {   /* one product, then its columns [q | k | v] into their buffers */
 			float *const parts[3] = { e->q, e->k, e->v };
@@ -1016,7 +814,7 @@ layers:
 	for (int32_t r = 0; r < n_logit; r += e->logit_rows) {
 		int32_t nr = n_logit - r < e->logit_rows ? n_logit - r : e->logit_rows;
 		f->get_rows(b, e->xs, &xt, e->lrow + r, nr);
-		f->rmsnorm(b, e->xs, e->xs, &e->norm, nr, c->rms_norm_eps);
+		f->rmsnorm(b, e->xs, e->xs, &e->w.norm, nr, c->rms_norm_eps);
 		/* The caller's rows of a pass are consecutive; with host buffers the product goes straight into them, which
 		 * spares a copy of every logits row (16 decode rows of a 152k vocabulary: 10 MB per step). Without host logits
 		 * (logits_out NULL) the rows stay in e->logits at their item-order row, which engine_forward has checked
@@ -1026,11 +824,11 @@ layers:
 			direct = e->ldst[r + i] == e->ldst[r] + i;
 		if (direct) {
 			float *base = logits_out ? logits_out : e->logits;
-			f->matmul(b, base + e->ldst[r] * c->vocab_size, e->xs, nr, &e->lm_head);
+			f->matmul(b, base + e->ldst[r] * c->vocab_size, e->xs, nr, &e->w.lm_head);
 			continue;
 		}
 		assert(logits_out);   /* dst counts up along the rows: a kept pass is always consecutive */
-		f->matmul(b, e->logits, e->xs, nr, &e->lm_head);
+		f->matmul(b, e->logits, e->xs, nr, &e->w.lm_head);
 		for (int32_t i = 0; i < nr; i++)
 			f->buf_read(b, logits_out + e->ldst[r + i] * c->vocab_size, e->logits + (int64_t)i * c->vocab_size,
 			            (size_t)c->vocab_size * sizeof(float));

@@ -34,7 +34,7 @@ typedef struct engine_params {
 	                             * sequences: an idle cached page is evicted before anything waits for one) */
 	const char *quantize;       /* NULL or "": the weights in the types the files hold; else a weight type ("q8_0",
 	                             * "q4_0", "q4_k_m", "q5_k_m", "q4_k", "q5_k", "q6_k"): every float matrix quantized as
-	                             * it is loaded, in llama.cpp's mix for that type (engine/weight_quant.h) */
+	                             * it is loaded, in llama.cpp's mix for that type (models/weight_quant.h) */
 } engine_params;
 
 typedef struct engine engine;

@@ -24,7 +24,7 @@
 
 #define TEST_TMPDIR "quant-engine"
 #include "engine/engine.h"
-#include "engine/weight_quant.h"
+#include "models/weight_quant.h"
 #include "kernels/quant.h"
 #include "models/safetensors.h"
 #include "models/convert/safetensors_write.h"

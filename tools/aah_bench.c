@@ -19,7 +19,7 @@
 #include "engine/grammar/json_schema.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "engine/weight_quant.h"
+#include "models/weight_quant.h"
 #include "kernels/cpu/threadpool.h"
 #include "models/aah_config.h"
 #include "models/model_config.h"

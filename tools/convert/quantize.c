@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/weight_quant.h"
+#include "models/weight_quant.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/quant.h"
 #include "models/aah_config.h"
@@ -535,7 +535,7 @@ typedef struct qz_job {
 	float *row;                  /* (widest row) */
 } qz_job;
 
-/* The type of a tensor under --type base: the rules the engine quantizes by as it loads (engine/weight_quant.h,
+/* The type of a tensor under --type base: the rules the engine quantizes by as it loads (models/weight_quant.h,
  * llama_tensor_get_type's for these types), so a file written here holds what `--quantize` would serve. */
 static aah_dtype qz_pick(aah_dtype base, const qz_tensor *t, int32_t n_layers, bool tied, int64_t ne0)
 {

@@ -1,4 +1,4 @@
-/* engine/weight_quant.h — quantizing a model's float weights as they are loaded (engine_params.quantize): the same
+/* models/weight_quant.h — quantizing a model's float weights as they are loaded (engine_params.quantize): the same
  * blocks `llama-quantize` writes without an importance matrix (aah_quantize_row_ref), in llama.cpp's per-tensor mixes,
  * so a safetensors model or run directory can be served and benchmarked in a GGUF type without writing a file. */
 #ifndef AAH_WEIGHT_QUANT_H

@@ -1,5 +1,5 @@
-/* engine/weight_quant.c — load-time quantization (weight_quant.h). */
-#include "engine/weight_quant.h"
+/* models/weight_quant.c — load-time quantization (weight_quant.h). */
+#include "models/weight_quant.h"
 
 #include <pthread.h>
 #include <stdlib.h>
