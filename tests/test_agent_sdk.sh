@@ -13,6 +13,10 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	fail "node and npm are needed (deploy/deps.sh installs npm)"
 fi
 [ -x "$BUILD/aahd" ] && [ -x "$BUILD/aah-convert" ] || fail "$BUILD/aahd and $BUILD/aah-convert are not built"
+# npm installs into the cache one at a time: test_openai_node, test_agent and test_agent_sdk may run at once
+mkdir -p "$DIR"
+exec 8>"$DIR/.install.lock"
+flock 8
 if [ ! -f "$DIR/node_modules/ai/package.json" ] || [ ! -f "$DIR/node_modules/@ai-sdk/openai-compatible/package.json" ] ||
 	[ ! -f "$DIR/node_modules/zod/package.json" ]; then
 	echo "test_agent_sdk: installing ai@6, @ai-sdk/openai-compatible@2 and zod@4 into $DIR"
@@ -21,4 +25,6 @@ if [ ! -f "$DIR/node_modules/ai/package.json" ] || [ ! -f "$DIR/node_modules/@ai
 		fail "npm could not install ai, @ai-sdk/openai-compatible and zod (is the registry reachable?)"
 	fi
 fi
+flock -u 8
+exec 8>&-
 exec timeout -k 10 180 node --test --test-reporter=spec tests/server/agent_sdk.test.mjs

@@ -10,6 +10,10 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	echo "test_openai_node: FAILURE: node and npm are needed (deploy/deps.sh installs npm)"
 	exit 1
 fi
+# npm installs into the cache one at a time: test_openai_node, test_agent and test_agent_sdk may run at once
+mkdir -p "$DIR"
+exec 8>"$DIR/.install.lock"
+flock 8
 if [ ! -f "$DIR/node_modules/openai/package.json" ]; then
 	echo "test_openai_node: installing openai@4 into $DIR"
 	mkdir -p "$DIR"
@@ -18,4 +22,6 @@ if [ ! -f "$DIR/node_modules/openai/package.json" ]; then
 		exit 1
 	fi
 fi
+flock -u 8
+exec 8>&-
 exec timeout -k 10 120 node --test --test-reporter=spec tests/server/openai_client.test.mjs tests/server/openai_chat.test.mjs
