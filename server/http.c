@@ -194,6 +194,64 @@ bool http_client_gone(http_request *req)
 	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+/* ---- the wake trace: an opt-in timestamp for the streaming-latency benchmark ----
+ * With AAHD_WAKE_TRACE=FILE in the environment, every http_request_wake (the engine's notification, on the engine
+ * thread right after it published a step's token: one wake per generated token of a one-choice request, except the
+ * tokens made before its handler attached to the job, which nobody is notified of) records the request's id and
+ * CLOCK_REALTIME in nanoseconds in a table allocated at the start (48 MiB), written to FILE as "id ns" lines once
+ * the server has stopped (http_server_free: no wake can come then, and no deadline runs; nothing is written when
+ * libmicrohttpd hung and the process exits without it). tools/stream_latency.py joins them with the kernel's
+ * receive timestamps of the client's socket (SO_TIMESTAMPNS, also CLOCK_REALTIME): one clock, one machine.
+ * Without the variable it costs one predicted branch per wake. */
+
+#define WAKE_TRACE_MAX (1u << 20)
+
+typedef struct wake_mark {
+	uint64_t ns;
+	char id[40];
+} wake_mark;
+
+static wake_mark *wake_trace;          /* WAKE_TRACE_MAX marks, or NULL: tracing off */
+static atomic_uint wake_trace_n;
+static char wake_trace_path[512];
+
+static void wake_trace_init(void)
+{
+	const char *p = getenv("AAHD_WAKE_TRACE");
+	if (!p || !*p || wake_trace || strlen(p) >= sizeof wake_trace_path)
+		return;
+	snprintf(wake_trace_path, sizeof wake_trace_path, "%s", p);
+	wake_trace = calloc(WAKE_TRACE_MAX, sizeof *wake_trace);   /* freed by the exit */
+}
+
+static void wake_trace_mark(const http_request *req)
+{
+	if (__builtin_expect(!wake_trace, 1))
+		return;
+	unsigned i = atomic_fetch_add(&wake_trace_n, 1);
+	if (i >= WAKE_TRACE_MAX)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	wake_trace[i].ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	memcpy(wake_trace[i].id, req->id, sizeof wake_trace[i].id);
+}
+
+static void wake_trace_write(void)
+{
+	if (!wake_trace)
+		return;
+	FILE *f = fopen(wake_trace_path, "w");
+	if (!f) {
+		log_msg(LOG_WARN, NULL, "cannot write the wake trace to %s", wake_trace_path);
+		return;
+	}
+	unsigned n = atomic_load(&wake_trace_n);
+	for (unsigned i = 0; i < n && i < WAKE_TRACE_MAX; i++)
+		fprintf(f, "%s %llu\n", wake_trace[i].id, (unsigned long long)wake_trace[i].ns);
+	fclose(f);
+}
+
 /* ---- parking: a request that waits holds no thread ---- */
 
 static void park_unlink(http_server *h, http_request *req)
@@ -246,6 +304,7 @@ static http_wake wake_locked(http_server *h, http_request *req)
 http_wake http_request_wake(http_request *req)
 {
 	http_server *h = req->http;
+	wake_trace_mark(req);
 	pthread_mutex_lock(&h->park_mu);
 	http_wake w = wake_locked(h, req);
 	pthread_mutex_unlock(&h->park_mu);
@@ -562,6 +621,7 @@ http_server *http_server_start(server_ctx *srv, char *err, size_t err_len)
 		return NULL;
 	}
 	h->srv = srv;
+	wake_trace_init();
 	pthread_mutex_init(&h->park_mu, NULL);
 	atomic_init(&h->stopped, false);
 	atomic_init(&h->live, 0);
@@ -677,6 +737,7 @@ void http_server_free(http_server *h)
 		return;
 	if (h->stopper_started)
 		pthread_join(h->stopper, NULL);
+	wake_trace_write();   /* every request has completed: no wake can come any more, and no deadline runs */
 	http_front_free(h->front);   /* after the last of its links is released */
 	log_limit_flush(&h->mhd_log, true);
 	log_limit_free(&h->mhd_log);

@@ -157,5 +157,21 @@ for bad in "--threads 2x" "--threads 0" "--prompt x" "--gen -1" "--reps 1e3" "--
 	grep -q -- "${bad%% *} takes" "$out" || say_fail "aah-bench $bad: no message naming ${bad%% *}"
 done
 
+# tools/stream_latency.py (docs/bench/2026-12-07-streaming-latency.md) through its command line: a small run whose
+# streams are matched to the daemon's wake trace, every percentile a real number
+lat=$(mktemp)
+if timeout 60 /usr/bin/python3 tools/stream_latency.py --aahd "$BUILD/aahd" --model "$DATA/qwen3-small-a" \
+	--streams 6 --tokens 8 --rounds 2 --json "$lat" >"$out" 2>&1; then
+	/usr/bin/python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+assert s["streams_measured"] >= 1 and s["tokens"] >= 8 * s["streams_measured"], s
+assert 0 <= s["socket_ms"]["p50"] <= s["socket_ms"]["p99"] <= s["socket_ms"]["max"], s
+' "$lat" >>"$out" 2>&1 || say_fail "stream_latency.py: $(tail -3 "$out")"
+else
+	say_fail "stream_latency.py failed: $(tail -3 "$out")"
+fi
+rm -f "$lat"
+
 [ "$fail" -eq 0 ] && echo "test_bench: all passed"
 exit "$fail"
