@@ -46,7 +46,7 @@ LIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
 else
 LIB_OBJ += $(BUILD)/obj/kernels/cuda/cuda_stub.o
 endif
-SERVER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c)) $(BUILD)/obj/server/dashboard_page.o
+SERVER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c server/jinja/*.c)) $(BUILD)/obj/server/dashboard_page.o
 # aah-eval's modules (tools/eval/) and libcurl, its HTTP client.
 EVAL_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/eval/*.c))
 CURL_LIBS := $(or $(shell pkg-config --libs libcurl 2>/dev/null),-lcurl)
@@ -151,11 +151,11 @@ $(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o
                                         $(BUILD)/obj/server/constraint.o
 $(BUILD)/tests/fuzz_chat_request: $(BUILD)/obj/server/chat_request.o $(BUILD)/obj/server/completion_request.o \
                                   $(BUILD)/obj/server/request_fields.o $(BUILD)/obj/server/constraint.o
-# the chat request parser and the template's sources, with the Jinja2 interpreter (server/jinja*.c)
+# the chat request parser and the template's sources, with the Jinja2 interpreter (server/jinja/*.c)
 CHAT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,server/chat_request.c server/completion_request.c server/request_fields.c \
               server/constraint.c \
               server/chat_template.c server/tool_calls.c \
-              $(wildcard server/jinja*.c))
+              $(wildcard server/jinja/*.c))
 $(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/libaah.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
@@ -166,8 +166,8 @@ $(BUILD)/tests/fuzz_api_keys: $(BUILD)/obj/server/api_keys.o $(BUILD)/obj/server
 # the tool-call parser (server/tool_calls.c): its suite and one fuzz target per format
 $(BUILD)/tests/check_tool_calls $(BUILD)/tests/fuzz_tool_calls_hermes $(BUILD)/tests/fuzz_tool_calls_llama3 \
   $(BUILD)/tests/fuzz_tool_calls_mistral: $(BUILD)/obj/server/tool_calls.o
-# The chat template interpreter (server/jinja*.c): its suite, its fuzz target and aah-jinja, its command line.
-JINJA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/jinja*.c))
+# The chat template interpreter (server/jinja/*.c): its suite, its fuzz target and aah-jinja, its command line.
+JINJA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/jinja/*.c))
 $(BUILD)/tests/check_jinja $(BUILD)/tests/fuzz_jinja $(BUILD)/aah-jinja: $(JINJA_OBJ)
 # aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl (libaah.a once more after tools/eval/,
 # which calls into it).
@@ -184,7 +184,7 @@ fuzz: $(BUILD)/libaah.a
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
 	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/constraint.c server/chat_request.c server/reasoning.c server/http_credentials.c server/api_keys.c server/http_framing.c server/tool_calls.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
-	    $(wildcard server/jinja*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
+	    $(wildcard server/jinja/*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.

@@ -16,7 +16,7 @@ python3-torch python3-numpy libopenblas0-pthread python3.11-doc"
 PKGS="$PKGS nginx-light chromium yamllint python3-yaml python3-kubernetes"
 # aah-eval: libcurl (its HTTP client), bubblewrap and python3 (the sandbox that runs HumanEval/MBPP code).
 PKGS="$PKGS libcurl4-openssl-dev bubblewrap python3"
-# Chat templates: python3-jinja2 is the reference tests/test_jinja.sh holds server/jinja.h to, byte for byte.
+# Chat templates: python3-jinja2 is the reference tests/test_jinja.sh holds server/jinja/jinja.h to, byte for byte.
 PKGS="$PKGS python3-jinja2"
 # Constrained decoding: the tests validate outputs with python3-jsonschema and recognise GBNF samples with Lark's
 # Earley parser (python3-lark), both independent of engine/grammar/.

@@ -1,6 +1,6 @@
 /* server/chat_template.h — the model's chat template: where it comes from (a configured file, the model directory's
  * chat_template.jinja or tokenizer_config.json, a GGUF's tokenizer.chat_template), parsed once at start-up by the
- * Jinja2 interpreter (server/jinja.h), with the bos_token and eos_token it is rendered with. */
+ * Jinja2 interpreter (server/jinja/jinja.h), with the bos_token and eos_token it is rendered with. */
 #ifndef AAH_SERVER_CHAT_TEMPLATE_H
 #define AAH_SERVER_CHAT_TEMPLATE_H
 
@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "models/tokenizer.h"
-#include "server/jinja.h"
+#include "server/jinja/jinja.h"
 #include "server/tool_calls.h"
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /* tests/check_chat.c — Check suite for server/chat_request and server/chat_template: every field of a chat body
  * accepted or refused with its name (the sampling fields it shares with /v1/completions too), the messages turned into template variables (parts joined, members kept in
  * order), and where a template comes from (a file, chat_template.jinja, tokenizer_config.json's string or named list,
- * none) with its bos_token and eos_token, rendered through server/jinja.h. */
+ * none) with its bos_token and eos_token, rendered through server/jinja/jinja.h. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* tests/check_jinja.c — Check suite for server/jinja.h, the chat template interpreter, piece by piece: whitespace
+/* tests/check_jinja.c — Check suite for server/jinja/jinja.h, the chat template interpreter, piece by piece: whitespace
  * control, expressions, statements and scoping, filters, tests, methods, Python's str() and json.dumps; every
  * syntax error with its line and column; every runtime error path; raise_exception; each limit (steps, output,
  * memory, nesting of the template, of values, of macro calls, range); one template rendered by several threads at
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja.h"
+#include "server/jinja/jinja.h"
 
 static const char conv[] =
 	"{\"messages\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"hi\"},"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/test_jinja.sh — server/jinja.h against python3-jinja2 rendering as transformers' apply_chat_template renders
+# tests/test_jinja.sh — server/jinja/jinja.h against python3-jinja2 rendering as transformers' apply_chat_template renders
 # (tests/jinja/render_ref.py), byte for byte, through aah-jinja's command line: the language piece by piece
 # (tests/jinja/language.cases), 600 random templates (tests/jinja/random_cases.py), then the chat templates of Qwen3, Llama 3 (fetched from npm into the cache), ChatML
 # and Mistral with every conversation of tests/data/chat/conversations/; then aah-jinja's exit statuses and messages.

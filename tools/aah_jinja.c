@@ -1,5 +1,5 @@
 /* tools/aah_jinja.c — aah-jinja: renders a chat template with a JSON object of variables the way aahd renders it
- * (server/jinja.h), so that a template can be checked offline and compared with python3-jinja2 (tests/test_jinja.sh).
+ * (server/jinja/jinja.h), so that a template can be checked offline and compared with python3-jinja2 (tests/test_jinja.sh).
  * Usage: aah-jinja [--max-steps N] [--max-output N] [--max-memory N] TEMPLATE VARS.json
  *        aah-jinja --cases CASES VARS.json
  * TEMPLATE is a template file, or a tokenizer_config.json whose chat_template is taken (the string, or the entry
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja.h"
+#include "server/jinja/jinja.h"
 
 static char *read_file(const char *path, size_t *len)
 {

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_jinja.c — libFuzzer target for server/jinja.h: the input is a template, then optionally a NUL
+/* tests/fuzz/fuzz_jinja.c — libFuzzer target for server/jinja/jinja.h: the input is a template, then optionally a NUL
  * byte and a JSON object of variables (else a small conversation). Any bytes parse to a template or to an error
  * "line L, column C: …"; a template renders within small limits to NUL-terminated output or to an error that says
  * why; nothing crashes, hangs or leaks. */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja.h"
+#include "server/jinja/jinja.h"
 
 const char *fuzz_corpus_dir = "tests/fuzz/corpus/jinja";
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/jinja/render_ref.py — the reference for server/jinja.h: renders TEMPLATE with the JSON object VARS as
+"""tests/jinja/render_ref.py — the reference for server/jinja/jinja.h: renders TEMPLATE with the JSON object VARS as
 Hugging Face transformers' apply_chat_template renders a chat template (its _compile_jinja_template): python3-jinja2's
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, the loopcontrols extension and {% generation %}, tojson replaced by
 json.dumps with ensure_ascii=False, raise_exception and strftime_now. Usage and exit status as aah-jinja's:

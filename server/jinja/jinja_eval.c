@@ -1,4 +1,4 @@
-/* server/jinja_eval.c — the one evaluator over the node tree: statements with Jinja2's scoping (a for loop's body
+/* server/jinja/jinja_eval.c — the one evaluator over the node tree: statements with Jinja2's scoping (a for loop's body
  * gets a fresh scope each iteration, a macro its own over the template's top level, if none), expressions with
  * Python's operators, the step, output, memory and nesting limits, and jinja_render. */
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja_impl.h"
+#include "server/jinja/jinja_impl.h"
 
 #define JINJA_MAX_EVAL_DEPTH 512   /* evaluator recursion, all of it together: at most ~200 KiB of C stack (-O2) */
 

@@ -1,4 +1,4 @@
-/* server/jinja_parse.c — the Jinja2 parser: tokens (jinja_lex.c) into a node tree (jinja_impl.h), with the
+/* server/jinja/jinja_parse.c — the Jinja2 parser: tokens (jinja_lex.c) into a node tree (jinja_impl.h), with the
  * statement set and the expression precedence of pallets/jinja's parser.py; unknown tags, filters and tests are
  * refused here, at load time, with their line and column. Also the template's arena and jinja_parse/jinja_free. */
 #include <stdarg.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja_impl.h"
+#include "server/jinja/jinja_impl.h"
 
 struct jarena_chunk {
 	jarena_chunk *next;

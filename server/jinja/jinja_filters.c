@@ -1,4 +1,4 @@
-/* server/jinja_filters.c — Jinja2's filters and tests that chat templates use, each as pallets/jinja's filters.py
+/* server/jinja/jinja_filters.c — Jinja2's filters and tests that chat templates use, each as pallets/jinja's filters.py
  * and tests.py define it (tojson as transformers overrides it: json.dumps with ensure_ascii=False), in one table of
  * names so that the parser refuses an unknown one at load time. */
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja_impl.h"
+#include "server/jinja/jinja_impl.h"
 
 /* from jinja_builtins.c */
 int jx_str_strip(jctx *c, const jnode *at, jv s, jv chars, bool left, bool right, jv *out);

@@ -1,4 +1,4 @@
-/* server/jinja_impl.h — the private half of server/jinja.h: tokens (jinja_lex.c), the node tree (jinja_parse.c),
+/* server/jinja/jinja_impl.h — the private half of server/jinja/jinja.h: tokens (jinja_lex.c), the node tree (jinja_parse.c),
  * values with Python's semantics (jinja_value.c), the evaluator (jinja_eval.c) and its builtins (jinja_builtins.c).
  * pallets/jinja's structure: lexer → parser → node tree → one evaluator. */
 #ifndef AAH_SERVER_JINJA_IMPL_H
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/jinja.h"
+#include "server/jinja/jinja.h"
 
 /* Nesting of blocks and expressions a template may have (the parser and the evaluator recurse once per level), and
  * of values a render may build or walk (repr, tojson, comparison recurse once per level). */

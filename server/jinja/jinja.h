@@ -1,4 +1,4 @@
-/* server/jinja.h — a Jinja2 interpreter for the subset chat templates use, whose output equals python3-jinja2's
+/* server/jinja/jinja.h — a Jinja2 interpreter for the subset chat templates use, whose output equals python3-jinja2's
  * byte for byte when rendered as Hugging Face transformers' apply_chat_template renders (an immutable sandbox,
  * trim_blocks and lstrip_blocks, the loopcontrols extension, tojson with ensure_ascii=False, raise_exception).
  * Rendering is all a template can do: no file, no import, a step limit, an output limit, a memory limit. */

@@ -1,4 +1,4 @@
-/* server/jinja_builtins.c — what a template reaches through values: attribute and item lookup with the immutable
+/* server/jinja/jinja_builtins.c — what a template reaches through values: attribute and item lookup with the immutable
  * sandbox's rules (getattr, then the item; methods that would change a value refused), slicing, iteration, the
  * methods of str, dict, list and loop, and the globals range, namespace, dict and raise_exception. */
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include <utf8proc.h>
 
-#include "server/jinja_impl.h"
+#include "server/jinja/jinja_impl.h"
 
 enum {
 	/* str */

@@ -1,4 +1,4 @@
-/* server/jinja_lex.c — the Jinja2 lexer: template text, {{ }}, {% %} and {# #} tags, and the tokens inside tags,
+/* server/jinja/jinja_lex.c — the Jinja2 lexer: template text, {{ }}, {% %} and {# #} tags, and the tokens inside tags,
  * with the whitespace rules Hugging Face renders under (trim_blocks, lstrip_blocks, {%- -%} and {%+ +%}), as
  * pallets/jinja's lexer.py applies them. Also the UTF-8 helpers the other parts share. */
 #include <stdarg.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jinja_impl.h"
+#include "server/jinja/jinja_impl.h"
 
 size_t ju_decode(const char *s, size_t n, uint32_t *cp)
 {

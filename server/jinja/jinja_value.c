@@ -1,4 +1,4 @@
-/* server/jinja_value.c — a render's values with Python's semantics: counted heap objects charged to the memory
+/* server/jinja/jinja_value.c — a render's values with Python's semantics: counted heap objects charged to the memory
  * limit, str() and repr() as CPython writes them (float repr, string quoting), json.dumps as transformers' tojson
  * calls it, equality and ordering, and the conversion of the request's JSON variables. */
 #include <math.h>
@@ -9,7 +9,7 @@
 
 #include <utf8proc.h>
 
-#include "server/jinja_impl.h"
+#include "server/jinja/jinja_impl.h"
 
 int jx_fail(jctx *c, jinja_status st, const jnode *at, const char *fmt, ...)
 {
