@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bits.h"
 #include "kernels/argmax.h"
 
 static uint64_t splitmix64(uint64_t *x)
@@ -34,16 +35,6 @@ static uint64_t xoshiro_next(uint64_t *s)
 	s[2] ^= t;
 	s[3] = rotl(s[3], 45);
 	return r;
-}
-
-static bool bit_get(const uint32_t *bits, int32_t i)
-{
-	return bits[i >> 5] >> (i & 31) & 1u;
-}
-
-static void bit_set(uint32_t *bits, int32_t i)
-{
-	bits[i >> 5] |= 1u << (i & 31);
 }
 
 /* The repetition penalty is on: 0 and 1 both mean off, so that a zeroed sampler_params has none. */
@@ -129,7 +120,7 @@ int sampler_init(sampler *s, const sampler_params *p, int32_t n_vocab)
 			if (p->min_tokens_ids[i] >= 0 && p->min_tokens_ids[i] < n_vocab)
 				s->min_tokens_ids[ns++] = p->min_tokens_ids[i];
 	if (ok && repetition_on(p))
-		ok = (s->seen = calloc(((size_t)n_vocab + 31) / 32, sizeof *s->seen)) != NULL;
+		ok = (s->seen = calloc((size_t)bits_words(n_vocab), sizeof *s->seen)) != NULL;
 	s->p.bias = s->bias;
 	s->p.n_bias = nb;
 	s->p.min_tokens_ids = s->min_tokens_ids;
@@ -165,7 +156,7 @@ void sampler_prompt(sampler *s, const int32_t *ids, int32_t n)
 {
 	for (int32_t i = 0; s->seen && i < n; i++)
 		if (ids[i] >= 0 && ids[i] < s->n_vocab)
-			bit_set(s->seen, ids[i]);
+			bits_set(s->seen, ids[i]);
 }
 
 void sampler_accept(sampler *s, int32_t token)
@@ -174,7 +165,7 @@ void sampler_accept(sampler *s, int32_t token)
 		s->counts[token]++;
 		s->n_accepted++;
 		if (s->seen)
-			bit_set(s->seen, token);
+			bits_set(s->seen, token);
 	}
 }
 
@@ -244,7 +235,7 @@ static void sort_candidates(int32_t *ids, int32_t n, const float *probs)
  * request without the new fields draws bit for bit what it drew before them. */
 static inline float penalise(const sampler *s, int32_t i, float l)
 {
-	if (s->seen && bit_get(s->seen, i))   /* seen exists only with the repetition penalty on */
+	if (s->seen && bits_get(s->seen, i))   /* seen exists only with the repetition penalty on */
 		l = l > 0 ? l / s->p.repetition_penalty : l * s->p.repetition_penalty;
 	if (s->counts[i] > 0)
 		l -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->counts[i];
@@ -254,7 +245,7 @@ static inline float penalise(const sampler *s, int32_t i, float l)
 /* Whether id may be drawn at all: the mask allows it and min_tokens does not hold it back. */
 static bool allowed(const sampler *s, const uint32_t *mask, int32_t id)
 {
-	if (mask && !bit_get(mask, id))
+	if (mask && !bits_get(mask, id))
 		return false;
 	if (ban_on(s))
 		for (int32_t j = 0; j < s->p.n_min_tokens_ids; j++)
@@ -285,7 +276,7 @@ static bool sampler_adjust(const sampler *s, const float *logits, const uint32_t
 			p[s->p.min_tokens_ids[j]] = -INFINITY;
 	if (mask)
 		for (int32_t i = 0; i < n; i++)
-			if (!bit_get(mask, i))
+			if (!bits_get(mask, i))
 				p[i] = -INFINITY;
 	if (!mask && !ban)
 		return true;   /* what the row was before: a row of −inf draws as it always did */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/bits.h"
 #include "base/clock.h"
 
 /* Worst-case pages of a sequence of len positions under a regime (its windows keep less than full attention).
@@ -88,7 +89,7 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 	          gen_text_init(&r->text, s->p.tok, p->stop, p->stop_len, p->n_stop, p->max_tokens, s->text_room) != 0;
 	if (!bad && p->grammar) {
 		r->gm = grammar_matcher_new(p->grammar);
-		r->mask = malloc((size_t)(s->vocab + 31) / 32 * sizeof *r->mask);
+		r->mask = malloc((size_t)bits_words(s->vocab) * sizeof *r->mask);
 		bad = !r->gm || !r->mask;
 	}
 	if (!bad && p->logprobs >= 0)

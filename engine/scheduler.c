@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/bits.h"
 #include "base/clock.h"
 #include "engine/prefix_cache.h"
 
@@ -303,7 +304,7 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 		}
 		if (can_end)   /* the stop ids only where the grammar may end */
 			for (int32_t i = 0; i < r->n_stop_ids; i++)
-				r->mask[r->stop_ids[i] >> 5] |= 1u << (r->stop_ids[i] & 31);
+				bits_set(r->mask, r->stop_ids[i]);
 		mask = r->mask;
 	}
 	int32_t id = mask ? -1 : src->greedy_id;

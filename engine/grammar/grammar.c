@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bits.h"
 #include "base/clock.h"
 #include "models/utf8.h"
 
@@ -385,7 +386,7 @@ struct grammar_matcher {
 
 static bool bytes_has(const uint32_t *b, unsigned c)
 {
-	return b[c >> 5] >> (c & 31) & 1;
+	return bits_get(b, (int32_t)c);
 }
 
 /* Interns the node (pos, parent); -1 when the stack is too deep or the table is full. */
@@ -619,11 +620,6 @@ static int32_t step(grammar *g, int32_t s, unsigned c)
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Masks. */
 
-static void bit_set(uint32_t *bits, int32_t i)
-{
-	bits[i >> 5] |= 1u << (i & 31);
-}
-
 /* Walks the trie nodes [lo, hi) (a subtree's descendants, or every node) from state s at depth d0, setting the bits
  * of the tokens it admits. With points, records the nodes where the sentinel popped and that have children. Returns
  * 0 or -1. */
@@ -642,7 +638,7 @@ static int walk(grammar *g, int32_t lo, int32_t hi, int32_t d0, int32_t s, uint3
 			continue;
 		}
 		for (int32_t k = v->tok_lo[i]; k < v->tok_lo[i + 1]; k++)
-			bit_set(bits, v->tok[k]);
+			bits_set(bits, v->tok[k]);
 		const gset *ns = &g->sets[next];
 		if (points && (ns->flags & SF_SENTINEL) && v->end[i] > i + 1 && ivec_push(points, i) < 0)
 			return -1;
@@ -656,9 +652,9 @@ static int walk(grammar *g, int32_t lo, int32_t hi, int32_t d0, int32_t s, uint3
 	return 0;
 }
 
-static int32_t bits_words(const grammar *g)
+static int32_t mask_words(const grammar *g)
 {
-	return (g->v->n_vocab + 31) / 32;
+	return (int32_t)bits_words(g->v->n_vocab);
 }
 
 /* The entry of key node k (a stack whose bottom is the sentinel, or a whole stack). */
@@ -670,7 +666,7 @@ static gentry *entry_get(grammar *g, int32_t k)
 	int32_t s = set_get(g, &k, 1, 0);
 	if (s < 0)
 		return NULL;
-	int32_t nw = bits_words(g);
+	int32_t nw = mask_words(g);
 	uint32_t *bits = calloc((size_t)nw, sizeof *bits);
 	ivec points = { 0 };
 	if (!bits || walk(g, 0, g->v->n_nodes, 0, s, bits, &points) < 0) {
@@ -769,12 +765,12 @@ static int stack_mask(grammar *g, int32_t top, uint32_t *bits)
 	if (!e)
 		return -1;
 	if (e->bits) {
-		int32_t nw = bits_words(g);
+		int32_t nw = mask_words(g);
 		for (int32_t w = 0; w < nw; w++)
 			bits[w] |= e->bits[w];
 	} else {
 		for (int32_t i = 0; i < e->n_ids; i++)
-			bit_set(bits, e->ids[i]);
+			bits_set(bits, e->ids[i]);
 	}
 	if (!e->n_points)
 		return 0;
@@ -797,7 +793,7 @@ static int stack_mask(grammar *g, int32_t top, uint32_t *bits)
 static void warm_up(grammar *g, double budget_s)
 {
 	double end = aah_now_s() + budget_s;
-	int32_t nw = bits_words(g);
+	int32_t nw = mask_words(g);
 	uint32_t *bits = calloc((size_t)nw, sizeof *bits);
 	ivec queue = { 0 };
 	map64 seen = { 0 };
@@ -885,7 +881,7 @@ int64_t grammar_matcher_mask(grammar_matcher *m, uint32_t *bits)
 	if (m->err[0])
 		return -1;
 	grammar *g = m->g;
-	int32_t nw = bits_words(g);
+	int32_t nw = mask_words(g);
 	memset(bits, 0, (size_t)nw * sizeof *bits);
 	pthread_mutex_lock(&g->lock);
 	const gset *s = &g->sets[m->state];
@@ -1126,7 +1122,7 @@ static int push_byte_range(gbuild *b, gseq *q, unsigned lo, unsigned hi)
 {
 	uint32_t set[8] = { 0 };
 	for (unsigned c = lo; c <= hi; c++)
-		set[c >> 5] |= 1u << (c & 31);
+		bits_set(set, (int32_t)c);
 	int32_t id = bytes_add(b, set);
 	return id < 0 ? -1 : seq_push(b, q, (gsym){ SYM_BYTES, id });
 }
@@ -1176,7 +1172,7 @@ static int utf8_ranges(gbuild *b, int32_t r, uint32_t lo, uint32_t hi, uint32_t 
 			return utf8_ranges(b, r, lo, bound[i], ascii) < 0 ? -1 : utf8_ranges(b, r, bound[i] + 1, hi, ascii);
 	if (hi < 0x80) {
 		for (uint32_t c = lo; c <= hi; c++)
-			ascii[c >> 5] |= 1u << (c & 31);
+			bits_set(ascii, (int32_t)c);
 		return 0;
 	}
 	unsigned char a[4], z[4];
@@ -1212,7 +1208,7 @@ static int push_class(gbuild *b, gseq *q, const cprange *cr, int32_t n)
 	if (ascii_only) {
 		for (int32_t i = 0; i < n; i++)
 			for (uint32_t c = cr[i].lo; c <= cr[i].hi; c++)
-				ascii[c >> 5] |= 1u << (c & 31);
+				bits_set(ascii, (int32_t)c);
 		int32_t id = bytes_add(b, ascii);
 		return id < 0 ? -1 : seq_push(b, q, (gsym){ SYM_BYTES, id });
 	}
