@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar/gbnf_text.h"
 #include "engine/grammar/json_schema.h"
+#include "models/utf8.h"
 
 /* ---- growable byte buffers ---- */
 
@@ -953,20 +955,15 @@ static int rename_rules(tbuf *out, const char *g, const char *prefix)
 	return 0;
 }
 
-/* s as the inside of a GBNF string literal. */
+/* s (UTF-8, as every JSON string is) as the inside of a GBNF string literal (gbnf_literal_cp's spelling). */
 static int gbnf_escape(tbuf *out, const char *s)
 {
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char tmp[8];
-		int n;
-		if (c == '"' || c == '\\')
-			n = snprintf(tmp, sizeof tmp, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			n = snprintf(tmp, sizeof tmp, "\\x%02X", c);
-		else
-			n = snprintf(tmp, sizeof tmp, "%c", c);
-		if (tbuf_put(out, tmp, (size_t)n) != 0)
+	const size_t n = strlen(s);
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		i += (size_t)aah_utf8_next((const unsigned char *)s + i, n - i, &cp);
+		char tmp[12];
+		if (tbuf_put(out, tmp, (size_t)gbnf_literal_cp(tmp, cp)) != 0)
 			return -1;
 	}
 	return 0;

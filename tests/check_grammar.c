@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar/gbnf_text.h"
 #include "engine/grammar/grammar.h"
 #include "models/tokenizer.h"
 #include "tests/test_env.h"
@@ -212,6 +213,38 @@ END_TEST
 
 /* ---- masks against the naive reference ---- */
 
+/* gbnf_literal_cp and gbnf_class_cp, the one spelling the front ends write GBNF with: every code point of a sample
+ * (controls, the characters with a meaning in a literal or a class, ASCII, two- to four-byte UTF-8) written either way
+ * compiles to a grammar whose language is that character alone. */
+START_TEST(test_spelling)
+{
+	static const uint32_t cps[] = { 0x00, 0x01, '\t', '\n', '\r', 0x1F, ' ', '"', '\\', ']', '[', '-', '^', '#', 'a', 'Z',
+		                        '7', 0x7F, 0x80, 0xE9, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFD, 0x10000, 0x1F600,
+		                        0x10FFFF };
+	for (size_t i = 0; i < sizeof cps / sizeof *cps; i++) {
+		char lit[12], cls[12], src[64], want[8];
+		const int nl = gbnf_literal_cp(lit, cps[i]), nc = gbnf_class_cp(cls, cps[i]);
+		ck_assert_int_eq(nl, (int)strlen(lit));
+		ck_assert_int_eq(nc, (int)strlen(cls));
+		size_t n = 0;   /* cps[i] in UTF-8 */
+		uint32_t c = cps[i];
+		if (c < 0x80) want[n++] = (char)c;
+		else if (c < 0x800) { want[n++] = (char)(0xC0 | c >> 6); want[n++] = (char)(0x80 | (c & 63)); }
+		else if (c < 0x10000) { want[n++] = (char)(0xE0 | c >> 12); want[n++] = (char)(0x80 | (c >> 6 & 63));
+		                        want[n++] = (char)(0x80 | (c & 63)); }
+		else { want[n++] = (char)(0xF0 | c >> 18); want[n++] = (char)(0x80 | (c >> 12 & 63));
+		       want[n++] = (char)(0x80 | (c >> 6 & 63)); want[n++] = (char)(0x80 | (c & 63)); }
+		for (int k = 0; k < 2; k++) {
+			snprintf(src, sizeof src, k ? "root ::= [%s]" : "root ::= \"%s\"", k ? cls : lit);
+			grammar *g = compile_ok(src);
+			ck_assert_msg(in_language(g, want, n), "%s does not hold U+%04X", src, (unsigned)cps[i]);
+			ck_assert_msg(!in_language(g, "x", 1) || cps[i] == 'x', "%s holds x", src);
+			grammar_unref(g);
+		}
+	}
+}
+END_TEST
+
 static const char *json_gbnf =
 	"root   ::= object\n"
 	"value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
@@ -344,6 +377,7 @@ static Suite *grammar_suite(void)
 	tcase_add_test(tc, test_utf8);
 	tcase_add_test(tc, test_ends);
 	tcase_add_test(tc, test_bounds);
+	tcase_add_test(tc, test_spelling);
 	tcase_add_test(tc, test_masks_small_vocab);
 	tcase_add_test(tc, test_masks_qwen3);
 	suite_add_tcase(s, tc);

@@ -15,13 +15,13 @@ fail() { echo "test_grammar_regex: FAILURE: $*"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-# The command line is built here from the sources (regex.c needs only base/bytebuf.c and models/errf.c), with the
+# The command line is built here from the sources (regex.c needs only gbnf_text.c, base/bytebuf.c and models/errf.c), with the
 # sanitizers when the sanitizer build is the one under test.
 SAN=
 case "$BUILD" in */san) SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" ;; esac
 # shellcheck disable=SC2086,SC2046
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -I. $SAN tests/grammar_regex_cli.c \
-	engine/grammar/regex.c base/bytebuf.c models/errf.c $(pkg-config --cflags --libs jansson) -o "$tmp/regex-gbnf" ||
+	engine/grammar/regex.c engine/grammar/gbnf_text.c base/bytebuf.c models/errf.c $(pkg-config --cflags --libs jansson) -o "$tmp/regex-gbnf" ||
 	fail "cannot build tests/grammar_regex_cli.c"
 
 /usr/bin/python3 - "$tmp/regex-gbnf" "$DATA/grammar/gbnf" <<'EOF' || fail "see above"

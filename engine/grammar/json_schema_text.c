@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar/gbnf_text.h"
 #include "engine/grammar/json_schema.h"
 
 /* ---- the fixed rules ---- */
@@ -226,16 +227,8 @@ static void em_item(js_emitter *e, const char *item)
 static void em_cp(js_emitter *e, uint32_t cp)
 {
 	em_open(e);
-	if (cp == '"' || cp == '\\')
-		js_printf(e->b, "\\%c", (char)cp);
-	else if (cp < 0x20 || cp == 0x7F)
-		js_printf(e->b, "\\x%02X", (unsigned)cp);
-	else if (cp < 0x80)
-		js_put(e->b, (const char *)&(char){ (char)cp }, 1);
-	else if (cp <= 0xFFFF)
-		js_printf(e->b, "\\u%04X", (unsigned)cp);
-	else
-		js_printf(e->b, "\\U%08X", (unsigned)cp);
+	char t[12];
+	js_put(e->b, t, (size_t)gbnf_literal_cp(t, cp));
 }
 
 /* The canonical JSON escape of a special character, as GBNF. */
@@ -547,16 +540,8 @@ static bool rset_has(const js_rset *s, uint32_t cp)
 
 static void class_cp(aah_bytebuf *b, uint32_t cp)
 {
-	if (cp == '\\' || cp == ']' || cp == '[' || cp == '-' || cp == '^' || cp == '"')
-		js_printf(b, "\\%c", (char)cp);
-	else if (cp < 0x20 || cp == 0x7F)
-		js_printf(b, "\\x%02X", (unsigned)cp);
-	else if (cp < 0x80)
-		js_put(b, (const char *)&(char){ (char)cp }, 1);
-	else if (cp <= 0xFFFF)
-		js_printf(b, "\\u%04X", (unsigned)cp);
-	else
-		js_printf(b, "\\U%08X", (unsigned)cp);
+	char t[12];
+	js_put(b, t, (size_t)gbnf_class_cp(t, cp));
 }
 
 static void class_ranges(aah_bytebuf *b, const js_rset *s)

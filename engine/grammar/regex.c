@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar/gbnf_text.h"
 #include "models/errf.h"
 
 #define RX_MAX_REPEAT 1000            /* m and n of {n,m}; and their product along nested repetitions (RE2's rule) */
@@ -1043,43 +1044,17 @@ static void puts_(rx *c, const char *s)
 	put(c, s, strlen(s));
 }
 
-/* A code point inside "…": printable ASCII as itself, the rest escaped (\xHH in GBNF is a code point, not a byte). */
+/* A code point inside "…" and inside […], as every front end spells it (gbnf_literal_cp, gbnf_class_cp). */
 static void put_lit_cp(rx *c, uint32_t cp)
 {
-	char b[16];
-	if (cp == '"' || cp == '\\')
-		snprintf(b, sizeof b, "\\%c", (char)cp);
-	else if (cp >= 0x20 && cp < 0x7F)
-		snprintf(b, sizeof b, "%c", (char)cp);
-	else if (cp == '\n')
-		snprintf(b, sizeof b, "\\n");
-	else if (cp == '\t')
-		snprintf(b, sizeof b, "\\t");
-	else if (cp == '\r')
-		snprintf(b, sizeof b, "\\r");
-	else if (cp < 0x80)
-		snprintf(b, sizeof b, "\\x%02X", (unsigned)cp);
-	else if (cp <= 0xFFFF)
-		snprintf(b, sizeof b, "\\u%04X", (unsigned)cp);
-	else
-		snprintf(b, sizeof b, "\\U%08X", (unsigned)cp);
-	puts_(c, b);
+	char b[12];
+	put(c, b, (size_t)gbnf_literal_cp(b, cp));
 }
 
-/* A code point inside […]: letters, digits and space as themselves, everything else escaped, so no character with a
- * meaning in a class (] \ ^ -) or to a careless reader (# ") is ever bare. */
 static void put_class_cp(rx *c, uint32_t cp)
 {
-	char b[16];
-	if (cp < 0x80 && (is_alpha((unsigned char)cp) || is_digit((unsigned char)cp) || cp == ' '))
-		snprintf(b, sizeof b, "%c", (char)cp);
-	else if (cp < 0x80)
-		snprintf(b, sizeof b, "\\x%02X", (unsigned)cp);
-	else if (cp <= 0xFFFF)
-		snprintf(b, sizeof b, "\\u%04X", (unsigned)cp);
-	else
-		snprintf(b, sizeof b, "\\U%08X", (unsigned)cp);
-	puts_(c, b);
+	char b[12];
+	put(c, b, (size_t)gbnf_class_cp(b, cp));
 }
 
 static void put_ranges(rx *c, const rx_range *r, uint32_t n)
