@@ -29,10 +29,26 @@ CHECK_LIBS  := $(shell pkg-config --libs check 2>/dev/null)
 # Kernels compiled for one instruction set are picked at run time, so one binary runs on any x86-64.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+# AVX-512 BF16's vdpbf16ps (*_avx512bf16.c) and AMX tiles (*_amx.c): files of their own, used only where CPUID (and for
+# AMX the kernel's grant of the tile state) says so (kernels/cpu/cpu_backend.c).
+BF16DOT_FLAGS := $(AVX512_FLAGS) -mavx512bf16
+AMX_FLAGS     := $(AVX512_FLAGS) -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16
 
-LIB_C   := $(wildcard base/*.c models/*.c models/convert/*.c kernels/*.c kernels/cpu/*.c engine/*.c engine/grammar/*.c)
+# One static library per room (docs/architecture.md): its folders' objects. Every program links them all, in the order
+# the include arrows point (a library calls only into those after it), so a new file joins its room's library and a new
+# program or suite needs no rule of its own.
+LIBS_ORDER   := convert eval server engine models kernels base
+ROOM_convert := tools/convert
+ROOM_eval    := tools/eval
+ROOM_server  := server server/jinja
+ROOM_engine  := engine engine/grammar
+ROOM_models  := models
+ROOM_kernels := kernels kernels/cpu
+ROOM_base    := base
+room_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out server/main.c,$(foreach d,$(ROOM_$(1)),$(wildcard $(d)/*.c)))) \
+            $(patsubst %.cc,$(BUILD)/obj/%.o,$(foreach d,$(ROOM_$(1)),$(wildcard $(d)/*.cc)))
 LIB_CC  := $(wildcard models/*.cc)
-LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CC:%.cc=$(BUILD)/obj/%.o)
+AAH_LIBS := $(foreach L,$(LIBS_ORDER),$(BUILD)/lib/libaah_$(L).a)
 # The CUDA backend (kernels/cuda/*.cu) is compiled wherever nvcc is, so that CI catches its compile errors; its
 # tests run only where a GPU is (`make test-gpu`). Without nvcc, kernels/cuda/cuda_stub.c stands in for it.
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -41,15 +57,14 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 NVCCFLAGS ?= -std=c++17 -O2 -g -I. $(CUDA_ARCH) -Xcompiler=-fPIC,-Wall,-Wextra,-Wno-unused-parameter \
              -Werror=all-warnings
-LIB_OBJ += $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu))
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu))
 LIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
 else
-LIB_OBJ += $(BUILD)/obj/kernels/cuda/cuda_stub.o
+CUDA_OBJ := $(BUILD)/obj/kernels/cuda/cuda_stub.o
 endif
-SERVER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c server/jinja/*.c)) $(BUILD)/obj/server/dashboard_page.o
-# aah-eval's modules (tools/eval/) and libcurl, its HTTP client.
-EVAL_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/eval/*.c))
+# aah-eval's HTTP client; the daemon's libraries (its library holds the handlers every suite may call).
 CURL_LIBS := $(or $(shell pkg-config --libs libcurl 2>/dev/null),-lcurl)
+PROG_LIBS  = $(SERVER_LIBS) $(CURL_LIBS) $(LIBS)
 TOOLS   := $(patsubst tools/aah_%.c,$(BUILD)/aah-%,$(wildcard tools/aah_*.c))
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -79,7 +94,10 @@ $(DEMO): $(wildcard runs/aah/checkpoint-*.pt) runs/aah/config.json runs/aah/toke
 $(BENCH_DEMO): $(TOKENIZER) $(BUILD)/aah-mkmodel
 	$(BUILD)/aah-mkmodel --preset demo --tokenizer $(CACHE)/qwen3-tokenizer --out $(CACHE)/bench-demo
 
-$(BUILD)/libaah.a: $(LIB_OBJ)
+$(foreach L,$(LIBS_ORDER),$(eval $(BUILD)/lib/libaah_$(L).a: $(call room_objs,$(L))))
+$(BUILD)/lib/libaah_kernels.a: $(CUDA_OBJ)
+$(BUILD)/lib/libaah_server.a: $(BUILD)/obj/server/dashboard_page.o
+$(BUILD)/lib/libaah_%.a:
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
@@ -89,6 +107,12 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%_avx512bf16.o: %_avx512bf16.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(BF16DOT_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AMX_FLAGS) $(DEPFLAGS) -c $< -o $@
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
@@ -110,81 +134,30 @@ $(BUILD)/obj/server/dashboard_page.o: $(BUILD)/gen/dashboard_page.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/aahd: $(SERVER_OBJ) $(BUILD)/libaah.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(LIBS)
-$(BUILD)/aah-%: $(BUILD)/obj/tools/aah_%.o $(BUILD)/libaah.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-# objects first, then the library, so that an extra object a suite names (server/log_limit.o) finds base/ in it
-$(BUILD)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(BUILD)/libaah.a
+# Every program: its own object(s), then the libraries.
+$(BUILD)/aahd: $(BUILD)/obj/server/main.o $(AAH_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROG_LIBS)
+$(BUILD)/aah-%: $(BUILD)/obj/tools/aah_%.o $(AAH_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROG_LIBS)
+$(BUILD)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(AAH_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(filter-out %.a,$^) $(filter %.a,$^) $(CHECK_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PROG_LIBS)
 # Fuzz targets: replayed over their corpus plus mutations by a plain driver in `make test`;
 # `make fuzz` builds real libFuzzer binaries with clang into $(BUILD)/fuzz/.
-$(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(BUILD)/libaah.a
+$(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o $(AAH_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(filter-out %.a,$^) $(filter %.a,$^) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROG_LIBS)
 
-# Tools made of several files: tools/aah_NAME.c plus its modules in tools/NAME/ (aah-convert: tools/convert/*.c),
-# linked before libaah.a; a Check suite of a tool's module links that module.
-CONVERT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/convert/*.c))
-$(BUILD)/aah-convert: $(BUILD)/obj/tools/aah_convert.o $(CONVERT_OBJ) $(BUILD)/libaah.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-$(BUILD)/tests/check_calibrate: $(BUILD)/obj/tests/check_calibrate.o $(BUILD)/obj/tools/convert/calib_assign.o \
-  $(BUILD)/libaah.a
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
-
-$(BUILD)/tests/check_gguf: $(BUILD)/obj/tests/check_gguf.o $(BUILD)/obj/tools/convert/gguf_write.o $(BUILD)/libaah.a
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
-
-# Server modules that a Check suite or a fuzz target links beside libaah.a (before it, when they call into it).
-$(BUILD)/tests/check_choice_text: $(BUILD)/obj/tests/check_choice_text.o $(BUILD)/obj/server/choice_text.o \
-  $(BUILD)/libaah.a
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
-$(BUILD)/tests/check_http_framing: $(BUILD)/obj/server/http_framing.o
-$(BUILD)/tests/check_http_answer: $(BUILD)/obj/server/http_answer.o
-$(BUILD)/tests/check_log_limit: $(BUILD)/obj/server/log_limit.o $(BUILD)/obj/server/log.o
-$(BUILD)/tests/fuzz_http_framing: $(BUILD)/obj/server/http_framing.o
-$(BUILD)/tests/fuzz_completion_request: $(BUILD)/obj/server/completion_request.o $(BUILD)/obj/server/request_fields.o \
-                                        $(BUILD)/obj/server/constraint.o
-$(BUILD)/tests/fuzz_chat_request: $(BUILD)/obj/server/chat_request.o $(BUILD)/obj/server/completion_request.o \
-                                  $(BUILD)/obj/server/request_fields.o $(BUILD)/obj/server/constraint.o
-# the chat request parser and the template's sources, with the Jinja2 interpreter (server/jinja/*.c)
-CHAT_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,server/chat_request.c server/completion_request.c server/request_fields.c \
-              server/constraint.c \
-              server/chat_template.c server/tool_calls.c \
-              $(wildcard server/jinja/*.c))
-$(BUILD)/tests/check_chat: $(BUILD)/obj/tests/check_chat.o $(CHAT_OBJ) $(BUILD)/libaah.a
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
-$(BUILD)/tests/fuzz_credentials: $(BUILD)/obj/server/http_credentials.o
-# the reasoning/content split of chat answers (server/reasoning.c): its suite and its fuzz target
-$(BUILD)/tests/check_reasoning $(BUILD)/tests/fuzz_reasoning: $(BUILD)/obj/server/reasoning.o
-$(BUILD)/tests/fuzz_api_keys: $(BUILD)/obj/server/api_keys.o $(BUILD)/obj/server/http_credentials.o
-# the tool-call parser (server/tool_calls.c): its suite and one fuzz target per format
-$(BUILD)/tests/check_tool_calls $(BUILD)/tests/fuzz_tool_calls_hermes $(BUILD)/tests/fuzz_tool_calls_llama3 \
-  $(BUILD)/tests/fuzz_tool_calls_mistral: $(BUILD)/obj/server/tool_calls.o
-# The chat template interpreter (server/jinja/*.c): its suite, its fuzz target and aah-jinja, its command line.
-JINJA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/jinja/*.c))
-$(BUILD)/tests/check_jinja $(BUILD)/tests/fuzz_jinja $(BUILD)/aah-jinja: $(JINJA_OBJ)
-# aah-eval, its Check suites and its fuzz targets link tools/eval/ and libcurl (libaah.a once more after tools/eval/,
-# which calls into it).
-EVAL_BINS := $(BUILD)/aah-eval $(filter $(BUILD)/tests/check_eval_% $(BUILD)/tests/fuzz_eval_%,$(TESTS) $(FUZZ_REPLAY))
-$(EVAL_BINS): $(EVAL_OBJ)
-$(EVAL_BINS): LIBS := $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS)
-
-fuzz: $(BUILD)/libaah.a
+fuzz: $(AAH_LIBS)
 	@mkdir -p $(BUILD)/fuzz
 	for c in $(LIB_CC); do \
 	  clang++ -std=c++17 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
 	    -c $$c -o $(BUILD)/fuzz/$$(basename $$c .cc).o || exit 1; done
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $$(pkg-config --cflags $(PKGS)) \
-	    $$f $(wildcard base/*.c models/*.c models/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/constraint.c server/chat_request.c server/reasoning.c server/http_credentials.c server/api_keys.c server/http_framing.c server/tool_calls.c \
+	    $$f $(wildcard base/*.c models/*.c tools/convert/*.c engine/grammar/*.c) kernels/quant.c engine/aah_policy.c server/completion_request.c server/request_fields.c server/constraint.c server/chat_request.c server/reasoning.c server/http_credentials.c server/api_keys.c server/http_framing.c server/tool_calls.c \
 	    $(wildcard tools/eval/*.c) $(patsubst models/%.cc,$(BUILD)/fuzz/%.o,$(LIB_CC)) \
-	    $(wildcard server/jinja/*.c) -o $(BUILD)/fuzz/$$n $(BUILD)/libaah.a $(LIBS) $(CURL_LIBS) -lpthread || exit 1; done
+	    $(wildcard server/jinja/*.c) -o $(BUILD)/fuzz/$$n $(AAH_LIBS) $(PROG_LIBS) -lpthread || exit 1; done
 	@echo "run e.g. $(BUILD)/fuzz/fuzz_safetensors -max_total_time=60 tests/fuzz/corpus/safetensors"
 
 # deps first (it may install the compilers' libraries), then a parallel build, then the run.
@@ -220,9 +193,9 @@ $(FAKE_DIR)/%.o: kernels/cuda/%.cu
 $(FAKE_DIR)/fakecuda.o: tests/gpu/fakecuda/fakecuda.cc
 	@mkdir -p $(@D)
 	$(CXX) $(FAKE_FLAGS) $(DEPFLAGS) -c $< -o $@
-$(FAKE_DIR)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(FAKE_OBJ) $(BUILD)/libaah.a
+$(FAKE_DIR)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(FAKE_OBJ) $(AAH_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PROG_LIBS)
 test-gpu-emulated: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(FAKE_DIR)/tests/check_gpu $(FAKE_DIR)/tests/check_golden \
 	  $(FAKE_DIR)/tests/check_aah
@@ -251,9 +224,9 @@ bench: deps
 # llama.cpp source tree with a CMake build (LLAMA_CPP_BUILD, default DIR/build) of its llama-quantize target. Not part
 # of `make test`: llama.cpp is no dependency of aahd, and nothing here fetches or builds it.
 LLAMA_CPP_BUILD ?= $(LLAMA_CPP)/build
-$(BUILD)/interop/aah_logits: $(BUILD)/obj/tests/interop/aah_logits.o $(BUILD)/libaah.a
+$(BUILD)/interop/aah_logits: $(BUILD)/obj/tests/interop/aah_logits.o $(AAH_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROG_LIBS)
 check-llamacpp: deps
 	@test -n "$(LLAMA_CPP)" || { echo "usage: make check-llamacpp LLAMA_CPP=DIR (a llama.cpp tree built with CMake, -DBUILD_SHARED_LIBS=OFF)"; exit 2; }
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(BUILD)/interop/aah_logits $(TOKENIZER)

@@ -16,10 +16,10 @@
 
 #include "models/aah_config.h"
 #include "base/fs.h"
-#include "models/convert/aah_write.h"
+#include "tools/convert/aah_write.h"
 #include "models/model_config.h"
-#include "models/convert/safetensors_write.h"
-#include "models/convert/sha256.h"
+#include "tools/convert/safetensors_write.h"
+#include "tools/convert/sha256.h"
 #define TEST_TMPDIR "calibrate"
 #include "tests/test_env.h"
 #include "tools/convert/calib_assign.h"

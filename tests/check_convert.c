@@ -18,8 +18,8 @@
 #include "engine/engine.h"
 #include "models/aah_config.h"
 #include "models/safetensors.h"
-#include "models/convert/sha256.h"
-#include "models/convert/tensor_names.h"
+#include "tools/convert/sha256.h"
+#include "tools/convert/tensor_names.h"
 #define TEST_TMPDIR "convert"
 #include "tests/test_env.h"
 

@@ -1,4 +1,4 @@
-/* tests/check_mkmodel.c — Check suite for aah-mkmodel and models/convert/safetensors_write: runs the built tool into temp
+/* tests/check_mkmodel.c — Check suite for aah-mkmodel and tools/convert/safetensors_write: runs the built tool into temp
  * directories and reads everything back (config.json, safetensors headers and bytes, shard index, tokenizer). */
 #include <check.h>
 #include <ftw.h>
@@ -16,7 +16,7 @@
 #include "models/model.h"
 #include "base/fs.h"
 #include "models/safetensors.h"
-#include "models/convert/safetensors_write.h"
+#include "tools/convert/safetensors_write.h"
 #define TEST_TMPDIR "mkmodel"
 #include "tests/test_env.h"
 

@@ -27,7 +27,7 @@
 #include "models/weight_quant.h"
 #include "kernels/quant.h"
 #include "models/safetensors.h"
-#include "models/convert/safetensors_write.h"
+#include "tools/convert/safetensors_write.h"
 #include "tests/test_env.h"
 #include "tests/test_rng.h"
 

@@ -1,5 +1,5 @@
 /* tests/check_torch_checkpoint.c — Check suite for the parts of `aah-convert import` that read untrusted bytes:
- * models/convert/: zip_reader, pickle (the restricted unpickler), torch_checkpoint, and sha256. Every archive and
+ * tools/convert/: zip_reader, pickle (the restricted unpickler), torch_checkpoint, and sha256. Every archive and
  * pickle here is assembled byte by byte, so the suite needs no torch. */
 #include <check.h>
 #include <fcntl.h>
@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/convert/pickle.h"
-#include "models/convert/sha256.h"
-#include "models/convert/torch_checkpoint.h"
-#include "models/convert/zip_reader.h"
+#include "tools/convert/pickle.h"
+#include "tools/convert/sha256.h"
+#include "tools/convert/torch_checkpoint.h"
+#include "tools/convert/zip_reader.h"
 
 /* ---- a growable byte buffer ---- */
 

@@ -6,21 +6,21 @@
 set -u
 # A room is a top-level folder, or one of the sub-folders named here as a room of its own; a file in any other
 # sub-folder belongs to its top-level folder. Each line: a room, then the rooms its files may include (its own always).
-# Lower rooms never include higher ones: base < kernels < models < engine < server < tools, with models/convert (the
-# import/export side) for the tools alone, kernels/cpu reached from outside kernels only by the tools, kernels/cuda by
-# nobody (the CUDA backend is reached through kernels/backend.h), and tools/convert and tools/eval apart.
+# Lower rooms never include higher ones: base < kernels < models < engine < server < tools, with tools/convert (all of
+# aah-convert: the import/export side, calibration, quantization) for the tools alone, kernels/cpu reached from outside
+# kernels only by the tools, kernels/cuda by nobody (the CUDA backend is reached through kernels/backend.h), and
+# tools/convert and tools/eval apart.
 ALLOWED='
 base:
 kernels:        base kernels/cpu
 kernels/cpu:    base kernels
 kernels/cuda:   base kernels
 models:         base kernels
-models/convert: base kernels models
 engine:         base kernels models
 server:         base kernels models engine
-tools:          base kernels kernels/cpu models models/convert engine server tools/convert tools/eval
-tools/convert:  base kernels kernels/cpu models models/convert engine server
-tools/eval:     base kernels kernels/cpu models models/convert engine server
+tools:          base kernels kernels/cpu models engine server tools/convert tools/eval
+tools/convert:  base kernels kernels/cpu models engine server
+tools/eval:     base kernels kernels/cpu models engine server
 '
 ROOMS="base kernels models engine server tools"
 fail=0

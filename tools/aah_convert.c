@@ -1,12 +1,12 @@
 /* tools/aah_convert.c — aah-convert: turns models into what aahd serves, one subcommand per job: `import` (PyTorch
- * checkpoints, models/convert/checkpoint_import.c), `quantize` (GGUF files, tools/convert/quantize.c) and `calibrate`
+ * checkpoints, tools/convert/checkpoint_import.c), `quantize` (GGUF files, tools/convert/quantize.c) and `calibrate`
  * (a pretrained model's regimes from measured attention, tools/convert/calibrate.c). This file is the command line. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/convert/checkpoint_import.h"
+#include "tools/convert/checkpoint_import.h"
 #include "base/parse_num.h"
 #include "models/safetensors.h"
 #include "tools/convert/calibrate.h"

@@ -21,8 +21,8 @@
 #include "base/parse_num.h"
 #include "models/model_config.h"
 #include "models/tokenizer.h"
-#include "models/convert/aah_write.h"
-#include "models/convert/safetensors_write.h"
+#include "tools/convert/aah_write.h"
+#include "tools/convert/safetensors_write.h"
 
 #define MK_EXIT_FAIL 1
 #define MK_EXIT_USAGE 2

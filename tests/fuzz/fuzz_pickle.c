@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/convert/pickle.h"
+#include "tools/convert/pickle.h"
 
 const char *fuzz_corpus_dir = "tests/fuzz/corpus/pickle";
 

@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "models/convert/torch_checkpoint.h"
-#include "models/convert/zip_reader.h"
+#include "tools/convert/torch_checkpoint.h"
+#include "tools/convert/zip_reader.h"
 
 const char *fuzz_corpus_dir = "tests/fuzz/corpus/torch_zip";
 

@@ -1,4 +1,4 @@
-/* models/convert/tensor_names.h — maps the tensor names of a PyTorch state dict (Hugging Face layout, or nanoGPT style) onto
+/* tools/convert/tensor_names.h — maps the tensor names of a PyTorch state dict (Hugging Face layout, or nanoGPT style) onto
  * the Hugging Face names aahd loads, checked against the model's config: shapes, a fused c_attn split, tied heads. */
 #ifndef AAH_TENSOR_NAMES_H
 #define AAH_TENSOR_NAMES_H
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "models/model_config.h"
-#include "models/convert/torch_checkpoint.h"
+#include "tools/convert/torch_checkpoint.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
-/* models/convert/tensor_names.c — state-dict names to Hugging Face names (see tensor_names.h): each source tensor fills one
+/* tools/convert/tensor_names.c — state-dict names to Hugging Face names (see tensor_names.h): each source tensor fills one
  * slot of the model (global or per layer), then the slots become output tensors with the config's shapes. */
-#include "models/convert/tensor_names.h"
+#include "tools/convert/tensor_names.h"
 
 #include <stdio.h>
 #include <stdlib.h>

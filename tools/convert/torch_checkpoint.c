@@ -1,6 +1,6 @@
-/* models/convert/torch_checkpoint.c — torch.save archives: finds the one record folder and its data.pkl, unpickles it with
+/* tools/convert/torch_checkpoint.c — torch.save archives: finds the one record folder and its data.pkl, unpickles it with
  * the restricted unpickler, and binds tensors to their storage records, copying views out in row-major order. */
-#include "models/convert/torch_checkpoint.h"
+#include "tools/convert/torch_checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "models/errf.h"
-#include "models/convert/safetensors_write.h"
+#include "tools/convert/safetensors_write.h"
 
 /* What a file that is not a zip archive is, from its first bytes. */
 static const char *not_zip_reason(const uint8_t *d, uint64_t n)

@@ -1,7 +1,7 @@
-/* models/convert/checkpoint_import.c — aah-convert import (see checkpoint_import.h), the writing half: for each checkpoint
+/* tools/convert/checkpoint_import.c — aah-convert import (see checkpoint_import.h), the writing half: for each checkpoint
  * that checkpoint_source.c finds and reads, a Hugging Face folder (config.json, model.safetensors, the tokenizer files,
  * aah.json), loaded back as aahd loads it, in a temporary folder renamed into place whole. */
-#include "models/convert/checkpoint_import.h"
+#include "tools/convert/checkpoint_import.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,11 +20,11 @@
 #include "models/aah_config.h"
 #include "models/errf.h"
 #include "models/model.h"
-#include "models/convert/checkpoint_source.h"
-#include "models/convert/safetensors_write.h"
-#include "models/convert/sha256.h"
-#include "models/convert/tensor_names.h"
-#include "models/convert/torch_checkpoint.h"
+#include "tools/convert/checkpoint_source.h"
+#include "tools/convert/safetensors_write.h"
+#include "tools/convert/sha256.h"
+#include "tools/convert/tensor_names.h"
+#include "tools/convert/torch_checkpoint.h"
 
 static const char *torch_dtype_name(st_dtype d)
 {

@@ -1,4 +1,4 @@
-/* models/convert/safetensors_write.h — writes one safetensors file, streaming tensor data so multi-GB models never sit in
+/* tools/convert/safetensors_write.h — writes one safetensors file, streaming tensor data so multi-GB models never sit in
  * memory; plus the f32 → bf16 / f16 conversions (round to nearest even) that writers and converters share. */
 #ifndef AAH_SAFETENSORS_WRITE_H
 #define AAH_SAFETENSORS_WRITE_H

@@ -1,4 +1,4 @@
-/* models/convert/checkpoint_import.h — turns PyTorch checkpoints (torch.save files, Hugging Face pytorch_model.bin and its
+/* tools/convert/checkpoint_import.h — turns PyTorch checkpoints (torch.save files, Hugging Face pytorch_model.bin and its
  * shards, training run directories) into the Hugging Face folders aahd loads, with aah.json from the AAH state. */
 #ifndef AAH_CHECKPOINT_IMPORT_H
 #define AAH_CHECKPOINT_IMPORT_H

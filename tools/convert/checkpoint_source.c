@@ -1,7 +1,7 @@
-/* models/convert/checkpoint_source.c — the reading half of aah-convert import (see checkpoint_source.h): what a source
+/* tools/convert/checkpoint_source.c — the reading half of aah-convert import (see checkpoint_source.h): what a source
  * holds (one torch file, a sharded pytorch_model.bin, a run directory of checkpoints), and each checkpoint's state
  * dict, step, seed and config, read through torch_checkpoint (nothing but the state dict's storages is touched). */
-#include "models/convert/checkpoint_source.h"
+#include "tools/convert/checkpoint_source.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
-/* models/convert/zip_reader.c — reads the zip archives torch.save writes. Written here rather than through libzip because
+/* tools/convert/zip_reader.c — reads the zip archives torch.save writes. Written here rather than through libzip because
  * those archives need very little (stored entries, a zip64 end record) and everything else should be refused: a
  * compressed entry, overlapping entries, names that climb out of a folder, headers that disagree. */
-#include "models/convert/zip_reader.h"
+#include "tools/convert/zip_reader.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* models/convert/torch_checkpoint.h — one torch.save file (PyTorch's zip format): its archive, its data.pkl read by the
+/* tools/convert/torch_checkpoint.h — one torch.save file (PyTorch's zip format): its archive, its data.pkl read by the
  * restricted unpickler, and the bytes of any tensor in it, checked against its storage record before use. */
 #ifndef AAH_TORCH_CHECKPOINT_H
 #define AAH_TORCH_CHECKPOINT_H
@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/convert/pickle.h"
+#include "tools/convert/pickle.h"
 #include "models/safetensors.h"
-#include "models/convert/zip_reader.h"
+#include "tools/convert/zip_reader.h"
 
 #ifdef __cplusplus
 extern "C" {

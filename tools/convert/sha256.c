@@ -1,6 +1,6 @@
-/* models/convert/sha256.c — SHA-256 through nettle (see sha256.h): our part is the hex form and reading a file in
+/* tools/convert/sha256.c — SHA-256 through nettle (see sha256.h): our part is the hex form and reading a file in
  * pieces; agreement with sha256sum is tested in tests/check_torch_checkpoint.c. */
-#include "models/convert/sha256.h"
+#include "tools/convert/sha256.h"
 
 #include <errno.h>
 #include <nettle/sha2.h>

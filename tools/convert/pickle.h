@@ -1,4 +1,4 @@
-/* models/convert/pickle.h — a restricted unpickler for the data.pkl of a torch.save archive: it reads exactly the opcodes and
+/* tools/convert/pickle.h — a restricted unpickler for the data.pkl of a torch.save archive: it reads exactly the opcodes and
  * globals a checkpoint needs into a tree of plain values, and refuses anything else by name. Nothing is executed. */
 #ifndef AAH_PICKLE_H
 #define AAH_PICKLE_H

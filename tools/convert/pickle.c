@@ -1,6 +1,6 @@
-/* models/convert/pickle.c — the restricted unpickler (see pickle.h): a stack machine over the opcodes torch.save emits, whose
+/* tools/convert/pickle.c — the restricted unpickler (see pickle.h): a stack machine over the opcodes torch.save emits, whose
  * only "calls" are four known constructors interpreted here as data. Containers freeze once nested, so no cycle. */
-#include "models/convert/pickle.h"
+#include "tools/convert/pickle.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
-/* models/convert/safetensors_write.c — writes a safetensors file: tensors are registered first (buffers or fill
+/* tools/convert/safetensors_write.c — writes a safetensors file: tensors are registered first (buffers or fill
  * callbacks), then st_writer_close writes header and data in one streaming pass to path.tmp and renames it. */
-#include "models/convert/safetensors_write.h"
+#include "tools/convert/safetensors_write.h"
 
 #include <errno.h>
 #include <fcntl.h>

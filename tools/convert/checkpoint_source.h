@@ -1,4 +1,4 @@
-/* models/convert/checkpoint_source.h — the reading half of aah-convert import, shared with its writing half
+/* tools/convert/checkpoint_source.h — the reading half of aah-convert import, shared with its writing half
  * (checkpoint_import.c) and with nothing else: the sources a path names, one checkpoint's tensors, step, seed and
  * config, and the small path and message helpers both halves use. Arrows run one way: checkpoint_import.c →
  * checkpoint_source.c → torch_checkpoint.c. */
@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/convert/checkpoint_import.h"
-#include "models/convert/tensor_names.h"
-#include "models/convert/torch_checkpoint.h"
+#include "tools/convert/checkpoint_import.h"
+#include "tools/convert/tensor_names.h"
+#include "tools/convert/torch_checkpoint.h"
 #include "models/model_config.h"
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-/* models/convert/zip_reader.h — a strict reader of the zip archives torch.save writes (PyTorch's "zip file format"): stored
+/* tools/convert/zip_reader.h — a strict reader of the zip archives torch.save writes (PyTorch's "zip file format"): stored
  * entries only, every header cross-checked, names that could leave a folder refused; entries are used in place. */
 #ifndef AAH_ZIP_READER_H
 #define AAH_ZIP_READER_H

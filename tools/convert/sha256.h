@@ -1,4 +1,4 @@
-/* models/convert/sha256.h — SHA-256 digests as `sha256sum` prints them, for the provenance of imported checkpoints
+/* tools/convert/sha256.h — SHA-256 digests as `sha256sum` prints them, for the provenance of imported checkpoints
  * and calibration texts that aah.json records. Computed by nettle (SHA-NI where the CPU has it: an 8 GB checkpoint
  * is hashed once per import, in one pass over its mapping). */
 #ifndef AAH_SHA256_H

@@ -1,4 +1,4 @@
-/* models/convert/aah_write.h — writes aah.json (version 1, docs/architecture.md): any set of regimes held in an
+/* tools/convert/aah_write.h — writes aah.json (version 1, docs/architecture.md): any set of regimes held in an
  * aah_config (the parser's own structs, so what is written is what aah_config_parse reads back), and, for generated
  * models, the principal AAH regimes of the paper's table 3 with windows drawn by seed so that each regime's ACR
  * approaches a target. */

@@ -1,7 +1,7 @@
-/* models/convert/aah_write.c — aah.json from an aah_config (aah-convert calibrate, aah-mkmodel --aah), written atomically;
+/* tools/convert/aah_write.c — aah.json from an aah_config (aah-convert calibrate, aah-mkmodel --aah), written atomically;
  * and the random regimes of generated models: windows drawn deterministically by seed and nudged until each
  * regime's ACR reaches its target. */
-#include "models/convert/aah_write.h"
+#include "tools/convert/aah_write.h"
 
 #include <errno.h>
 #include <stdio.h>
