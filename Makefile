@@ -66,7 +66,8 @@ endif
 CURL_LIBS := $(or $(shell pkg-config --libs libcurl 2>/dev/null),-lcurl)
 PROG_LIBS  = $(SERVER_LIBS) $(CURL_LIBS) $(LIBS)
 TOOLS   := $(patsubst tools/aah_%.c,$(BUILD)/aah-%,$(wildcard tools/aah_*.c))
-TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
+# Check suites live in the folder of the room they test (tests/ROOM/check_NAME.c → $(BUILD)/tests/ROOM/check_NAME).
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c tests/*/check_*.c))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
@@ -139,7 +140,7 @@ $(BUILD)/aahd: $(BUILD)/obj/server/main.o $(AAH_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROG_LIBS)
 $(BUILD)/aah-%: $(BUILD)/obj/tools/aah_%.o $(AAH_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROG_LIBS)
-$(BUILD)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(AAH_LIBS)
+$(TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(AAH_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PROG_LIBS)
 # Fuzz targets: replayed over their corpus plus mutations by a plain driver in `make test`;
@@ -176,8 +177,8 @@ endif
 # The GPU suite: every op of the CUDA backend against the CPU backend, then the golden and AAH equivalence suites on
 # the CUDA backend. Where there is no GPU each says "no CUDA device: skipped" and the target passes.
 test-gpu: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) all $(BUILD)/tests/check_gpu $(BUILD)/tests/check_golden \
-	  $(BUILD)/tests/check_aah
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(BUILD)/tests/kernels/check_gpu $(BUILD)/tests/engine/check_golden \
+	  $(BUILD)/tests/engine/check_aah
 	@sh tests/gpu/run.sh $(BUILD)
 
 # The CUDA backend's own code, unchanged, run on the CPU through the same suites: tests/gpu/fakecuda/ stands in for
@@ -193,12 +194,12 @@ $(FAKE_DIR)/%.o: kernels/cuda/%.cu
 $(FAKE_DIR)/fakecuda.o: tests/gpu/fakecuda/fakecuda.cc
 	@mkdir -p $(@D)
 	$(CXX) $(FAKE_FLAGS) $(DEPFLAGS) -c $< -o $@
-$(FAKE_DIR)/tests/check_%: $(BUILD)/obj/tests/check_%.o $(FAKE_OBJ) $(AAH_LIBS)
+$(FAKE_DIR)/tests/%: $(BUILD)/obj/tests/%.o $(FAKE_OBJ) $(AAH_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PROG_LIBS)
 test-gpu-emulated: deps
-	@$(MAKE) --no-print-directory -j$(NPROC) all $(FAKE_DIR)/tests/check_gpu $(FAKE_DIR)/tests/check_golden \
-	  $(FAKE_DIR)/tests/check_aah
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(FAKE_DIR)/tests/kernels/check_gpu $(FAKE_DIR)/tests/engine/check_golden \
+	  $(FAKE_DIR)/tests/engine/check_aah
 	@AAH_BUILD=$(BUILD) sh tests/gpu/run.sh $(FAKE_DIR)
 
 test-fast: deps

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/gguf_ref.py — an independent GGUF reader for the tests, written from the format's published description
 (ggml's docs/gguf.md and the block layouts of ggml-common.h), numpy only: it shares no code with models/gguf.c or
-kernels/quant*.c. Run by tests/check_gguf.c:
+kernels/quant*.c. Run by tests/models/check_gguf.c:
 
     gguf_ref.py check FILE SRC_DIR         parse FILE; re-serialise it from what was parsed and require the same
                                            bytes; dequantize every tensor and compare it with SRC_DIR's safetensors

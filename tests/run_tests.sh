@@ -48,10 +48,10 @@ list="$work/list"
 for build in $BUILDS; do
 	san=0
 	case "$build" in san|*/san) san=1;; esac
-	for entry in "$build"/tests/check_* "$build"/tests/fuzz_* tests/test_*.sh \
-	             "AAH_FUSE=1 $build/tests/check_golden" "AAH_FUSE=1 $build/tests/check_aah" \
-	             "AAH_DEVICE_SAMPLING=1 $build/tests/check_scheduler" \
-	             "AAH_DEVICE_SAMPLING=1 $build/tests/check_scheduler_batching" "AAH_DEVICE_SAMPLING=1 tests/test_batching.sh"; do
+	for entry in "$build"/tests/check_* "$build"/tests/*/check_* "$build"/tests/fuzz_* tests/test_*.sh \
+	             "AAH_FUSE=1 $build/tests/engine/check_golden" "AAH_FUSE=1 $build/tests/engine/check_aah" \
+	             "AAH_DEVICE_SAMPLING=1 $build/tests/engine/check_scheduler" \
+	             "AAH_DEVICE_SAMPLING=1 $build/tests/engine/check_scheduler_batching" "AAH_DEVICE_SAMPLING=1 tests/test_batching.sh"; do
 		t=${entry##* }
 		envs=${entry%"$t"}
 		[ -e "$t" ] || continue

@@ -2,7 +2,7 @@
 # tools/bundle.sh — packs what the GPU check needs for a machine that has the CUDA toolkit and driver but not our
 # Debian libraries (the lent device machine): the programs and GPU test binaries of BUILD, and every shared library
 # they load that is neither the C runtime's nor CUDA's, into DEST (default .bundle/, which git ignores). There:
-#   LD_LIBRARY_PATH=DEST/lib DEST/build/tests/check_gpu
+#   LD_LIBRARY_PATH=DEST/lib DEST/build/tests/kernels/check_gpu
 # The C runtime (glibc, libgcc_s, libstdc++) is the target's own: ours is Debian 12's (glibc 2.36), and binaries
 # built against it run on newer ones; copies of libgcc_s and libstdc++ wait in DEST/lib/compat in case the target's
 # are older. CUDA's libraries are the target toolkit's (the binaries' rpath names /usr/local/cuda/lib64).
@@ -42,14 +42,14 @@ fi
 BUILD=${1:-build}
 DEST=${2:-.bundle}
 rm -rf "$DEST"
-mkdir -p "$DEST/build/tests" "$DEST/lib/compat"
+mkdir -p "$DEST/build/tests/kernels" "$DEST/build/tests/engine" "$DEST/lib/compat"
 for b in aahd aah-bench aah-mkmodel aah-convert aah-tokenize; do
 	[ -x "$BUILD/$b" ] && cp "$BUILD/$b" "$DEST/build/"
 done
-for t in check_gpu check_golden check_aah; do
-	cp "$BUILD/tests/$t" "$DEST/build/tests/"
+for t in kernels/check_gpu engine/check_golden engine/check_aah; do
+	cp "$BUILD/tests/$t" "$DEST/build/tests/$t"
 done
-for f in "$DEST"/build/* "$DEST"/build/tests/*; do
+for f in "$DEST"/build/* "$DEST"/build/tests/*/*; do
 	[ -f "$f" ] && ldd "$f" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
 	if base_lib "$name"; then

@@ -39,7 +39,7 @@ step() {
 }
 
 # ---- binaries and libraries ----
-if [ -x .bundle/build/tests/check_gpu ]; then
+if [ -x .bundle/build/tests/kernels/check_gpu ]; then
 	BUILD=.bundle/build
 	export LD_LIBRARY_PATH="$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 	say "binaries: the carried bundle (.bundle/), $(head -n 2 .bundle/STAMP 2>/dev/null | tr '\n' ' ')"
@@ -50,7 +50,7 @@ if [ -x .bundle/build/tests/check_gpu ]; then
 else
 	BUILD=build
 	say "binaries: building here"
-	make -j"$THREADS" all build/tests/check_gpu build/tests/check_golden build/tests/check_aah >>"$LOG" 2>&1 ||
+	make -j"$THREADS" all build/tests/kernels/check_gpu build/tests/engine/check_golden build/tests/engine/check_aah >>"$LOG" 2>&1 ||
 		{ say "build failed; see $LOG"; exit 1; }
 fi
 # cuBLAS 13 and the CUDA runtime: the rpath names /usr/local/cuda/lib64; elsewhere, find them

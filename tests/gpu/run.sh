@@ -27,12 +27,12 @@ run() {   # run NAME ENV... -- CMD...
 	if [ "$rc" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); names="$names $name"; fi
 	[ -n "${LOGS:-}" ] || rm -f "$log"
 }
-run check_gpu "$BUILD/tests/check_gpu"
+run check_gpu "$BUILD/tests/kernels/check_gpu"
 # The golden references and the float64 equivalence tests need the exact path: f32 products throughout.
-run check_golden_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/check_golden"
-run check_golden_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/check_golden"
-run check_aah_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/check_aah"
-run check_aah_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/check_aah"
+run check_golden_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/engine/check_golden"
+run check_golden_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/engine/check_golden"
+run check_aah_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/engine/check_aah"
+run check_aah_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/engine/check_aah"
 [ -n "$names" ] && echo "FAILED:$names"
 echo "gpu: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

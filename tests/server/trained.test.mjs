@@ -28,7 +28,7 @@ const GREEDY = 16;
 // one KV head of layer 0 moved 173 of 239 log-probabilities of a window by more than 1e-4, the largest by 2.9e-2.
 const TOL = 1e-4;
 // aahd's greedy tokens must be the reference's, except at a step the reference decided by less than this (top-1 minus
-// top-2 log-probability: f32 may swap so close a pair; tests/check_golden.c has the same rule), where the two
+// top-2 log-probability: f32 may swap so close a pair; tests/engine/check_golden.c has the same rule), where the two
 // continuations may part: the comparison of that window stops there.
 const MARGIN = 1e-3;
 // The loss is a mean of such log-probabilities.

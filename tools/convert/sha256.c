@@ -1,5 +1,5 @@
 /* tools/convert/sha256.c — SHA-256 through nettle (see sha256.h): our part is the hex form and reading a file in
- * pieces; agreement with sha256sum is tested in tests/check_torch_checkpoint.c. */
+ * pieces; agreement with sha256sum is tested in tests/tools/check_torch_checkpoint.c. */
 #include "tools/convert/sha256.h"
 
 #include <errno.h>
