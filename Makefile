@@ -29,10 +29,16 @@ CHECK_LIBS  := $(shell pkg-config --libs check 2>/dev/null)
 # Kernels compiled for one instruction set are picked at run time, so one binary runs on any x86-64.
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
-# AVX-512 BF16's vdpbf16ps (*_avx512bf16.c) and AMX tiles (*_amx.c): files of their own, used only where CPUID (and for
-# AMX the kernel's grant of the tile state) says so (kernels/cpu/cpu_backend.c).
-BF16DOT_FLAGS := $(AVX512_FLAGS) -mavx512bf16
-AMX_FLAGS     := $(AVX512_FLAGS) -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16
+# One technique for instruction sets (docs/contributing.md, "Add a kernel"): code for a variant is a file named by its
+# suffix, compiled with that variant's flags by the pattern rules below, and used only where CPUID (and for AMX the
+# kernel's grant of the tile state) says so (kernels/cpu/cpu_backend.c). No source names an instruction set itself
+# (no #pragma GCC target, no target attribute); a variant sharing another's source is a file that sets macros and
+# includes it. _avx2: AVX2+FMA+F16C; _avxvnni: that and AVX-VNNI; _avx512: F/BW/VL/DQ; _avx512vnni: that and VNNI;
+# _avx512bf16: that and BF16 (vdpbf16ps); _amx: AVX-512 VNNI and the AMX tiles.
+AVXVNNI_FLAGS    := $(AVX2_FLAGS) -mavxvnni
+AVX512VNNI_FLAGS := $(AVX512_FLAGS) -mavx512vnni
+BF16DOT_FLAGS    := $(AVX512_FLAGS) -mavx512bf16
+AMX_FLAGS        := $(AVX512_FLAGS) -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16
 
 # One static library per room (docs/architecture.md): its folders' objects. Every program links them all, in the order
 # the include arrows point (a library calls only into those after it), so a new file joins its room's library and a new
@@ -108,6 +114,12 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%_avxvnni.o: %_avxvnni.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVXVNNI_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/obj/%_avx512vnni.o: %_avx512vnni.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(AVX512VNNI_FLAGS) $(DEPFLAGS) -c $< -o $@
 $(BUILD)/obj/%_avx512bf16.o: %_avx512bf16.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(BF16DOT_FLAGS) $(DEPFLAGS) -c $< -o $@

@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_qpack.c — the 16-row packed layout of cpu_qpack.h: packing a group, unpacking a row back (the
  * quantized embedding's get_rows, and the tests' round trip), and the activation rows its kernels read. Portable C;
- * the kernels are in cpu_qpack_avx512.c. */
+ * the kernels are in cpu_qpack_avx512vnni.c. */
 #include "kernels/cpu/cpu_qpack.h"
 
 #include <string.h>

@@ -70,7 +70,7 @@ void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t
 /* out[c·ldo + r] = Σ over the nb blocks of the dot of group row r with activation row c (at (char *)a + c·as) for
  * c < nc ≤ CPU_QPACK_COLS and r < nr ≤ 16. Each row's operations (the exact integer sums of a block, then one float
  * multiply-add per block into its own lane) are the same for any nc, nr or group: batch-invariant. prefetch: bytes
- * ahead of the block being read to prefetch (0: none). The AVX-512 VNNI table (cpu_qpack_avx512.c). */
+ * ahead of the block being read to prefetch (0: none). The AVX-512 VNNI table (cpu_qpack_avx512vnni.c). */
 typedef void (*cpu_qpack_fn)(int64_t nb, int nc, int nr, float *out, int64_t ldo, const void *group, const void *a,
                              size_t as, size_t prefetch);
 cpu_qpack_fn cpu_qpack_kernel_avx512(aah_dtype t);

@@ -11,8 +11,8 @@
  * instructions: one vector of a column serves 8 rows, where a row-major block pays its scales, its conversion and
  * its multiply-add alone. At most 4 activation rows a pass keep the accumulators of both halves in the 16
  * registers; more rows are more passes over the group (from L1/L2, streamed from memory once). */
-/* The same source builds the 256-bit VNNI kernels (cpu_qpack_avxvnni_avx2.c: AVX-VNNI, the VEX vpdpbusd of CPUs
- * without AVX-512; cpu_qpack_vnni256_avx512.c: its EVEX twin, which AVX-512 VNNI machines run so that the tests check
+/* The same source builds the 256-bit VNNI kernels (cpu_qpack_avxvnni.c: AVX-VNNI, the VEX vpdpbusd of CPUs
+ * without AVX-512; cpu_qpack_vnni256_avx512vnni.c: its EVEX twin, which AVX-512 VNNI machines run so that the tests check
  * this code): with QP_VNNI defined, a 4-product step is one vpdpbusd (QP_DPBUSD), and Q8_0's stored quants + 128
  * are its unsigned operand as they are for the 512-bit kernels, the −128·Σa of cpu_qa8.bias taking the offset back
  * out. QP_NAME gives the entry point's name. */
@@ -212,7 +212,7 @@ INLINE void k_k4(const int NC, const int Q5, int64_t nb, int nr, float *out, int
 }
 
 /* Q6_K against cpu_qak: sub-block j (16 values: 4 dword columns) summed from −32 × its activation sum, times its
- * int8 scale; the columns read as the VNNI kernel reads them (cpu_qpack_avx512.c). */
+ * int8 scale; the columns read as the VNNI kernel reads them (cpu_qpack_avx512vnni.c). */
 INLINE void k_q6_K(const int NC, int64_t nb, int nr, float *out, int64_t ldo, const char *g, const char *a, size_t as,
                    size_t pf)
 {
@@ -306,7 +306,7 @@ INLINE float hmax8(__m256 v)
 }
 
 /* cpu_qpack_quantize_act for Q8_0 / Q4_0 weights, a block of 32 values in four vectors: the AVX-512 quantizer's
- * steps (cpu_qpack_avx512.c), so the portable quantizer's bits (llama.cpp's x86 rounding): NaN left out of the
+ * steps (cpu_qpack_avx512vnni.c), so the portable quantizer's bits (llama.cpp's x86 rounding): NaN left out of the
  * maximum and quantized to 0, times 127 / amax, clamped, rounded to nearest with ties to even. */
 void cpu_qpack_quantize_act_avx2(aah_dtype t, void *dst, const float *x, int64_t n)
 {

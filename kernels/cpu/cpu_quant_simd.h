@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_quant_simd.h — the body of the AVX2 and AVX-512 VNNI dots of cpu_quant.h, included by
- * cpu_quant_avx2.c and cpu_quant_avx512.c (which set QSIMD_TABLE, QSIMD_ISA and, for the VNNI form, QSIMD_VNNI).
+ * cpu_quant_avx2.c and cpu_quant_avx512vnni.c (which set QSIMD_TABLE, QSIMD_ISA and, for the VNNI form, QSIMD_VNNI).
  * 256-bit vectors throughout: a block of 32 quants is one vector, so a sub-block's scale is one broadcast. The only
  * difference between the two tables is how the integer products are summed: AVX2 multiplies u8·s8 pairs into int16
  * (vpmaddubsw, never saturating here: |w| ≤ 128 and |a| ≤ 127, or w ≤ 63) and pairs of int16 into int32 (vpmaddwd);

@@ -1,11 +1,10 @@
-/* kernels/cpu/cpu_qpack_avx512.c — the AVX-512 VNNI products with 16-row packed weights (cpu_qpack.h). Each 512-bit
+/* kernels/cpu/cpu_qpack_avx512vnni.c — the AVX-512 VNNI products with 16-row packed weights (cpu_qpack.h). Each 512-bit
  * vpdpbusd takes a dword column of the group (4 unsigned quants of each of the 16 rows) and one dword of activation
  * quants broadcast, and adds the 16 rows' 4-product sums into its 16 lanes; a block's integer sums are exact, then
  * each lane (one weight row) adds its block's sum times the two scales' product — rounded as the portable dots of
  * cpu_quant.c round them (a product, then a sum, never fused), so each result is those dots' bits: the same for every
  * activation row whatever the others, and the same as the generic table's. Used only when the CPU has AVX-512 VNNI
  * (cpu_backend.c). */
-#pragma GCC target("avx512vnni")
 #include <immintrin.h>
 #include <string.h>
 
