@@ -77,6 +77,9 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c test
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/%,$(FUZZ_SRC))
 
+# Objects that pattern rules chain to (tools, suites, fuzz targets) are kept, so that a rebuild relinks instead of
+# recompiling them.
+.SECONDARY:
 .PHONY: all deps test test-fast test-gpu test-gpu-emulated run bench eval-demo train fuzz clean install check-llamacpp
 all: $(BUILD)/aahd $(TOOLS)
 
