@@ -9,6 +9,7 @@ SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 CACHE   ?= .cache
 
+PLAIN_BUILD := $(BUILD)
 ifeq ($(SAN),1)
 override BUILD := $(BUILD)/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -63,7 +64,8 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 NVCCFLAGS ?= -std=c++17 -O2 -g -I. $(CUDA_ARCH) -Xcompiler=-fPIC,-Wall,-Wextra,-Wno-unused-parameter \
              -Werror=all-warnings
-CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu))
+# the sanitizer build links the plain build's CUDA objects (nvcc takes no sanitizer flags: they would be the same)
+CUDA_OBJ := $(patsubst %.cu,$(PLAIN_BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu))
 LIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
 else
 CUDA_OBJ := $(BUILD)/obj/kernels/cuda/cuda_stub.o
@@ -135,7 +137,7 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/%.o: %.cc
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/obj/%.o: %.cu
+$(PLAIN_BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(DEPFLAGS) -c $< -o $@
 
