@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -247,7 +248,7 @@ static int count_processes(const char *marker)
 			n++;
 		struct stat st;
 		snprintf(path, sizeof path, "/proc/%s", e->d_name);
-		if (geteuid() == 0 && stat(path, &st) == 0 && st.st_uid == EVAL_SANDBOX_UID_BASE + SLOT)
+		if (geteuid() == 0 && stat(path, &st) == 0 && st.st_uid == eval_sandbox_slot_uid(SLOT))
 			n++;
 	}
 	closedir(d);
@@ -488,6 +489,27 @@ static void remove_tree(const char *dir)
 	rmdir(dir);
 }
 
+/* Two processes sandboxing at once never share a slot's uid (a sweep of one's uid killed the other's programs when
+ * two aah-eval ran side by side): each claims a block of 256 uids with an exclusive lock on the block's file, held
+ * while it lives. The block this process claimed is locked against any other open of that file, as another process's
+ * claim would be; slots map into it. */
+START_TEST(test_uid_blocks)
+{
+	const uint32_t mine = eval_sandbox_slot_uid(3);
+	ck_assert_uint_ne(mine, (uint32_t)-1);
+	ck_assert_uint_eq(eval_sandbox_slot_uid(3), mine);
+	ck_assert_uint_eq(eval_sandbox_slot_uid(4), mine + 1);
+	ck_assert_uint_eq((mine - EVAL_SANDBOX_UID_BASE) % 256, 3);
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/aah-eval-uids.%u.lock", (mine - EVAL_SANDBOX_UID_BASE) / 256);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), -1);   /* another claim of this block fails */
+	ck_assert_int_eq(errno, EWOULDBLOCK);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_place_without_proc)
 {
 	char out[20000];
@@ -535,6 +557,7 @@ static Suite *sandbox_suite(void)
 	tcase_add_test(tc, test_memory_limit);
 	tcase_add_test(tc, test_leaves_nothing);
 	tcase_add_test(tc, test_bad_setup);
+	tcase_add_test(tc, test_uid_blocks);
 	tcase_add_test(tc, test_place_without_proc);
 	tcase_add_test(tc, test_place_without_namespaces);
 	suite_add_tcase(s, tc);

@@ -18,12 +18,14 @@
 #include <linux/seccomp.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -219,6 +221,30 @@ static int64_t count_user_tasks(uid_t uid)
 	}
 	closedir(d);
 	return n;
+}
+
+/* This process's block of slot uids (sandbox.h): the first block whose lock file no other process holds. The lock's
+ * descriptor stays open (and locked) until exit; the kernel drops it then, whatever way the process ends. */
+static pthread_mutex_t uid_block_mu = PTHREAD_MUTEX_INITIALIZER;
+static int uid_block = -1;
+
+uint32_t eval_sandbox_slot_uid(int32_t slot)
+{
+	pthread_mutex_lock(&uid_block_mu);
+	for (int b = 0; uid_block < 0 && b < (int)EVAL_SANDBOX_UID_BLOCKS; b++) {
+		char path[64];
+		snprintf(path, sizeof path, "/tmp/aah-eval-uids.%d.lock", b);
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			uid_block = b;   /* fd is kept: the lock is the claim */
+		else
+			close(fd);
+	}
+	const int b = uid_block;
+	pthread_mutex_unlock(&uid_block_mu);
+	return b < 0 ? (uint32_t)-1 : EVAL_SANDBOX_UID_BASE + 256u * (uint32_t)b + (uint32_t)(slot & 0xff);
 }
 
 /* The limits every confined mode sets in the child before exec (only async-signal-safe calls). */
@@ -494,7 +520,12 @@ static int run_bwrap(const eval_sandbox_limits *l, int32_t slot, const char *pro
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	bool root = geteuid() == 0;
 	int64_t own_tasks = root ? 0 : count_user_tasks(getuid());
-	uid_t uid = (uid_t)(EVAL_SANDBOX_UID_BASE + (uint32_t)(slot & 0xffff));
+	uid_t uid = (uid_t)eval_sandbox_slot_uid(slot);
+	if (root && uid == (uid_t)-1) {
+		snprintf(err, errlen, "sandbox: every block of sandbox uids is taken (%u processes sandboxing at once)",
+		         EVAL_SANDBOX_UID_BLOCKS);
+		return -1;
+	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		snprintf(err, errlen, "sandbox: fork: %m");
@@ -656,7 +687,12 @@ static int run_direct(const eval_sandbox_limits *l, int32_t slot, const char *pr
 {
 	bool confined = l->mode == EVAL_SANDBOX_PROCESS;
 	bool root = geteuid() == 0;
-	uid_t uid = confined && root ? (uid_t)(EVAL_SANDBOX_UID_BASE + (uint32_t)(slot & 0xffff)) : getuid();
+	uid_t uid = confined && root ? (uid_t)eval_sandbox_slot_uid(slot) : getuid();
+	if (uid == (uid_t)-1) {
+		snprintf(err, errlen, "sandbox: every block of sandbox uids is taken (%u processes sandboxing at once)",
+		         EVAL_SANDBOX_UID_BLOCKS);
+		return -1;
+	}
 	const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	char *dir = xasprintf("%s/aah-sandbox-XXXXXX", tmp);
 	if (!mkdtemp(dir)) {

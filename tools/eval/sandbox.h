@@ -11,8 +11,9 @@
  *   private 0700 directory of its own, seccomp's socket() filter when the kernel allows it, under its own uid as root;
  * - none: only code_eval's own guard (--sandbox none, an explicit and logged choice).
  * Every mode but none sets CPU, memory, process, file-size and open-file limits before exec. As root the program runs
- * under a uid of its own per slot (EVAL_SANDBOX_UID_BASE + slot), so that the process limit counts its processes
- * only. A run returns once every process of it is gone and reaped: the calling process makes itself a child
+ * under a uid of its own per slot (eval_sandbox_slot_uid), so that the process limit counts its processes only and a
+ * sweep of a slot's uid kills nothing else — also not another aah-eval's programs on the same machine: each process
+ * claims a block of 256 uids of its own (an exclusive lock file per block). A run returns once every process of it is gone and reaped: the calling process makes itself a child
  * subreaper for that. */
 #ifndef AAH_EVAL_SANDBOX_H
 #define AAH_EVAL_SANDBOX_H
@@ -26,6 +27,7 @@ extern "C" {
 #endif
 
 #define EVAL_SANDBOX_UID_BASE 2000000000u   /* bwrap maps uids below 2^31 only */
+#define EVAL_SANDBOX_UID_BLOCKS 256         /* blocks of 256 slots: processes sandboxing at once on one machine */
 
 typedef enum eval_sandbox_mode {
 	EVAL_SANDBOX_BWRAP,          /* the strongest first (see above) */
@@ -78,6 +80,10 @@ int eval_sandbox_run(const eval_sandbox_limits *l, int32_t slot, const char *pro
                      char *err, size_t errlen);
 /* A trial run of a known program in l->mode: 0 when it works here, else -1 with what is missing. */
 int eval_sandbox_check(const eval_sandbox_limits *l, char *err, size_t errlen);
+/* The uid slot's programs run under as root: EVAL_SANDBOX_UID_BASE + 256 · block + (slot mod 256), where block is
+ * this process's, claimed on first use by an exclusive lock on TMPDIR-independent /tmp/aah-eval-uids.BLOCK.lock (held
+ * until the process exits), so that two processes never share a uid. (uid_t)-1 when every block is taken. */
+uint32_t eval_sandbox_slot_uid(int32_t slot);
 /* Once at start: for AUTO, the strongest mode that works here into l->mode (and l->seccomp); for an explicit mode, a
  * trial of it. note gets one line for the log: the mode and, when weaker than bwrap, the cause that ruled the
  * stronger ones out. 0, or -1 with err when no mode (or not the one asked for) works. */
