@@ -141,7 +141,8 @@ static int alloc_scratch(engine *e, char *err, size_t err_len)
 }
 
 /* The backend p.backend names: "cuda" or fail; "cpu"; "auto" (or NULL) CUDA when the runtime sees a device, else the
- * CPU. e->desc says which, e.g. "cuda (NVIDIA H200, 132 SMs, bf16 tensor-core matmul)" or "cpu (avx512)". */
+ * CPU. e->desc says which, e.g. "cuda (NVIDIA H200, 132 SMs, bf16 tensor-core matmul)" or
+ * "cpu (avx512; AMX-INT8 tiles for q8_0/q4_0, bf16 exact)". */
 static int backend_open(engine *e, char *err, size_t err_len)
 {
 	/* NULL is the CPU: a library caller (a test, a tool) gets the exact reference unless it asks; the daemon passes
@@ -170,7 +171,7 @@ static int backend_open(engine *e, char *err, size_t err_len)
 		snprintf(err, err_len, "cannot start the CPU backend");
 		return -1;
 	}
-	snprintf(e->desc, sizeof e->desc, "cpu (%s)", aah_backend_cpu_isa(e->be));
+	snprintf(e->desc, sizeof e->desc, "cpu (%s; %s)", aah_backend_cpu_isa(e->be), aah_backend_cpu_paths(e->be));
 	return 0;
 }
 

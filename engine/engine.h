@@ -57,7 +57,7 @@ int64_t engine_kv_pages_used(const engine *e);
 /* Engine thread: pages the open sequences hold now (a page they share counted once; the prefix cache's own not). */
 int64_t engine_kv_pages_in_sequences(const engine *e);
 aah_backend *engine_backend(engine *e);
-/* Any thread: human-readable backend description, e.g. "cpu (avx512)". */
+/* Any thread: human-readable backend description, e.g. "cpu (avx512; VNNI packed products, bf16 exact)". */
 const char *engine_backend_desc(const engine *e);
 /* Any thread: whether some layer runs its q, k, v (or gate, up) projections as one product (engine_params). */
 bool engine_projections_fused(const engine *e);

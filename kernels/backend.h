@@ -206,6 +206,9 @@ typedef struct aah_backend_params {
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p);
 /* The instruction set the CPU backend's kernels use: "avx512", "avx2" or "generic". */
 const char *aah_backend_cpu_isa(const aah_backend *b);
+/* The paths its products take, in words, as chosen at run time (CPUID, the kernel's grant of AMX tile state, AAH_AMX,
+ * AAH_CPU_BF16): e.g. "AMX-INT8 tiles for q8_0/q4_0, bf16 exact" or "AVX2 packed products, bf16 exact". */
+const char *aah_backend_cpu_paths(const aah_backend *b);
 
 /* The CUDA backend (kernels/cuda/). Weights are copied to the device once, in their dtype; every op runs there on
  * one stream, and only buf_read, synchronize and probe attention calls (band_mass) wait for the device.

@@ -3,6 +3,7 @@
  * (memory-mapped); activations are f32; loops run on a thread pool. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -10,6 +11,8 @@
 
 #include "kernels/argmax.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_amx.h"
+#include "kernels/cpu/cpu_bf16dot.h"
 #include "kernels/cpu/cpu_ctx.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_qpack.h"
@@ -393,6 +396,8 @@ static void cpu_argmax_rows(aah_backend *b, int32_t *ids, const float *const *ro
 typedef struct matmul_job {
 	float *out;
 	const float *xt;       /* x in groups of panel_rows rows, each group k-major: group g at xt + g·panel_rows·K */
+	const uint32_t *xp;    /* or (bf16dot) x as bf16 pairs in such groups: group g at xp + g·panel_rows·⌈K/2⌉ */
+	const uint16_t *xb;    /* or (bf16tile) x rounded to bf16, row-major */
 	int32_t n;
 	const aah_tensor *w;
 	const cpu_kernels *k;
@@ -414,7 +419,14 @@ static void matmul_worker(void *p, int32_t ti, int32_t nt)
 		for (int64_t pb = lo; pb < hi; pb += j->panel_block) {
 			const int64_t pe = hi - pb < j->panel_block ? hi : pb + j->panel_block;
 			for (int64_t i = tb; i < te; i += NR)
-				j->k->panel_mm(j->out + i * M, M, j->xt + i * K, te - i < NR ? (int32_t)(te - i) : NR, j->w->data,
+				if (j->xb)
+					cpu_amx_bf16_panel_mm(j->out + i * M, M, j->xb + i * K, te - i < NR ? (int32_t)(te - i) : NR,
+					                      j->w->data, K, M, pb, pe);
+				else if (j->xp)
+					cpu_bf16dot_panel_mm(j->out + i * M, M, j->xp + i * ((K + 1) / 2),
+					                     te - i < NR ? (int32_t)(te - i) : NR, j->w->data, K, M, pb, pe);
+				else
+					j->k->panel_mm(j->out + i * M, M, j->xt + i * K, te - i < NR ? (int32_t)(te - i) : NR, j->w->data,
 				               j->w->type, K, M, pb, pe);
 		}
 	}
@@ -431,7 +443,21 @@ static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, co
 		abort();   /* a matrix that did not come through weight_import: a caller's bug */
 	const int64_t K = w->cols, NR = c->k->panel_rows;
 	const float *xt = x;   /* one row is already k-major */
-	if (n > 1) {
+	const uint32_t *xp = NULL;
+	const uint16_t *xb = NULL;
+	if (c->bf16tile && w->type == AAH_DTYPE_BF16 && K % 32 == 0) {   /* every row count alike: batch-invariant */
+		if (!cpu_buf_reserve(&c->xbf, (size_t)n * (size_t)K * sizeof(uint16_t)))
+			abort();   /* the size of the activations: out of memory here is not recoverable */
+		cpu_bf16dot_round(c->xbf.p, x, (int64_t)n * K);
+		xb = c->xbf.p;
+	} else if ((c->bf16dot || c->bf16tile) && w->type == AAH_DTYPE_BF16) {   /* NR is the AVX-512 table's, CPU_BF16DOT_ROWS */
+		const int64_t KP = (K + 1) / 2;
+		if (!cpu_buf_reserve(&c->xbf, (size_t)n * (size_t)KP * sizeof(uint32_t)))
+			abort();   /* the size of the activations: out of memory here is not recoverable */
+		for (int64_t i0 = 0; i0 < n; i0 += NR)
+			cpu_bf16dot_pairs((uint32_t *)c->xbf.p + i0 * KP, x + i0 * K, (int32_t)(n - i0 < NR ? n - i0 : NR), K);
+		xp = c->xbf.p;
+	} else if (n > 1) {
 		if ((size_t)n * (size_t)K > c->xt_cap) {
 			float *p = aligned_alloc(64, ((size_t)n * (size_t)K * sizeof(float) + 63) & ~(size_t)63);
 			if (!p)
@@ -452,7 +478,7 @@ static void cpu_matmul(aah_backend *b, float *out, const float *x, int32_t n, co
 	const int64_t panel_bytes = cpu_packed_elems(w->type, CPU_PANEL, K) * (int64_t)aah_dtype_size(w->type);
 	/* about 1 MiB of activation rows, and about 64 KiB of panels (at least 4) */
 	int64_t tb = (1 << 20) / (K * (int64_t)sizeof(float)) / NR * NR, pb = (64 << 10) / panel_bytes;
-	matmul_job j = { out, xt, n, w, c->k, tb < NR ? NR : tb, pb < 4 ? 4 : pb };
+	matmul_job j = { out, xt, xp, xb, n, w, c->k, tb < NR ? NR : tb, pb < 4 ? 4 : pb };
 	if ((int64_t)n * w->rows * K < (1 << 16))
 		matmul_worker(&j, 0, 1);   /* a small product costs less than waking the workers */
 	else
@@ -475,6 +501,8 @@ static void cpu_free(aah_backend *b)
 		free(c->att_meas.p);
 		free(c->qact.p);
 		free(c->qrow.p);
+		free(c->xbf.p);
+		free(c->amx_act.p);
 		free(c);
 	}
 	free(b);
@@ -533,6 +561,50 @@ static void cpu_qpack_select(cpu_ctx *c)
 		c->qpack_kernel = cpu_qpack_kernel_avx2;
 }
 
+/* bf16 weights on vdpbf16ps (activations rounded to bf16) by default where the CPU has AVX-512 BF16: 1; the exact
+ * path (f32 activations times the widened weights) by default: 0. Chosen by the accuracy measured against the golden
+ * references (docs/bench/2026-12-07-bf16-amx.md); AAH_CPU_BF16=bf16 or f32 overrides it, and AAH_CPU_BF16=amx asks
+ * for AMX-BF16 tiles (the same activation rounding; vdpbf16ps where K is not a multiple of 32). */
+#define BF16DOT_DEFAULT 0
+
+/* The AMX kernels used by default: Q8_0's and Q4_0's, which beat vpdpbusd (1.2–1.4x from 16 rows on an Emerald
+ * Rapids Xeon, docs/bench/2026-12-07-bf16-amx.md). The K types' tile kernels give the same bits but were slower there
+ * (0.7–0.9x): each sub-block's sums leave the tile through memory and take a vpmulld per row for their scale, which
+ * leaves vpdpbusd ahead; AAH_AMX=all runs them, for comparison. */
+static cpu_amx_fn amx_default_kernel(aah_dtype t)
+{
+	return t == AAH_DTYPE_Q8_0 || t == AAH_DTYPE_Q4_0 ? cpu_amx_kernel(t) : NULL;
+}
+
+/* AMX-INT8 tiles for the packed products of many rows (cpu_amx.h), where the AVX-512 VNNI kernels run and the CPU and
+ * kernel allow tiles; AAH_AMX=0 turns them off, AAH_AMX=all on for every packed type (the results are the same bits
+ * either way). And bf16 weights on
+ * vdpbf16ps where the AVX-512 table runs on a CPU with AVX-512 BF16, as AAH_CPU_BF16 and BF16DOT_DEFAULT say. What it
+ * chose goes into c->paths, which the engine's backend description carries (aahd's start-up log line, /metrics'
+ * aahd_backend_info, aah-bench's header). */
+static void cpu_fast_select(cpu_ctx *c)
+{
+	const char *amx = getenv("AAH_AMX"), *bf = getenv("AAH_CPU_BF16");
+	const bool amx_off = amx && !strcmp(amx, "0"), amx_all = amx && !strcmp(amx, "all"),
+	           vnni512 = c->qpack_kernel == cpu_qpack_kernel_avx512;
+	const bool bf_tile = bf && !strcmp(bf, "amx"),
+	           bf_want = bf && !strcmp(bf, "f32") ? false : bf && (!strcmp(bf, "bf16") || bf_tile) ? true : BF16DOT_DEFAULT;
+	if (!amx_off && vnni512 && cpu_amx_available())
+		c->amx_kernel = amx_all ? cpu_amx_kernel : amx_default_kernel;
+	const bool bf_can = c->k == &cpu_kernels_avx512 && cpu_bf16dot_available();
+	c->bf16dot = bf_want && bf_can;
+	c->bf16tile = c->bf16dot && bf_tile && cpu_amx_bf16_available();
+	if (c->bf16tile)
+		c->bf16dot = false;   /* K % 32 != 0: the vdpbf16ps product, through the same branch */
+	const char *q = c->amx_kernel == cpu_amx_kernel ? "AMX-INT8 tiles for every packed type"
+	                : c->amx_kernel ? "AMX-INT8 tiles for q8_0/q4_0"
+	                : !c->qpack_kernel ? "row-major quantized dots"
+	                : !vnni512 ? "AVX2 packed products"
+	                : amx_off ? "VNNI packed products (AAH_AMX=0)" : "VNNI packed products";
+	const char *f = c->bf16tile ? "bf16 on AMX-BF16 tiles" : c->bf16dot ? "bf16 on vdpbf16ps" : "bf16 exact";
+	snprintf(c->paths, sizeof c->paths, "%s, %s", q, f);
+}
+
 aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 {
 	int32_t n = p && p->n_threads > 0 ? p->n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
@@ -554,6 +626,7 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 	c->quant_f32 = qm && !strcmp(qm, "f32");
 	if (!c->quant_f32)
 		cpu_qpack_select(c);
+	cpu_fast_select(c);
 	c->tp = threadpool_init(n);
 	if (!c->tp) {
 		free(b);
@@ -568,4 +641,9 @@ aah_backend *aah_backend_cpu_init(const aah_backend_params *p)
 const char *aah_backend_cpu_isa(const aah_backend *b)
 {
 	return ((const cpu_ctx *)b->context)->k->isa;
+}
+
+const char *aah_backend_cpu_paths(const aah_backend *b)
+{
+	return ((const cpu_ctx *)b->context)->paths;
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_amx.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_qpack.h"
 #include "kernels/cpu/cpu_quant.h"
@@ -50,6 +51,16 @@ typedef struct cpu_ctx {
 	 * with AAH_CPU_QPACK=0 (for comparison) */
 	cpu_qpack_fn (*qpack_kernel)(aah_dtype t);
 	void (*qpack_act)(aah_dtype t, void *dst, const float *x, int64_t n);
+	/* The same products on AMX-INT8 tiles for calls of many activation rows (cpu_amx.h: the same bits); NULL without
+	 * AMX, without the packed AVX-512 VNNI kernels, or with AAH_AMX=0 */
+	cpu_amx_fn (*amx_kernel)(aah_dtype t);
+	cpu_buf amx_act;    /* the activation quants as the tiles read them (cpu_amx.h), 16 rows a chunk */
+	/* bf16 weights on vdpbf16ps, the activations rounded to bf16 (cpu_bf16dot.h; AAH_CPU_BF16); false: the exact path,
+	 * f32 activations times the widened weights */
+	bool bf16dot;
+	bool bf16tile;      /* or on AMX-BF16 tiles (cpu_amx.h; AAH_CPU_BF16=amx), where K is a multiple of 32 */
+	char paths[96];     /* what cpu_fast_select chose, in words (aah_backend_cpu_paths) */
+	cpu_buf xbf;        /* matmul's activations as bf16 pairs, a group of rows at a time (cpu_bf16dot_pairs) */
 	cpu_buf qrow;       /* get_rows: a packed row's blocks */
 } cpu_ctx;
 

@@ -1,0 +1,557 @@
+/* kernels/cpu/cpu_amx.c — the packed products (cpu_qpack.h) on AMX-INT8 tiles: up to 16 activation rows against
+ * groups of 16 weight rows; and the bf16 panels on AMX-BF16 tiles (the end). Compiled with the AMX and AVX-512 flags
+ * (Makefile); called only where cpu_amx_available() (cpu_amx_bf16_available()).
+ *
+ * The packed group's dword columns (dword i of each of the 16 rows) are exactly AMX's "VNNI" layout of a B tile: B row
+ * k/4 holds for each of 16 columns (our weight rows) 4 consecutive k. The activation quants of a block, 16 rows in
+ * the tiles' layout (cpu_amx_act_put), are an A tile. So tdpbsud (A signed: activations; B unsigned: nibbles) or
+ * tdpbssd (Q8_0, Q4_0: the weights made signed) gives C[c][r] = the exact integer sum that vpdpbusd gives the VNNI
+ * kernels, lane r of row c; and each lane then runs cpu_qpack_avx512vnni.c's float operations in its order: the same
+ * bits (cpu_amx.h). One tile product per block (Q8_0, Q4_0: K = 32), per sub-block (Q4_K, Q5_K: K = 32; Q6_K: K =
+ * 16), since each has its own scale; the weights are copied or unpacked to bytes in a small buffer first, once for all
+ * the rows. */
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_amx.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* ldtilecfg's 64-byte operand. Written whole (memset, then the fields): reserved bytes that are not zero, or a
+ * palette left at 0, make ldtilecfg fault, and a half-written config is what crashes other projects' builds. */
+typedef struct tile_config {
+	uint8_t palette_id;
+	uint8_t start_row;
+	uint8_t reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+} tile_config;
+_Static_assert(sizeof(tile_config) == 64, "ldtilecfg reads 64 bytes");
+
+/* Two configurations, by the activation rows nc and the sub-block length:
+ *   tmm0 … tmm3  C: nc × 16 int32 (a lane per weight row), used in turn so that products do not wait on each other
+ *   tmm4, tmm6   A: nc × 32 activation quants (Q6_K: nc × 16)
+ *   tmm5, tmm7   B: 8 × 64 bytes, 32 k of 16 weight rows (Q6_K: 4 × 64)
+ * The configuration is thread state: each thread loads it when the one it needs changes. */
+static __thread int tile_key;
+
+/* kind 0: the int8 tiles above, K = 32; 1: K = 16 (Q6_K); 2: bf16 (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16
+ * floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16 weight rows). */
+static void tiles_configure(int nc, int kind)
+{
+	const int key = nc << 2 | kind;
+	if (tile_key == key)
+		return;
+	tile_config cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.palette_id = 1;
+	for (int t = 0; t < 4; t++) {
+		cfg.rows[t] = (uint8_t)nc;
+		cfg.colsb[t] = 64;
+	}
+	if (kind == 2) {
+		cfg.rows[4] = (uint8_t)nc;
+		cfg.colsb[4] = 64;
+		cfg.rows[5] = cfg.rows[6] = 16;
+		cfg.colsb[5] = cfg.colsb[6] = 64;
+	} else {
+		const int k16 = kind == 1;
+		for (int t = 4; t < 8; t += 2) {
+			cfg.rows[t] = (uint8_t)nc;
+			cfg.colsb[t] = k16 ? 16 : 32;
+			cfg.rows[t + 1] = k16 ? 4 : 8;
+			cfg.colsb[t + 1] = 64;
+		}
+	}
+	/* ldtilecfg as asm with the whole struct as its input: GCC 12's _tile_loadconfig does not tell the compiler that it
+	 * reads the 64 bytes, and its dead-store elimination then drops every field written after the memset (seen here:
+	 * a config of palette 1 and nothing else, which faults) */
+	__asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+	tile_key = key;
+}
+
+/* One tile product: C = A (activations, rows `as` apart) · B (64-byte rows), stored to sums (16 int32 a row). */
+#define TILE_DOT(C, A, B, a_ptr, as, b_ptr, sums)                                                                     \
+	do {                                                                                                              \
+		_tile_zero(C);                                                                                                \
+		_tile_loadd(A, a_ptr, (long)(as));                                                                            \
+		_tile_loadd(B, b_ptr, 64);                                                                                    \
+		_tile_dpbsud(C, A, B);                                                                                        \
+		_tile_stored(C, sums, 64);                                                                                    \
+	} while (0)
+
+/* The same with both operands signed (tdpbssd). */
+#define TILE_DOT_SS(C, A, B, a_ptr, as, b_ptr, sums)                                                                  \
+	do {                                                                                                              \
+		_tile_zero(C);                                                                                                \
+		_tile_loadd(A, a_ptr, (long)(as));                                                                            \
+		_tile_loadd(B, b_ptr, 64);                                                                                    \
+		_tile_dpbssd(C, A, B);                                                                                        \
+		_tile_stored(C, sums, 64);                                                                                    \
+	} while (0)
+
+INLINE __m512i bcast32(const void *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+INLINE __m512 h16(const void *p)   /* 16 f16 scales as floats */
+{
+	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+INLINE void prefetch_block(const char *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+INLINE void store_rows(const int NC, int nc, float *out, int64_t ldo, int nr, const __m512 *acc)
+{
+	const __mmask16 keep = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+	UNROLL for (int c = 0; c < NC; c++)
+		if (c < nc)
+			_mm512_mask_storeu_ps(out + c * ldo, keep, acc[c]);
+}
+
+/* The tiles' sums leave through memory (a tile store, then vector loads), and a load that follows its tile store
+ * closely waits for it; so each kernel is a two-stage pipeline: the tile products of the next blocks (or half-blocks)
+ * run into one set of buffers while the float steps read the last ones from the other, interleaved so that the tile
+ * unit and the vector units work at once. Every lane still takes its blocks' float steps in block order. */
+
+/* Q8_0 and Q4_0 against cpu_qa8 rows, 4 blocks a round: the weights copied to bq as signed bytes (Q8_0: the stored
+ * quant + 128, less 128; Q4_0: B row i the low nibbles of column i, row 4 + i the high, less 8), so that tdpbssd gives
+ * the VNNI kernel's sum with its bias (−128·Σa, −8·Σa) already in; then each block's float step, the scales d of the
+ * 16 rows read from the block's tile layout (cpu_amx_act_put). */
+INLINE void k_8bit(const int NC, int nc, const int Q4, int64_t nb, int nr, float *out, int64_t ldo, const char *g,
+                   const char *a, size_t as, const uint8_t *aq, size_t pf)
+{
+	const size_t GB = Q4 ? 288 : 544;
+	const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80), e8 = _mm512_set1_epi8(8);
+	_Alignas(64) int32_t sum[2][4][CPU_AMX_COLS][16];
+	_Alignas(64) uint8_t bq[3][4][8][64];   /* a ring of 3: written two rounds before the tiles read it */
+	__m512 acc[CPU_AMX_COLS];
+	UNROLL for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	/* the weights of round r's blocks as B tiles, in bq[set] (Q4_0: unpacked) */
+#define K8_PREP(r, set)                                                                                               \
+	do {                                                                                                              \
+		for (int q = 0; q < 4 && 4 * (r) + q < nb; q++) {                                                             \
+			const char *wb = g + (size_t)(4 * (r) + q) * GB;                                                          \
+			if (pf)                                                                                                   \
+				prefetch_block(wb + pf, GB);                                                                          \
+			if (!Q4) {   /* copied: in the group its rows start 32 bytes into a line, and a tile load of split     \
+			              * rows is slow */                                                                           \
+				UNROLL for (int i = 0; i < 8; i++)                                                                    \
+					_mm512_store_si512((void *)bq[set][q][i],                                                         \
+					                   _mm512_xor_si512(_mm512_loadu_si512((const void *)(wb + 32 + 64 * i)), x80));      \
+			} else {                                                                                                  \
+				UNROLL for (int i = 0; i < 4; i++) {                                                                  \
+					const __m512i v = _mm512_loadu_si512((const void *)(wb + 32 + 64 * i));                           \
+					_mm512_store_si512((void *)bq[set][q][i], _mm512_sub_epi8(_mm512_and_si512(v, m4), e8));          \
+					_mm512_store_si512((void *)bq[set][q][4 + i],                                                     \
+					                   _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), e8));               \
+				}                                                                                                     \
+			}                                                                                                         \
+		}                                                                                                             \
+	} while (0)
+#define K8_TILE(r, bs, set, Q, TC, TA, TB)                                                                            \
+	do {                                                                                                              \
+		if (4 * (r) + (Q) < nb)                                                                                       \
+			TILE_DOT_SS(TC, TA, TB, aq + (size_t)(4 * (r) + (Q)) * CPU_AMX_Q8_BLOCK, 32, bq[bs][Q], sum[set][Q]);     \
+	} while (0)
+#define K8_POST(r, set, Q)                                                                                            \
+	do {                                                                                                              \
+		const int64_t b = 4 * (r) + (Q);                                                                              \
+		if (b < nb) {                                                                                                 \
+			const __m512 dw = h16(g + (size_t)b * GB);                                                                \
+			const float *yd = (const float *)(const void *)(aq + (size_t)b * CPU_AMX_Q8_BLOCK + 512);                 \
+			UNROLL for (int c = 0; c < NC; c++) {                                                                     \
+				if (c >= nc)                                                                                          \
+					continue;                                                                                         \
+				const __m512i s = _mm512_load_si512((const void *)sum[set][Q][c]);                                    \
+				const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(yd[c]));                                           \
+				acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(s), sc));                             \
+			}                                                                                                         \
+		}                                                                                                             \
+	} while (0)
+	const int64_t rounds = (nb + 3) / 4;
+	/* a tile load of bytes just stored by vector stores waits for them to leave the store buffer: the weights are
+	 * made ready two rounds ahead, the sums read one round behind */
+	K8_PREP(0, 0);
+	if (rounds > 1)
+		K8_PREP(1, 1);
+	K8_TILE(0, 0, 0, 0, 0, 4, 5);
+	K8_TILE(0, 0, 0, 1, 1, 6, 7);
+	K8_TILE(0, 0, 0, 2, 2, 4, 5);
+	K8_TILE(0, 0, 0, 3, 3, 6, 7);
+	for (int64_t r = 0; r < rounds; r++) {
+		const int set = (int)(r & 1), nx = set ^ 1, bn = (int)((r + 1) % 3);
+		if (r + 2 < rounds)
+			K8_PREP(r + 2, (int)((r + 2) % 3));
+		if (r + 1 < rounds) {
+			K8_TILE(r + 1, bn, nx, 0, 0, 4, 5);
+			K8_POST(r, set, 0);
+			K8_TILE(r + 1, bn, nx, 1, 1, 6, 7);
+			K8_POST(r, set, 1);
+			K8_TILE(r + 1, bn, nx, 2, 2, 4, 5);
+			K8_POST(r, set, 2);
+			K8_TILE(r + 1, bn, nx, 3, 3, 6, 7);
+			K8_POST(r, set, 3);
+		} else {
+			K8_POST(r, set, 0);
+			K8_POST(r, set, 1);
+			K8_POST(r, set, 2);
+			K8_POST(r, set, 3);
+		}
+	}
+#undef K8_PREP
+#undef K8_TILE
+#undef K8_POST
+	store_rows(NC, nc, out, ldo, nr, acc);
+}
+
+/* Q4_K / Q5_K against cpu_qak rows, ng groups (gstride bytes apart, their outputs 16 columns apart) in one pipeline of
+ * blocks: per sub-block pair p the low nibbles (sub-block 2p) and the high (2p + 1) unpacked to bytes (Q5_K: with
+ * their fifth bit); the block's 8 tile products; then per row each exact sum times its six-bit scale and the mins
+ * against the activations' sums of 32, all in int32 as the VNNI kernel, and its float steps. A matrix of 1024 columns
+ * is 4 blocks a group: one group alone would be mostly the pipeline's filling and draining. */
+INLINE void k_k4(const int NC, int nc, const int Q5, int64_t nb, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,
+                 const char *g, const char *a, size_t as, const uint8_t *aq, size_t pf)
+{
+	const size_t GB = Q5 ? 2880 : 2368;
+	const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+	_Alignas(64) int32_t sums[2][8][CPU_AMX_COLS][16];   /* [set][sub-block j] */
+	_Alignas(64) uint8_t bv[3][8][8][64];                /* [ring of 3][sub-block j]: its weights as bytes */
+	__m512 acc[CPU_AMX_COLS];
+	UNROLL for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	/* unit u: block u % nb of group u / nb */
+#define K4_W(u) (g + (size_t)((u) / nb) * gstride + (size_t)((u) % nb) * GB)
+#define K4_PREP(u, set)                                                                                               \
+	do {                                                                                                              \
+		const char *wb_ = K4_W(u);                                                                                    \
+		for (int p = 0; p < 4; p++) {                                                                                 \
+			if (pf)                                                                                                   \
+				prefetch_block(wb_ + pf + p * (GB / 4), GB / 4);                                                      \
+			UNROLL for (int i = 0; i < 8; i++) {                                                                      \
+				const __m512i v = _mm512_loadu_si512((const void *)(wb_ + 320 + 64 * (8 * p + i)));                   \
+				__m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);             \
+				if (Q5) {   /* bit 2p of the qh byte is lo's fifth bit, 2p + 1 hi's: moved to bit 4 */                \
+					const __m512i h = _mm512_loadu_si512((const void *)(wb_ + 2368 + 64 * i));                        \
+					const __m512i hl = p == 0 ? _mm512_slli_epi16(h, 4) : p == 1 ? _mm512_slli_epi16(h, 2)            \
+					                   : p == 2 ? h : _mm512_srli_epi16(h, 2);                                        \
+					const __m512i hh = p == 0 ? _mm512_slli_epi16(h, 3) : p == 1 ? _mm512_slli_epi16(h, 1)            \
+					                   : p == 2 ? _mm512_srli_epi16(h, 1) : _mm512_srli_epi16(h, 3);                  \
+					lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));                                               \
+					hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));                                               \
+				}                                                                                                     \
+				_mm512_store_si512((void *)bv[set][2 * p][i], lo);                                                    \
+				_mm512_store_si512((void *)bv[set][2 * p + 1][i], hi);                                                \
+			}                                                                                                         \
+		}                                                                                                             \
+	} while (0)
+	/* sub-blocks 2p and 2p + 1 of unit u: their activations at aq + b·4096 + 32j, rows 256 apart */
+#define K4_TILES(u, bs, set, P, T0, T1)                                                                               \
+	do {                                                                                                              \
+		const uint8_t *ab_ = aq + (size_t)((u) % nb) * 4096 + 64 * (P);                                               \
+		TILE_DOT(T0, 4, 5, ab_, 256, bv[bs][2 * (P)], sums[set][2 * (P)]);                                            \
+		TILE_DOT(T1, 6, 7, ab_ + 32, 256, bv[bs][2 * (P) + 1], sums[set][2 * (P) + 1]);                               \
+	} while (0)
+	/* unit u's float steps for rows [C0, C1): per row, the 8 sub-block sums times their scales and the mins, in int32,
+	 * then the two float steps (one row's values in registers at a time: 16 rows' int32 sums would not fit) */
+#define K4_POST(u, set, C0, C1)                                                                                       \
+	do {                                                                                                              \
+		const int64_t b_ = (u) % nb;                                                                                  \
+		UNROLL for (int c = (C0); c < (C1); c++) {                                                                    \
+			if (c >= nc)                                                                                              \
+				continue;                                                                                             \
+			const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b_;                                      \
+			__m512i is = _mm512_setzero_si512(), ms = _mm512_setzero_si512();                                         \
+			UNROLL for (int p = 0; p < 4; p++) {                                                                      \
+				const __m512i l = _mm512_load_si512((const void *)sums[set][2 * p][c]),                               \
+				              h = _mm512_load_si512((const void *)sums[set][2 * p + 1][c]);                           \
+				is = _mm512_add_epi32(is, _mm512_add_epi32(_mm512_mullo_epi32(l, scv[2 * p]),                         \
+				                                           _mm512_mullo_epi32(h, scv[2 * p + 1])));                   \
+				ms = _mm512_dpwssd_epi32(ms, mnv[p], bcast32(y->bs32 + 2 * p));                                       \
+			}                                                                                                         \
+			const __m512 ya = _mm512_set1_ps(y->d);                                                                   \
+			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, ya), _mm512_cvtepi32_ps(is)));             \
+			acc[c] = _mm512_sub_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dm, ya), _mm512_cvtepi32_ps(ms)));             \
+		}                                                                                                             \
+	} while (0)
+	const int64_t units = (int64_t)ng * nb;
+	K4_PREP(0, 0);
+	if (units > 1)
+		K4_PREP(1, 1);
+	K4_TILES(0, 0, 0, 0, 0, 1);
+	K4_TILES(0, 0, 0, 1, 2, 3);
+	K4_TILES(0, 0, 0, 2, 0, 1);
+	K4_TILES(0, 0, 0, 3, 2, 3);
+	for (int64_t u = 0; u < units; u++) {
+		const int set = (int)(u & 1), nx = set ^ 1, bn = (int)((u + 1) % 3);
+		const char *wb = K4_W(u);
+		__m512i scv[8], mnv[4];   /* the sub-blocks' scales (int32) and the mins (int16 pairs) of the 16 weight rows */
+		UNROLL for (int j = 0; j < 8; j++)
+			scv[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 64 + 16 * j)));
+		UNROLL for (int p = 0; p < 4; p++)
+			mnv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wb + 192 + 32 * p)));
+		const __m512 dd = h16(wb), dm = h16(wb + 32);
+		if (u + 2 < units)
+			K4_PREP(u + 2, (int)((u + 2) % 3));
+		if (u + 1 < units) {
+			K4_TILES(u + 1, bn, nx, 0, 0, 1);
+			K4_POST(u, set, 0, 4);
+			K4_TILES(u + 1, bn, nx, 1, 2, 3);
+			K4_POST(u, set, 4, 8);
+			K4_TILES(u + 1, bn, nx, 2, 0, 1);
+			K4_POST(u, set, 8, 12);
+			K4_TILES(u + 1, bn, nx, 3, 2, 3);
+			K4_POST(u, set, 12, 16);
+		} else {
+			K4_POST(u, set, 0, 16);
+		}
+		if (u % nb == nb - 1) {   /* the group's last block: its 16 columns are done */
+			const int64_t gi = u / nb, left = rows - 16 * gi;
+			store_rows(NC, nc, out + 16 * gi, ldo, left < 16 ? (int)left : 16, acc);
+			UNROLL for (int c = 0; c < NC; c++)
+				acc[c] = _mm512_setzero_ps();
+		}
+	}
+#undef K4_W
+#undef K4_PREP
+#undef K4_TILES
+#undef K4_POST
+}
+
+/* Q6_K against cpu_qak rows, half a block (8 sub-blocks of 16 values) a stage: sub-block j unpacked to 6-bit bytes
+ * (4 B rows; the VNNI kernel's bit moves) and multiplied on a K = 16 tile (activations at aq + b·4096 + 16j, rows 256
+ * apart); then −32 × its activation sum added and its int8 scale applied; after the second half, the block's float
+ * step. */
+INLINE void k_q6_K(const int NC, int nc, int64_t nb, int nr, float *out, int64_t ldo, const char *g, const char *a, size_t as,
+                   const uint8_t *aq, size_t pf)
+{
+	const size_t GB = 3360;
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	_Alignas(64) int32_t sums[2][8][CPU_AMX_COLS][16];   /* [set][sub-block s of the half] */
+	_Alignas(64) uint8_t bv[3][8][4][64];   /* a ring of 3 halves */
+	__m512 acc[CPU_AMX_COLS];
+	__m512i isum[CPU_AMX_COLS];
+	UNROLL for (int c = 0; c < NC; c++) {
+		acc[c] = _mm512_setzero_ps();
+		isum[c] = _mm512_setzero_si512();
+	}
+	/* half u = 2b + n of the matrix's blocks */
+#define Q6_PREP(u, set)                                                                                               \
+	do {                                                                                                              \
+		const char *wb_ = g + (size_t)((u) >> 1) * GB;                                                                \
+		const int n_ = (int)((u) & 1);                                                                                \
+		if (pf)                                                                                                       \
+			prefetch_block(wb_ + pf + (size_t)n_ * (GB / 2), GB / 2);                                                 \
+		for (int s = 0; s < 8; s++) {   /* sub-block j = 8n + s: quarter s / 2, columns i = 4·(s & 1) … + 3 */       \
+			const int q = s / 2;                                                                                      \
+			UNROLL for (int ii = 0; ii < 4; ii++) {                                                                   \
+				const int i = 4 * (s & 1) + ii;                                                                       \
+				const __m512i L = _mm512_loadu_si512((const void *)(wb_ + 288 + 64 * (16 * n_ + i + 8 * (q & 1)))),   \
+				              H = _mm512_loadu_si512((const void *)(wb_ + 2336 + 64 * (8 * n_ + i)));                 \
+				const __m512i hm = _mm512_and_si512(H, _mm512_set1_epi8((char)(3 << (2 * q))));                      \
+				const __m512i hs = q == 0 ? _mm512_slli_epi16(hm, 4) : q == 1 ? _mm512_slli_epi16(hm, 2)              \
+				                   : q == 2 ? hm : _mm512_srli_epi16(hm, 2);                                          \
+				_mm512_store_si512((void *)bv[set][s][ii],                                                            \
+				                   _mm512_ternarylogic_epi32(q < 2 ? L : _mm512_srli_epi16(L, 4), hs, m4, 0xEC));     \
+			}                                                                                                         \
+		}                                                                                                             \
+	} while (0)
+#define Q6_TILES(u, bs, set, S, T0, T1)                                                                               \
+	do {                                                                                                              \
+		const uint8_t *ab_ = aq + (size_t)((u) >> 1) * 4096 + 16 * (8 * ((u) & 1) + (S));                             \
+		TILE_DOT(T0, 4, 5, ab_, 256, bv[bs][S], sums[set][S]);                                                        \
+		TILE_DOT(T1, 6, 7, ab_ + 16, 256, bv[bs][(S) + 1], sums[set][(S) + 1]);                                       \
+	} while (0)
+#define Q6_POST(u, set, S)                                                                                            \
+	do {                                                                                                              \
+		const int64_t b_ = (u) >> 1;                                                                                  \
+		const char *wb_ = g + (size_t)b_ * GB;                                                                        \
+		for (int s = (S); s < (S) + 2; s++) {                                                                         \
+			const int j = 8 * (int)((u) & 1) + s;                                                                     \
+			const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wb_ + 32 + 16 * j)));         \
+			UNROLL for (int c = 0; c < NC; c++) {                                                                     \
+				if (c >= nc)                                                                                          \
+					continue;                                                                                         \
+				const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b_;                                  \
+				const __m512i ss = _mm512_add_epi32(_mm512_set1_epi32(y->b32[j]),                                     \
+				                                    _mm512_load_si512((const void *)sums[set][s][c]));                \
+				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(ss, scv));                                     \
+			}                                                                                                         \
+		}                                                                                                             \
+	} while (0)
+	const int64_t halves = 2 * nb;
+	Q6_PREP(0, 0);
+	Q6_PREP(1, 1);
+	Q6_TILES(0, 0, 0, 0, 0, 1);
+	Q6_TILES(0, 0, 0, 2, 2, 3);
+	Q6_TILES(0, 0, 0, 4, 0, 1);
+	Q6_TILES(0, 0, 0, 6, 2, 3);
+	for (int64_t u = 0; u < halves; u++) {
+		const int set = (int)(u & 1), nx = set ^ 1, bn = (int)((u + 1) % 3);
+		if (!(u & 1))
+			UNROLL for (int c = 0; c < NC; c++)
+				isum[c] = _mm512_setzero_si512();
+		if (u + 2 < halves)
+			Q6_PREP(u + 2, (int)((u + 2) % 3));
+		if (u + 1 < halves) {
+			Q6_TILES(u + 1, bn, nx, 0, 0, 1);
+			Q6_POST(u, set, 0);
+			Q6_TILES(u + 1, bn, nx, 2, 2, 3);
+			Q6_POST(u, set, 2);
+			Q6_TILES(u + 1, bn, nx, 4, 0, 1);
+			Q6_POST(u, set, 4);
+			Q6_TILES(u + 1, bn, nx, 6, 2, 3);
+			Q6_POST(u, set, 6);
+		} else {
+			Q6_POST(u, set, 0);
+			Q6_POST(u, set, 2);
+			Q6_POST(u, set, 4);
+			Q6_POST(u, set, 6);
+		}
+		if (u & 1) {
+			const int64_t b = u >> 1;
+			const __m512 dd = h16(g + (size_t)b * GB);
+			UNROLL for (int c = 0; c < NC; c++) {
+				if (c >= nc)
+					continue;
+				const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+				acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, _mm512_set1_ps(y->d)),
+				                                             _mm512_cvtepi32_ps(isum[c])));
+			}
+		}
+	}
+#undef Q6_PREP
+#undef Q6_TILES
+#undef Q6_POST
+	store_rows(NC, nc, out, ldo, nr, acc);
+}
+
+/* cpu_amx_act_put: row c's quants, block by block, into their tile rows. */
+void cpu_amx_act_put(aah_dtype t, void *aq, int c, const void *row, int64_t nb)
+{
+	if (t == AAH_DTYPE_Q8_0 || t == AAH_DTYPE_Q4_0) {
+		const cpu_qa8 *y = row;
+		for (int64_t b = 0; b < nb; b++) {
+			uint8_t *blk = (uint8_t *)aq + (size_t)b * CPU_AMX_Q8_BLOCK;
+			memcpy(blk + (size_t)c * 32, y[b].qs, 32);
+			memcpy(blk + 512 + (size_t)c * 4, &y[b].d, 4);
+		}
+	} else {
+		const cpu_qak *y = row;
+		for (int64_t b = 0; b < nb; b++)
+			memcpy((uint8_t *)aq + (size_t)b * 4096 + (size_t)c * 256, y[b].qs, 256);
+	}
+}
+
+/* One instantiation per type, for a whole tile of rows (NC = 16: the accumulators in registers, the loops unrolled);
+ * fewer rows nc only skip the rows past nc (the tiles are configured for nc rows). 16 instantiations per type, one per
+ * row count, took minutes to compile under the sanitizers for no speed: the backend uses the tiles from 12 rows. */
+#define AMX_DISPATCH(name, K16, call)                                                                             \
+	static void name(int64_t nb, int nc, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,        \
+	                 const void *gv, const void *av, size_t as, const void *aqv, size_t pf)                    \
+	{                                                                                                          \
+		const char *g = gv, *a = av;                                                                           \
+		const uint8_t *aq = aqv;                                                                               \
+		tiles_configure(nc, K16);                                                                              \
+		call(CPU_AMX_COLS);                                                                                    \
+	}
+
+/* One group at a time (Q8_0, Q4_0, Q6_K: their pipelines run within a group, of 32 or more stages at 1024 columns). */
+#define PER_GROUP(k)                                                                                           \
+	for (int gi = 0; gi < ng; gi++) {                                                                          \
+		const int64_t left = rows - 16 * gi;                                                                   \
+		k;                                                                                                     \
+	}
+#define NR_ (left < 16 ? (int)left : 16)
+#define CALL_Q8_0(n) PER_GROUP(k_8bit(n, nc, 0, nb, NR_, out + 16 * gi, ldo, g + gi * gstride, a, as, aq, pf))
+#define CALL_Q4_0(n) PER_GROUP(k_8bit(n, nc, 1, nb, NR_, out + 16 * gi, ldo, g + gi * gstride, a, as, aq, pf))
+#define CALL_Q4_K(n) k_k4(n, nc, 0, nb, rows, ng, gstride, out, ldo, g, a, as, aq, pf)
+#define CALL_Q5_K(n) k_k4(n, nc, 1, nb, rows, ng, gstride, out, ldo, g, a, as, aq, pf)
+#define CALL_Q6_K(n) PER_GROUP(k_q6_K(n, nc, nb, NR_, out + 16 * gi, ldo, g + gi * gstride, a, as, aq, pf))
+AMX_DISPATCH(amx_q8_0, 0, CALL_Q8_0)
+AMX_DISPATCH(amx_q4_0, 0, CALL_Q4_0)
+AMX_DISPATCH(amx_q4_K, 0, CALL_Q4_K)
+AMX_DISPATCH(amx_q5_K, 0, CALL_Q5_K)
+AMX_DISPATCH(amx_q6_K, 1, CALL_Q6_K)
+
+cpu_amx_fn cpu_amx_kernel(aah_dtype t)
+{
+	switch (t) {
+	case AAH_DTYPE_Q8_0: return amx_q8_0;
+	case AAH_DTYPE_Q4_0: return amx_q4_0;
+	case AAH_DTYPE_Q4_K: return amx_q4_K;
+	case AAH_DTYPE_Q5_K: return amx_q5_K;
+	case AAH_DTYPE_Q6_K: return amx_q6_K;
+	default: return NULL;
+	}
+}
+
+/* ---- AMX-BF16: packed bf16 weights (cpu_kernels.h) times bf16-rounded activations ----
+ * A panel's 32 k (16 k pairs × 16 rows × 2) are 1024 contiguous bytes, exactly a B tile; 16 activation rows of 32 bf16
+ * each an A tile (rows K·2 bytes apart). The products accumulate in the C tiles over all of K and leave once: no
+ * per-block scales here. G panels share each A tile. */
+INLINE void bf16_block(float *out, int64_t ldo, const uint16_t *xb, int nc, const char *w, int64_t pstride, const int G,
+                       int64_t K, int64_t m0, int64_t M)
+{
+	_Alignas(64) float c[4][CPU_AMX_COLS][16];
+	_tile_zero(0);
+	if (G > 1) {
+		_tile_zero(1);
+		_tile_zero(2);
+		_tile_zero(3);
+	}
+	for (int64_t kb = 0; kb < K / 32; kb++) {
+		const char *wk = w + kb * 1024;
+		_tile_loadd(4, xb + kb * 32, (long)(K * 2));
+		_tile_loadd(5, wk, 64);
+		_tile_dpbf16ps(0, 4, 5);
+		if (G > 1) {
+			_tile_loadd(6, wk + pstride, 64);
+			_tile_dpbf16ps(1, 4, 6);
+			_tile_loadd(5, wk + 2 * pstride, 64);
+			_tile_dpbf16ps(2, 4, 5);
+			_tile_loadd(6, wk + 3 * pstride, 64);
+			_tile_dpbf16ps(3, 4, 6);
+		}
+	}
+	_tile_stored(0, c[0], 64);
+	if (G > 1) {
+		_tile_stored(1, c[1], 64);
+		_tile_stored(2, c[2], 64);
+		_tile_stored(3, c[3], 64);
+	}
+	for (int g = 0; g < G; g++) {
+		const int64_t m = m0 + 16 * g;
+		if (m >= M)
+			break;
+		const __mmask16 keep = M - m >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (M - m)) - 1);
+		for (int i = 0; i < nc; i++)
+			_mm512_mask_storeu_ps(out + i * ldo + m, keep, _mm512_load_ps(c[g][i]));
+	}
+}
+
+void cpu_amx_bf16_panel_mm(float *out, int64_t ldo, const uint16_t *xb, int32_t n, const void *w, int64_t K, int64_t M,
+                           int64_t p0, int64_t p1)
+{
+	const int64_t pstride = K * 16 * 2;   /* K even: a multiple of 32 */
+	for (int32_t i0 = 0; i0 < n; i0 += CPU_AMX_COLS) {
+		const int nc = n - i0 < CPU_AMX_COLS ? n - i0 : CPU_AMX_COLS;
+		tiles_configure(nc, 2);
+		int64_t p = p0;
+		for (; p + 4 <= p1; p += 4)
+			bf16_block(out + i0 * ldo, ldo, xb + i0 * K, nc, (const char *)w + p * pstride, pstride, 4, K, p * 16, M);
+		for (; p < p1; p++)
+			bf16_block(out + i0 * ldo, ldo, xb + i0 * K, nc, (const char *)w + p * pstride, pstride, 1, K, p * 16, M);
+	}
+}

@@ -1,0 +1,63 @@
+/* kernels/cpu/cpu_amx.h — the packed products of cpu_qpack.h on AMX-INT8 tiles (Sapphire Rapids and later), for the
+ * many activation rows of a prefill or a batched decode step; and the run-time check that CPU and kernel allow them.
+ * Also the bf16 panels' product on AMX-BF16 tiles (at the end), an option (AAH_CPU_BF16=amx).
+ *
+ * The same bits as the AVX-512 VNNI kernels (cpu_qpack_avx512vnni.c), for every row count: a tile product gives each
+ * block's (or sub-block's) exact int32 sums, the same integers vpdpbusd gives, and every lane then takes the same float
+ * operations in the same order (a product, then a sum, per block). So a row's result does not depend on whether it was
+ * multiplied on tiles beside 15 others or alone with vpdpbusd (batch invariance, tests/kernels/check_amx_bf16.c). */
+#ifndef AAH_CPU_AMX_H
+#define AAH_CPU_AMX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/cpu_qpack.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most activation rows one AMX kernel call takes: a tile's 16 rows. */
+#define CPU_AMX_COLS 16
+
+/* true when this CPU has AMX-TILE and AMX-INT8 (CPUID leaf 7) and the kernel granted this process the tile data
+ * state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); asked once per process, the answer kept. */
+bool cpu_amx_available(void);
+
+/* The activation quants of up to CPU_AMX_COLS rows laid out as the tiles read them, each tile row aligned and in one
+ * cache line (the rows' own cpu_qa8 / cpu_qak blocks are 40 and 340 bytes, which splits lines): block b's quants of
+ * row c at aq + b·cpu_amx_act_block_bytes(t) + c·Q, Q = 32 (Q8_0, Q4_0) or 256 (the K types); for Q8_0 and Q4_0 the
+ * 16 rows' scales d follow as floats (at + 512). */
+#define CPU_AMX_Q8_BLOCK (16 * 32 + 16 * 4)
+static inline size_t cpu_amx_act_block_bytes(aah_dtype t)
+{
+	return t == AAH_DTYPE_Q8_0 || t == AAH_DTYPE_Q4_0 ? CPU_AMX_Q8_BLOCK : 16 * 256;
+}
+/* Copies the quants of one activation row (its nb blocks as cpu_qpack_quantize_act wrote them) into slot c of aq. */
+void cpu_amx_act_put(aah_dtype t, void *aq, int c, const void *row, int64_t nb);
+
+/* out[c·ldo + 16·i + r] = the dot of row r of group i (at (char *)group + i·gstride) with activation row c, for
+ * i < ng, r < min(16, rows − 16·i), c < nc ≤ CPU_AMX_COLS: as cpu_qpack_fn's for each group, the rows' scales and
+ * sums read from a (rows `as` apart), their quants from aq (the layout above). */
+typedef void (*cpu_amx_fn)(int64_t nb, int nc, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,
+                           const void *group, const void *a, size_t as, const void *aq, size_t prefetch);
+
+/* The AMX kernel for packed type t, or NULL where t has none. Only to be called where cpu_amx_available() said true. */
+cpu_amx_fn cpu_amx_kernel(aah_dtype t);
+
+/* AMX-BF16 (CPUID leaf 7 also; the same grant): true where the bf16 tile product below may run. */
+bool cpu_amx_bf16_available(void);
+/* out[i·ldo + m] = Σ_k bf16(x[i][k]) · w(m, k) for i < n (any n) and the rows m < M of panels [p0, p1) of a packed bf16
+ * matrix w (cpu_kernels.h) of K columns, K a multiple of 32; xb the n activation rows rounded to bf16, row-major (K
+ * apart). One tile product per 32 k into fp32 tiles: each result depends only on its own row and weight row, never on
+ * n, the panels or the threads (batch-invariant), but its rounding is the tile unit's, not vdpbf16ps's. */
+void cpu_amx_bf16_panel_mm(float *out, int64_t ldo, const uint16_t *xb, int32_t n, const void *w, int64_t K, int64_t M,
+                           int64_t p0, int64_t p1);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
