@@ -303,7 +303,7 @@ static char *walk_grammar(grammar_vocab *v, tokenizer *tk, const char *src, int 
 START_TEST(test_masks_small_vocab)
 {
 	int complete = 0;
-	for (uint64_t seed = 1; seed <= 40; seed++) {
+	for (uint64_t seed = 1; seed <= (uint64_t)test_rounds(40); seed++) {
 		bool ended;
 		char *t = walk_grammar(voc, tok, json_gbnf, 120, seed, &ended);
 		if (ended) {
@@ -319,7 +319,7 @@ START_TEST(test_masks_small_vocab)
 	ck_assert_int_gt(complete, 5);
 	/* the same walks with every transition in the map instead of the per-state arrays */
 	grammar_vocab_set_transition_arrays(voc, 0);
-	for (uint64_t seed = 1; seed <= 10; seed++) {
+	for (uint64_t seed = 1; seed <= (uint64_t)test_rounds(10); seed++) {
 		bool ended;
 		char *t = walk_grammar(voc, tok, json_gbnf, 120, seed, &ended);
 		if (ended) {
@@ -331,7 +331,7 @@ START_TEST(test_masks_small_vocab)
 	}
 	grammar_vocab_set_transition_arrays(voc, (size_t)32 << 20);
 	/* a grammar of words, where tokens span several literals */
-	for (uint64_t seed = 1; seed <= 10; seed++) {
+	for (uint64_t seed = 1; seed <= (uint64_t)test_rounds(10); seed++) {
 		bool ended;
 		char *t = walk_grammar(voc, tok, "root ::= (\"the \" | \"cat \" | \"sat \" | [a-z]{1,3} \" \")+ \"end\"",
 		                       60, seed, &ended);
@@ -351,7 +351,7 @@ START_TEST(test_masks_qwen3)
 	}
 	grammar_vocab *v = grammar_vocab_new(q, 151936, err, sizeof err);
 	ck_assert_msg(v != NULL, "%s", err);
-	for (uint64_t seed = 1; seed <= 3; seed++) {
+	for (uint64_t seed = 1; seed <= (uint64_t)test_rounds(3); seed++) {
 		bool ended;
 		char *t = walk_grammar(v, q, json_gbnf, 40, seed, &ended);
 		if (ended) {
