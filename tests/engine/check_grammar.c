@@ -316,7 +316,7 @@ START_TEST(test_masks_small_vocab)
 		}
 		free(t);
 	}
-	ck_assert_int_gt(complete, 5);
+	ck_assert_int_gt(complete, test_rounds(40) / 8);   /* some walks end (> 5 of 40 as built) */
 	/* the same walks with every transition in the map instead of the per-state arrays */
 	grammar_vocab_set_transition_arrays(voc, 0);
 	for (uint64_t seed = 1; seed <= (uint64_t)test_rounds(10); seed++) {
