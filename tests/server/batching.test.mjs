@@ -164,7 +164,7 @@ describe('a flood beyond the queue', () => {
   let srv;
   before(async () => {
     srv = await startServer(['--ctx-len', String(CTX), '--max-batch', '4', '--queue-length', '8',
-      '--max-connections', '128'], { AAHD_TEST_STEP_DELAY_US: '3000' });
+      '--max-connections', '128'], { AAHD_TEST_STEP_DELAY_US: '10000' });
   });
   after(async () => {
     const r = await srv.stop();
@@ -174,7 +174,9 @@ describe('a flood beyond the queue', () => {
   test('gets 429 with Retry-After, while every admitted request completes as it would alone', async () => {
     // The test decides when the queue is full: 12 long requests, each sent once the last is seen running or waiting
     // (a burst could find the queue full before the engine took any into a slot), take the 4 slots and the 8 places
-    // of the queue — a request of 400 tokens lasts 1.2 s at least at 3 ms a step — and only then do 36 short ones come.
+    // of the queue — a request of 400 tokens lasts 4 s at least at 10 ms a step, so that the first ones are still running
+    // when the twelfth is sent however slowly a busy machine sends them (at 3 ms a step, 1.2 s, a loaded run once saw
+    // the first end before the eleventh was counted) — and only then do 36 short ones come.
     const long = Array.from({ length: 12 }, (_, i) => ({ prompt: promptIds(10 + i, 5000 + i), max_tokens: 400,
       temperature: 0 }));
     const short = Array.from({ length: 36 }, (_, i) => ({ prompt: promptIds(22 + i, 6000 + i), max_tokens: 16,
