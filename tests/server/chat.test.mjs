@@ -311,7 +311,14 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
     await post(srv, { messages: CONVERSATIONS[0], max_tokens: 1 });
     await post(srv, { messages: 7 });
     await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 1 });
-    const m1 = await metrics(srv.port);
+    // a request is counted when libmicrohttpd reports it completed, which may come just after its client has read the
+    // last byte: wait for the counts to arrive, then check them exactly
+    const d = (m, k) => get(m, k) - get(m0, k);
+    let m1;
+    await until(async () => {
+      m1 = await metrics(srv.port);
+      return d(m1, 'aahd_requests_total{status="200"}') >= 2 && d(m1, 'aahd_chat_requests_total{status="400"}') >= 1;
+    }, 10000, 'the requests counted');
     assert.equal(get(m1, 'aahd_chat_requests_total{status="200"}') - get(m0, 'aahd_chat_requests_total{status="200"}'), 1);
     assert.equal(get(m1, 'aahd_chat_requests_total{status="400"}') - get(m0, 'aahd_chat_requests_total{status="400"}'), 1);
     assert.equal(get(m1, 'aahd_requests_total{status="200"}') - get(m0, 'aahd_requests_total{status="200"}'), 2);
