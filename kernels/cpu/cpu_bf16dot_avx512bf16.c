@@ -3,24 +3,12 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_bf16_round_avx512.h"
 #include "kernels/cpu/cpu_bf16dot.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
-
-/* 16 floats to bf16 bits in the low halves of 32-bit lanes: cpu_f32_to_bf16's integer rounding (nearest even, a NaN
- * quieted), the same as the exact path's KV conversion (cpu_kernels_avx512.c). */
-INLINE __m512i bf16_bits(__m512 x)
-{
-	const __m512i u = _mm512_castps_si512(x);
-	__m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-	                                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-	r = _mm512_srli_epi32(r, 16);
-	const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-	                                              _mm512_set1_epi32(0x7f800000));
-	return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-}
 
 /* A row 32 values at a time: the even k (lanes 0, 2, …) and odd k of the 32 gathered by permutes, rounded, and joined
  * as 16 pair words, written nr apart (k-major). */
@@ -34,7 +22,7 @@ void cpu_bf16dot_pairs(uint32_t *dst, const float *x, int32_t nr, int64_t K)
 		int64_t k = 0;
 		for (; k + 32 <= K; k += 32) {
 			const __m512 a = _mm512_loadu_ps(xi + k), b = _mm512_loadu_ps(xi + k + 16);
-			const __m512i e = bf16_bits(_mm512_permutex2var_ps(a, ev, b)), o = bf16_bits(_mm512_permutex2var_ps(a, od, b));
+			const __m512i e = cpu_bf16_bits16(_mm512_permutex2var_ps(a, ev, b)), o = cpu_bf16_bits16(_mm512_permutex2var_ps(a, od, b));
 			_Alignas(64) uint32_t w[16];
 			_mm512_store_si512((void *)w, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
 			if (nr == 1)
@@ -54,7 +42,7 @@ void cpu_bf16dot_round(uint16_t *dst, const float *x, int64_t count)
 {
 	int64_t i = 0;
 	for (; i + 16 <= count; i += 16)
-		_mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(bf16_bits(_mm512_loadu_ps(x + i))));
+		_mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(cpu_bf16_bits16(_mm512_loadu_ps(x + i))));
 	for (; i < count; i++)
 		dst[i] = cpu_f32_to_bf16(x[i]);
 }

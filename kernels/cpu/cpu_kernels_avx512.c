@@ -3,6 +3,7 @@
  * Loops over tile shapes are unrolled at compile time (always_inline + constant bounds) so that every
  * accumulator lives in a register: a spilled accumulator costs a store-to-load round trip per FMA. */
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_bf16_round_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -178,14 +179,7 @@ INLINE __m256i f16_of16(__m512 x)
 
 INLINE __m256i bf16_of16(__m512 x)
 {
-	const __m512i u = _mm512_castps_si512(x);
-	__m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-	                                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-	r = _mm512_srli_epi32(r, 16);
-	const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-	                                              _mm512_set1_epi32(0x7f800000));
-	r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-	return _mm512_cvtepi32_epi16(r);
+	return _mm512_cvtepi32_epi16(cpu_bf16_bits16(x));
 }
 
 static void from_f32_avx512(void *dst, aah_dtype t, const float *src, int64_t count)
