@@ -710,18 +710,43 @@ START_TEST(test_yarn)
 }
 END_TEST
 
-/* The model config of a metadata-only Qwen3 GGUF with YaRN keys and one more float key (extra, NULL for none; it may
- * be yarn_beta_fast, 16 otherwise) through
- * gguf_model_config: 0 and c, or -1 and err. */
-static int yarn_meta(const char *extra, float value, model_config *c, char *err, size_t err_len)
+/* A metadata-only Qwen3 GGUF's writer: the architecture keys, rope.freq_base base and
+ * attention.layer_norm_rms_epsilon eps, over an embedding of 10 rows written by meta_config. */
+static gguf_writer *meta_writer(float base, float eps)
 {
 	gguf_writer *w = gguf_writer_init();
 	ck_assert_ptr_nonnull(w);
 	ck_assert(!gguf_writer_str(w, "general.architecture", "qwen3", 5) && !gguf_writer_u32(w, "qwen3.block_count", 1) &&
 	          !gguf_writer_u32(w, "qwen3.embedding_length", 8) && !gguf_writer_u32(w, "qwen3.feed_forward_length", 16) &&
 	          !gguf_writer_u32(w, "qwen3.attention.head_count", 2) && !gguf_writer_u32(w, "qwen3.attention.key_length", 4) &&
-	          !gguf_writer_u32(w, "qwen3.context_length", 64) && !gguf_writer_f32(w, "qwen3.rope.freq_base", 1e6f) &&
-	          !gguf_writer_str(w, "qwen3.rope.scaling.type", "yarn", 4) &&
+	          !gguf_writer_u32(w, "qwen3.context_length", 64) && !gguf_writer_f32(w, "qwen3.rope.freq_base", base) &&
+	          !gguf_writer_f32(w, "qwen3.attention.layer_norm_rms_epsilon", eps));
+	return w;
+}
+
+/* Writes w's file (freeing w) and reads its model config through gguf_model_config: 0 and c, or -1 and err. */
+static int meta_config(gguf_writer *w, const char *name, model_config *c, char *err, size_t err_len)
+{
+	ck_assert(!gguf_writer_tensor(w, "token_embd.weight", 2, (int64_t[]){ 8, 10 }, GGML_TYPE_F32));
+	char werr[256];
+	ck_assert_msg(!gguf_writer_write(w, path_in(name), fill_pattern, NULL, werr, sizeof werr), "%s", werr);
+	gguf_writer_free(w);
+	size_t len;
+	unsigned char *buf = read_all(path_in(name), &len);
+	gguf_file g;
+	ck_assert(gguf_parse(&g, buf, len, werr, sizeof werr) == 0);
+	const int rc = gguf_model_config(c, &g, name, err, err_len);
+	gguf_free(&g);
+	free(buf);
+	return rc;
+}
+
+/* The model config of a metadata-only Qwen3 GGUF with YaRN keys and one more float key (extra, NULL for none; it may
+ * be yarn_beta_fast, 16 otherwise): 0 and c, or -1 and err. */
+static int yarn_meta(const char *extra, float value, model_config *c, char *err, size_t err_len)
+{
+	gguf_writer *w = meta_writer(1e6f, 1e-6f);
+	ck_assert(!gguf_writer_str(w, "qwen3.rope.scaling.type", "yarn", 4) &&
 	          !gguf_writer_f32(w, "qwen3.rope.scaling.factor", 4.0f) &&
 	          !gguf_writer_u32(w, "qwen3.rope.scaling.original_context_length", 32) &&
 	          !gguf_writer_f32(w, "qwen3.rope.scaling.yarn_beta_slow", 2.0f));
@@ -729,18 +754,7 @@ static int yarn_meta(const char *extra, float value, model_config *c, char *err,
 	ck_assert(!gguf_writer_f32(w, extra ? extra : fast, extra ? value : 16.0f));
 	if (extra && strcmp(extra, fast))
 		ck_assert(!gguf_writer_f32(w, fast, 16.0f));
-	ck_assert(!gguf_writer_tensor(w, "token_embd.weight", 2, (int64_t[]){ 8, 10 }, GGML_TYPE_F32));
-	char werr[256];
-	ck_assert_msg(!gguf_writer_write(w, path_in("y.gguf"), fill_pattern, NULL, werr, sizeof werr), "%s", werr);
-	gguf_writer_free(w);
-	size_t len;
-	unsigned char *buf = read_all(path_in("y.gguf"), &len);
-	gguf_file g;
-	ck_assert(gguf_parse(&g, buf, len, werr, sizeof werr) == 0);
-	const int rc = gguf_model_config(c, &g, "y.gguf", err, err_len);
-	gguf_free(&g);
-	free(buf);
-	return rc;
+	return meta_config(w, "y.gguf", c, err, err_len);
 }
 
 /* llama.cpp's YaRN keys as the loader reads them: the betas, yarn_attn_factor times the default attention factor, the
@@ -778,27 +792,10 @@ END_TEST
  * whose eos_token_id is eos (-1: absent), over an embedding of 10 rows: 0 and c, or -1 and err. */
 static int plain_meta(float base, float eps, int32_t eos, model_config *c, char *err, size_t err_len)
 {
-	gguf_writer *w = gguf_writer_init();
-	ck_assert_ptr_nonnull(w);
-	ck_assert(!gguf_writer_str(w, "general.architecture", "qwen3", 5) && !gguf_writer_u32(w, "qwen3.block_count", 1) &&
-	          !gguf_writer_u32(w, "qwen3.embedding_length", 8) && !gguf_writer_u32(w, "qwen3.feed_forward_length", 16) &&
-	          !gguf_writer_u32(w, "qwen3.attention.head_count", 2) && !gguf_writer_u32(w, "qwen3.attention.key_length", 4) &&
-	          !gguf_writer_u32(w, "qwen3.context_length", 64) && !gguf_writer_f32(w, "qwen3.rope.freq_base", base) &&
-	          !gguf_writer_f32(w, "qwen3.attention.layer_norm_rms_epsilon", eps));
+	gguf_writer *w = meta_writer(base, eps);
 	if (eos >= 0)
 		ck_assert(!gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos));
-	ck_assert(!gguf_writer_tensor(w, "token_embd.weight", 2, (int64_t[]){ 8, 10 }, GGML_TYPE_F32));
-	char werr[256];
-	ck_assert_msg(!gguf_writer_write(w, path_in("p.gguf"), fill_pattern, NULL, werr, sizeof werr), "%s", werr);
-	gguf_writer_free(w);
-	size_t len;
-	unsigned char *buf = read_all(path_in("p.gguf"), &len);
-	gguf_file g;
-	ck_assert(gguf_parse(&g, buf, len, werr, sizeof werr) == 0);
-	const int rc = gguf_model_config(c, &g, "p.gguf", err, err_len);
-	gguf_free(&g);
-	free(buf);
-	return rc;
+	return meta_config(w, "p.gguf", c, err, err_len);
 }
 
 /* Lying values are refused at load, naming the key: a NaN or infinite float (it used to vanish from the config and
