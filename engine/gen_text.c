@@ -24,7 +24,9 @@ static int reserve(gen_text *g)
 	const size_t used = (size_t)g->st.len, need = used + (size_t)g->room + 3;
 	if (g->blk && need <= g->cap)
 		return 0;
-	size_t cap = g->cap ? 2 * g->cap : 256;
+	/* the first buffer (made by gen_text_init, on the submitting thread) holds 8 bytes a token, which ordinary text
+	 * stays under: only a longer one grows on the engine thread, by doubling */
+	size_t cap = g->cap ? 2 * g->cap : (size_t)g->max_tokens * 8 + 256;
 	while (cap < need)
 		cap *= 2;
 	gen_text_block *b = malloc(sizeof *b + cap);

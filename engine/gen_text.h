@@ -7,7 +7,8 @@
  *
  * Readers run beside the writer without a lock: the bytes below a published length are never written again, and a
  * buffer that grows is copied into a new one while the old stays alive (until gen_text_free), so a view taken earlier
- * stays valid. The buffers sum to at most twice the final text. */
+ * stays valid. The first buffer, made at gen_text_init on the submitting thread, holds 8 bytes a token; only a text
+ * longer than that grows (doubling) on the engine thread. The buffers sum to at most twice the final text. */
 #ifndef AAH_ENGINE_GEN_TEXT_H
 #define AAH_ENGINE_GEN_TEXT_H
 

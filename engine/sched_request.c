@@ -1,5 +1,6 @@
 /* engine/sched_request.c — the scheduler's requests and every call another thread makes (scheduler.h): a request is
- * validated and made whole on the submitting thread (so that the engine thread never allocates), queued under s->mu,
+ * validated and made whole on the submitting thread (so that the engine thread does not allocate; the one exception is
+ * a text past 8 bytes a token, whose buffer doubles: engine/gen_text.h), queued under s->mu,
  * and read back through its own mutex-guarded publication (pub, result) that the engine thread (scheduler.c) writes.
  * Also drain, busy, cancel-all and the metrics snapshot, which take the same locks. */
 #include "engine/sched_internal.h"
@@ -54,7 +55,8 @@ static int lp_rows_alloc(sched_logprob_rows *rows, int64_t n, int32_t n_top)
 	return rows->logprob && rows->top_ids && rows->top_logprobs ? 0 : -1;
 }
 
-/* Made on the submitting thread, so that the engine thread never allocates. Returns NULL when out of memory. */
+/* Made on the submitting thread, so that the engine thread does not allocate (but for gen_text's rare growth). Returns
+ * NULL when out of memory. */
 static sched_request *request_new(sched *s, const sched_request_params *p, int32_t regime)
 {
 	sched_request *r = calloc(1, sizeof *r);
