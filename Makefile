@@ -195,7 +195,7 @@ endif
 # the CUDA backend. Where there is no GPU each says "no CUDA device: skipped" and the target passes.
 test-gpu: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(BUILD)/tests/kernels/check_gpu $(BUILD)/tests/engine/check_golden \
-	  $(BUILD)/tests/engine/check_aah
+	  $(BUILD)/tests/engine/check_aah $(BUILD)/tests/engine/check_rollback
 	@sh tests/gpu/run.sh $(BUILD)
 
 # The CUDA backend's own code, unchanged, run on the CPU through the same suites: tests/gpu/fakecuda/ stands in for
@@ -216,7 +216,7 @@ $(FAKE_DIR)/tests/%: $(BUILD)/obj/tests/%.o $(FAKE_OBJ) $(AAH_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(PROG_LIBS)
 test-gpu-emulated: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(FAKE_DIR)/tests/kernels/check_gpu $(FAKE_DIR)/tests/engine/check_golden \
-	  $(FAKE_DIR)/tests/engine/check_aah
+	  $(FAKE_DIR)/tests/engine/check_aah $(FAKE_DIR)/tests/engine/check_rollback
 	@AAH_BUILD=$(BUILD) sh tests/gpu/run.sh $(FAKE_DIR)
 
 test-fast: deps

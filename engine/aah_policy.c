@@ -197,6 +197,16 @@ bool aah_seq_probe_due(const aah_seq_state *s, const aah_regimes *rs)
 	       s->decode_steps % r->policy.control_interval == 0;
 }
 
+int32_t aah_seq_steps_to_probe(const aah_seq_state *s, const aah_regimes *rs)
+{
+	const aah_regime_rt *r = &rs->r[s->regime];
+	if (r->policy.kind != AAH_POLICY_ADAPTIVE || rs->n_windows == 0)
+		return INT32_MAX;
+	/* step d is a probe when d % interval == 0: from decode_steps, the next such d is interval − rem steps on */
+	const int64_t rem = s->decode_steps % r->policy.control_interval;
+	return rem == 0 ? 0 : (int32_t)(r->policy.control_interval - rem);
+}
+
 static void usage_add(aah_seq_state *s, int32_t window, double n)
 {
 	for (int32_t i = 0; i < s->n_usage; i++)
@@ -219,6 +229,15 @@ void aah_seq_count(aah_seq_state *s, const aah_regimes *rs, int64_t n_tokens, bo
 	for (int32_t g = 0; g < r->n_groups; g++)
 		usage_add(s, r->full ? rs->context_length : probe ? r->group_capacity[g] : s->group_window[g],
 		          (double)n_tokens * r->group_heads[g] * rs->q_per_kv);
+}
+
+void aah_seq_uncount(aah_seq_state *s, const aah_regimes *rs, int64_t n_tokens, int32_t n_usage0)
+{
+	/* the counts are whole numbers (tokens × query heads) far below 2^53: adding and subtracting them in double is
+	 * exact, so a taken-back count leaves usage bit for bit as it was */
+	aah_seq_count(s, rs, -n_tokens, false);
+	while (s->n_usage > n_usage0 && s->usage[s->n_usage - 1] == 0)
+		s->n_usage--;
 }
 
 void aah_seq_control(aah_seq_state *s, const aah_regimes *rs, const float *band_mass)

@@ -83,8 +83,15 @@ void aah_seq_state_copy(aah_seq_state *dst, const aah_seq_state *src, const aah_
 
 /* True when the next decode step of this sequence should be a probe. */
 bool aah_seq_probe_due(const aah_seq_state *s, const aah_regimes *rs);
+/* Decode steps before the next probe (aah_seq_probe_due's rule): 0 when the next step is one; INT32_MAX when the
+ * regime never probes (not adaptive, or no candidate windows). */
+int32_t aah_seq_steps_to_probe(const aah_seq_state *s, const aah_regimes *rs);
 /* Records n query tokens attended with the windows in head_window (or, probe, with every group's capacity). */
 void aah_seq_count(aah_seq_state *s, const aah_regimes *rs, int64_t n_tokens, bool probe);
+/* Takes back what aah_seq_count(s, rs, n_tokens, false) added with the windows in head_window now (the caller knows
+ * they have not moved since), and the usage entries from index n_usage0 on that are then back at 0: those the taken
+ * back tokens created, so that the counters are as if they had never been counted. */
+void aah_seq_uncount(aah_seq_state *s, const aah_regimes *rs, int64_t n_tokens, int32_t n_usage0);
 /* After a probe: band_mass is (n_layers, n_kv, n_windows) as the backend reported it; updates the features and
  * re-selects every group's window. */
 void aah_seq_control(aah_seq_state *s, const aah_regimes *rs, const float *band_mass);

@@ -29,6 +29,16 @@ typedef struct seq_spill {
 	                                * evict for a spill was used before that */
 } seq_spill;
 
+/* What engine_seq_truncate may take back of a sequence: the positions from `floor` on, all written by decode steps and
+ * generated items. A prompt chunk, a probe (it moved the windows) and a measured item (the caller's sums took it) move
+ * the floor to their end, as does a restored prefix. Between the floor and the length no probe ran, so every position
+ * there attended with the windows head_window holds now, and counted one decode step: what a truncation subtracts. */
+typedef struct seq_rollback {
+	bool allowed;                  /* engine_seq_allow_rollback */
+	int32_t floor;
+	int32_t n_usage_floor;         /* the policy's usage entries at the floor (aah_seq_uncount drops newer ones at 0) */
+} seq_rollback;
+
 /* A sequence's attention measurement (engine_seq_measure). */
 typedef struct seq_measure {
 	engine_measure *m;             /* the caller's, or NULL: not measured */
@@ -61,6 +71,11 @@ struct engine {
 	float *probe_kv;               /* (n_layers, n_kv, n_windows) the same summed per KV head */
 	bool *span_probe;              /* rows: the span is a probe step */
 	seq_measure *measure;          /* max_seqs */
+	seq_rollback *rb;              /* max_seqs */
+	int32_t *seq_written;          /* max_seqs: positions [0, seq_written) have been written; above seq_len after a
+	                                * truncation, and its rings still hold the pages of those positions */
+	bool *span_decode;             /* rows: the span's tokens are decode steps (a one-token step, a generated item) */
+	bool *item_floor;              /* (max_seqs) per item of a step: it moves its sequence's rollback floor */
 
 	/* per-step scratch in backend memory: rows = max_batch_tokens */
 	float *x;                      /* (rows, hidden) residual stream */
@@ -193,6 +208,11 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	e->cfg = e->mf.config;
 	const model_config *c = &e->cfg;
 	e->p = *p;
+	if (e->p.rollback < 0 || e->p.rollback > ENGINE_MAX_ROLLBACK) {
+		snprintf(err, err_len, "rollback %d is out of range: 0 (none) to %d positions", e->p.rollback,
+		         ENGINE_MAX_ROLLBACK);
+		goto fail;
+	}
 	if (e->p.max_seqs <= 0)
 		e->p.max_seqs = 8;
 	if (e->p.max_batch_tokens <= 0)
@@ -261,7 +281,12 @@ int engine_init(engine **out, const char *model_dir, const engine_params *p, cha
 	e->probe_kv = calloc(heads * nw, sizeof(float));
 	e->span_probe = calloc((size_t)e->p.max_batch_tokens, sizeof *e->span_probe);
 	e->measure = calloc((size_t)e->p.max_seqs, sizeof *e->measure);
-	if (!e->policy || !e->probe_mass || !e->probe_kv || !e->span_probe || !e->measure) {
+	e->rb = calloc((size_t)e->p.max_seqs, sizeof *e->rb);
+	e->seq_written = calloc((size_t)e->p.max_seqs, sizeof *e->seq_written);
+	e->span_decode = calloc((size_t)e->p.max_batch_tokens, sizeof *e->span_decode);
+	e->item_floor = calloc((size_t)e->p.max_seqs, sizeof *e->item_floor);   /* a batch has one item a sequence */
+	if (!e->policy || !e->probe_mass || !e->probe_kv || !e->span_probe || !e->measure || !e->rb || !e->seq_written ||
+	    !e->span_decode || !e->item_floor) {
 		snprintf(err, err_len, "out of memory");
 		goto fail;
 	}
@@ -333,6 +358,10 @@ void engine_free(engine *e)
 	for (int32_t i = 0; e->measure && i < e->p.max_seqs; i++)
 		free(e->measure[i].band);
 	free(e->measure);
+	free(e->rb);
+	free(e->seq_written);
+	free(e->span_decode);
+	free(e->item_floor);
 	aah_regimes_free(&e->regimes);
 	aah_config_free(&e->aah);
 	free(e->span_work);
@@ -408,6 +437,8 @@ int32_t engine_seq_open(engine *e, const char *regime, char *err, size_t err_len
 		if (!e->seq_used[i]) {
 			e->seq_used[i] = true;
 			e->seq_len[i] = 0;
+			e->seq_written[i] = 0;
+			e->rb[i] = (seq_rollback){ 0 };
 			memset(&e->seq_stats[i], 0, sizeof e->seq_stats[i]);
 			e->seq_stats[i].regime = e->regimes.r[ri].name;
 			kv_cache_seq_setup(&e->kv, i, e->regimes.r[ri].head_capacity);
@@ -436,6 +467,8 @@ int32_t engine_seq_fork(engine *e, int32_t src, char *err, size_t err_len)
 	kv_cache_fork(&e->kv, e->be, dst, src);   /* shares src's pages: copies come with the first writes */
 	e->seq_used[dst] = true;
 	e->seq_len[dst] = e->seq_len[src];
+	e->seq_written[dst] = e->seq_written[src];   /* its rings are src's, stale pages too */
+	e->rb[dst] = e->rb[src];                     /* and so is what it may take back */
 	e->seq_stats[dst] = e->seq_stats[src];
 	aah_seq_state_copy(&e->policy[dst], &e->policy[src], &e->regimes);
 	return dst;
@@ -469,9 +502,102 @@ int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out)
 	return 0;
 }
 
+int32_t engine_seq_steps_to_probe(const engine *e, int32_t seq)
+{
+	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
+		return -1;
+	return aah_seq_steps_to_probe(&e->policy[seq], &e->regimes);
+}
+
+/* Why a windowed ring needs no page more to take positions back. A sequence wrote positions up to P1 (its highest,
+ * seq_written − 1) and a truncation leaves len ≥ P1 + 1 − R, R ≤ ENGINE_MAX_ROLLBACK = 16 (counted from P1, so chained
+ * truncations cannot add up). A ring of capacity C has S = ceil(C/16) + 1 slots, and kv_store writes rows, not pages:
+ * a write at y ≤ P1 overwrites only the row of y − 16·S ≤ y − C − 16 in its slot. The next query, at len, reads keys
+ * back to len − W + 1 ≥ len − C + 1 ≥ y + 2 − R − C (W ≤ C its window), which is above every overwritten row for any
+ * R ≤ 17: what the kept positions read is all still there. (A page of the ring may then hold rows older than its
+ * window next to newer ones; nothing reads a page whole but a copy-on-write copy, which copies every row.) The pages
+ * above len keep the taken-back rows until they are written again, and nothing reads them first: attention reads a
+ * position below its step's first from the ring and every other from the step's own new rows
+ * (kernels/cpu/cpu_attention.c kv_run; the CUDA backend's page lists end at pos0 − 1 too), kv_store then overwrites
+ * them, and engine_prefix_insert finds the ring's pages from seq_written, not from the length. So a sequence that
+ * speculates holds exactly the pages one that does not holds at the most it wrote. */
+int engine_seq_allow_rollback(engine *e, int32_t seq, char *err, size_t err_len)
+{
+	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq]) {
+		snprintf(err, err_len, "sequence %d is not open", seq);
+		return -1;
+	}
+	if (e->p.rollback == 0) {
+		snprintf(err, err_len, "this engine takes nothing back (rollback 0)");
+		return -1;
+	}
+	if (e->seq_len[seq] != 0 || e->kv.seq_pages[seq] != 0) {
+		snprintf(err, err_len, "sequence %d is not empty: its rings are sized before its first position", seq);
+		return -1;
+	}
+	e->rb[seq].allowed = true;
+	return 0;
+}
+
+int32_t engine_rollback_max(const engine *e) { return e->p.rollback; }
+
+int engine_seq_truncate(engine *e, int32_t seq, int32_t len, char *err, size_t err_len)
+{
+	if (seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq]) {
+		snprintf(err, err_len, "sequence %d is not open", seq);
+		return -1;
+	}
+	const int32_t cur = e->seq_len[seq];
+	if (len < 0 || len > cur) {
+		snprintf(err, err_len, "sequence %d holds %d positions: it cannot be truncated to %d", seq, cur, len);
+		return -1;
+	}
+	if (len == cur)   /* nothing to take back */
+		return 0;
+	const seq_rollback *rb = &e->rb[seq];
+	if (!rb->allowed) {
+		snprintf(err, err_len, "sequence %d does not allow rollback (engine_seq_allow_rollback)", seq);
+		return -1;
+	}
+	if (len < rb->floor) {
+		snprintf(err, err_len, "positions of sequence %d before %d are a prompt chunk's, a probe's or a measured "
+		         "item's: %d is not taken back to", seq, rb->floor, len);
+		return -1;
+	}
+	/* from the highest position written, not from the length: the overwritten rows are that far back (above) */
+	if (e->seq_written[seq] - len > e->p.rollback) {
+		snprintf(err, err_len, "truncating sequence %d to %d takes back %d positions from the %d it wrote; this "
+		         "engine takes back %d at most", seq, len, e->seq_written[seq] - len, e->seq_written[seq],
+		         e->p.rollback);
+		return -1;
+	}
+	/* The counters of positions [len, cur), as the forwards added them: the backend's min(p + 1, W) products per query
+	 * head of each KV head and layer at the windows they attended with (above the floor: head_window now), full
+	 * attention's p + 1 per query head and layer, a decode step each, and the branch usage of those windows. The
+	 * engine's own work counter keeps them: the products were done. */
+	const model_config *c = &e->cfg;
+	aah_seq_state *ps = &e->policy[seq];
+	const int64_t G = c->n_heads / c->n_kv_heads, heads = (int64_t)c->n_layers * c->n_kv_heads;
+	uint64_t work = 0, full = 0;
+	for (int64_t p = len; p < cur; p++) {
+		for (int64_t h = 0; h < heads; h++)
+			work += (uint64_t)((p + 1 < ps->head_window[h] ? p + 1 : ps->head_window[h]) * G);
+		full += (uint64_t)(p + 1) * (uint64_t)c->n_heads * (uint64_t)c->n_layers;
+	}
+	engine_seq_stats *st = &e->seq_stats[seq];
+	st->attn_products -= work;
+	st->attn_products_full -= full;
+	aah_seq_uncount(ps, &e->regimes, cur - len, rb->n_usage_floor);
+	ps->decode_steps -= cur - len;
+	/* full attention's KV at the new length; kv_bytes_peak keeps what was held (the pages stay) */
+	st->kv_bytes_full_peak = heads * ((len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN) * (int64_t)e->kv.page_bytes;
+	e->seq_len[seq] = len;
+	return 0;
+}
+
 /* After a chunk: the sequence's measured work and what full causal attention would have done, its KV peak, its
  * branch usage; after a probe, the policy's re-selection. */
-static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, uint64_t work, bool probe)
+static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, uint64_t work, bool probe, bool decode)
 {
 	aah_seq_state *ps = &e->policy[seq];
 	aah_seq_count(ps, &e->regimes, span->n_new, probe);
@@ -485,8 +611,9 @@ static void seq_stats_update(engine *e, int32_t seq, const aah_attn_seq *span, u
 					e->probe_kv[(l * nkv + h / q) * nw + b] += mass[(l * nh + h) * nw + b];
 		aah_seq_control(ps, &e->regimes, e->probe_kv);
 	}
-	if (span->pos0 > 0 && span->n_new == 1)
-		ps->decode_steps++;
+	/* by the item, not the span: a prompt item's one-token tail in a new chunk is no decode step */
+	if (decode)
+		ps->decode_steps += span->n_new;
 	engine_seq_stats *st = &e->seq_stats[seq];
 	const model_config *c = &e->cfg;
 	/* full causal: the query at position p reads p + 1 keys, per query head and layer */
@@ -522,6 +649,8 @@ void engine_seq_close(engine *e, int32_t seq)
 	kv_cache_release(&e->kv, seq);
 	e->seq_used[seq] = false;
 	e->seq_len[seq] = 0;
+	e->seq_written[seq] = 0;
+	e->rb[seq] = (seq_rollback){ 0 };
 	e->measure[seq].m = NULL;
 }
 
@@ -801,7 +930,7 @@ layers:
 	}
 	e->attn_work += work;
 	for (int32_t s = 0; s < n_spans; s++) {
-		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s], e->span_probe[s]);
+		seq_stats_update(e, e->span_seq[s], &e->aseqs[s], e->span_work[s], e->span_probe[s], e->span_decode[s]);
 		const seq_measure *ms = &e->measure[e->span_seq[s]];
 		if (ms->m) {
 			engine_measure *m = ms->m;
@@ -875,6 +1004,24 @@ static int validate_items(engine *e, const engine_item *items, int32_t n_items, 
 				snprintf(err, err_len, "token id %d is out of range [0, %d)", it->tokens[j], e->cfg.vocab_size);
 				return -1;
 			}
+		if (it->generated && e->seq_len[it->seq] == 0) {
+			snprintf(err, err_len, "sequence %d has no prompt: a generated item follows one", it->seq);
+			return -1;
+		}
+		if (it->generated && it->cache) {
+			snprintf(err, err_len, "a generated item is no prompt: the prefix cache does not take it (cache)");
+			return -1;
+		}
+		/* a one-token item is the decode step it always was (a probe when one is due); a longer generated one counts
+		 * as that many decode steps, none of which may be a probe */
+		if (it->generated && it->n_tokens >= 2) {
+			const int32_t room = aah_seq_steps_to_probe(&e->policy[it->seq], &e->regimes);
+			if (it->n_tokens > room) {
+				snprintf(err, err_len, "%d generated tokens reach sequence %d's probe, %d decode steps away (feed the "
+				         "probe step alone)", it->n_tokens, it->seq, room);
+				return -1;
+			}
+		}
 	}
 	/* fresh pages for empty ring slots and for copies of shared pages (when two items share one, the first copy leaves
 	 * the second its sole holder). Cached blocks yield before anything is refused: an eviction returns pages to the
@@ -930,6 +1077,13 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 	int64_t dst = 0;
 	for (int32_t i = 0; i < n_items; i++) {
 		const engine_item *it = &items[i];
+		const int32_t pos0 = e->seq_len[it->seq];
+		/* decode steps: a one-token item after the prompt, and every token of a generated one */
+		const bool decode = pos0 > 0 && (it->n_tokens == 1 || it->generated);
+		e->item_floor[i] = !decode || e->measure[it->seq].m ||
+		                   (it->n_tokens == 1 && aah_seq_probe_due(&e->policy[it->seq], &e->regimes));
+		if (pos0 + it->n_tokens > e->seq_written[it->seq])
+			e->seq_written[it->seq] = pos0 + it->n_tokens;
 		for (int32_t j = 0; j < it->n_tokens; j++) {
 			if (j == 0 || n == 0) {   /* a new span: a new item, or the item continues into a new chunk */
 				aah_attn_seq *s = &e->aseqs[n_spans];
@@ -939,6 +1093,7 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 				/* a decode step of an adaptive sequence may be a probe (aah_policy.h) */
 				e->span_probe[n_spans] = it->n_tokens == 1 && s->pos0 > 0 &&
 				                         aah_seq_probe_due(&e->policy[it->seq], &e->regimes);
+				e->span_decode[n_spans] = decode;
 				if (e->span_probe[n_spans])
 					memset(e->probe_mass + (int64_t)it->seq * c->n_layers * c->n_heads * e->regimes.n_windows, 0,
 					       (size_t)c->n_layers * (size_t)c->n_heads * (size_t)e->regimes.n_windows * sizeof(float));
@@ -959,6 +1114,12 @@ int engine_forward(engine *e, const engine_item *items, int32_t n_items, float *
 	}
 	if (n > 0)
 		forward_chunk(e, n, n_spans, n_logit, logits);
+	for (int32_t i = 0; i < n_items; i++)
+		if (e->item_floor[i]) {
+			seq_rollback *rb = &e->rb[items[i].seq];
+			rb->floor = e->seq_len[items[i].seq];
+			rb->n_usage_floor = e->policy[items[i].seq].n_usage;
+		}
 	/* a backend that can fail (a device) says so here; its results are then undefined */
 	const char *be_err = e->be->iface.last_error ? e->be->iface.last_error(e->be) : NULL;
 	if (be_err) {
@@ -995,7 +1156,7 @@ int engine_logits_row(engine *e, int32_t row, float *host)
 /* ---- the prefix cache (engine.h; docs/prefix_cache.md) ---- */
 
 /* The longest k ≤ n_chain whose blocks give every head of the regime what a sequence resumed at 16·k − 1 reads:
- * blocks [k − ceil(capacity / 16), k) of a windowed head (its ring minus the spare page), all k of a full one — the
+ * blocks [k − ceil(capacity / 16), k) of a windowed head (its ring minus a page), all k of a full one — the
  * intersection over heads, as vLLM's over its groups. Per head one pass: run[j] is the length of the run of blocks
  * ending at j that hold its page, and a boundary k is good for it when that run covers what it needs. */
 static int32_t prefix_usable(const engine *e, int32_t regime, prefix_block *const *chain, int32_t n_chain)
@@ -1074,9 +1235,12 @@ int32_t engine_prefix_restore(engine *e, int32_t seq, const char *tenant, const 
 	}
 	const int32_t pos = k * AAH_PAGE_LEN - 1;
 	e->seq_len[seq] = pos;
+	e->seq_written[seq] = pos;
 	/* the policy counts the restored positions as the prompt chunk it would have fed (usage adds up per token, and a
 	 * prompt never moves an adaptive regime's windows), so its windows and ACR go on as without the cache */
 	aah_seq_count(&e->policy[seq], &e->regimes, pos, false);
+	e->rb[seq].floor = pos;   /* a prompt: nothing of it is taken back */
+	e->rb[seq].n_usage_floor = e->policy[seq].n_usage;
 	/* and the sequence's work counters what those positions cost when they were computed: the backend counts
 	 * min(p + 1, W) products per query head and row, W a prompt's window (the regime's first), so the response's aah
 	 * object is the same with the cache or without; the engine's own counter (engine_attention_work) counts only what
@@ -1149,7 +1313,8 @@ void engine_prefix_insert(engine *e, int32_t seq, const char *tenant, const int3
 	if (!e->prefix_on || seq < 0 || seq >= e->p.max_seqs || !e->seq_used[seq])
 		return;
 	const int32_t ri = e->policy[seq].regime, len = e->seq_len[seq], nkv = e->cfg.n_kv_heads;
-	const int32_t n_blocks = len / AAH_PAGE_LEN, live = (len + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
+	/* the rings hold the newest pages of what was written, which a truncation may have left above len */
+	const int32_t n_blocks = len / AAH_PAGE_LEN, live = (e->seq_written[seq] + AAH_PAGE_LEN - 1) / AAH_PAGE_LEN;
 	const int64_t heads = (int64_t)e->cfg.n_layers * nkv;
 	const seq_spill *sp = &e->spill[seq];
 	prefix_block *parent = NULL;

@@ -35,7 +35,12 @@ typedef struct engine_params {
 	const char *quantize;       /* NULL or "": the weights in the types the files hold; else a weight type ("q8_0",
 	                             * "q4_0", "q4_k_m", "q5_k_m", "q4_k", "q5_k", "q6_k"): every float matrix quantized as
 	                             * it is loaded, in llama.cpp's mix for that type (models/weight_quant.h) */
+	int32_t rollback;           /* positions engine_seq_truncate may take back, 0 … ENGINE_MAX_ROLLBACK (speculative
+	                             * decoding's verify passes); 0: none. It costs no memory: a ring keeps what a window
+	                             * needs however the positions come and go (engine.c says why) */
 } engine_params;
+
+#define ENGINE_MAX_ROLLBACK 16
 
 typedef struct engine engine;
 
@@ -87,9 +92,11 @@ typedef struct engine_regime_layout {
 /* Returns 0, or -1 when there is no regime i. */
 int engine_regime_layout_get(const engine *e, int32_t i, engine_regime_layout *out);
 
-/* Any thread: KV pages a sequence under `regime` (NULL: the default) holds at most at `len` positions; -1: no such
- * regime. */
+/* Any thread: KV pages a sequence under `regime` (NULL: the default) holds at most at `len` positions (one that took
+ * positions back: at the most it wrote); -1: no such regime. */
 int64_t engine_regime_kv_pages(const engine *e, const char *regime, int64_t len);
+/* Any thread: engine_params.rollback. */
+int32_t engine_rollback_max(const engine *e);
 
 /* Opens a sequence (an empty KV cache slot) that attends under `regime` (NULL: the default).
  * Returns its id, or -1 with a message: every slot taken, or no such regime. */
@@ -128,6 +135,27 @@ typedef struct engine_seq_stats {
 /* Fills *out for an open sequence; returns 0, or -1 when seq is not open. */
 int engine_seq_stats_get(const engine *e, int32_t seq, engine_seq_stats *out);
 
+/* Decode steps seq may take before its next probe (an adaptive regime's control step, engine/aah_policy.h): a
+ * generated item (engine_item.generated) of at most this many tokens contains no probe. 0: the next decode step is a
+ * probe (feed it alone); INT32_MAX: the regime never probes; -1: seq is not open. */
+int32_t engine_seq_steps_to_probe(const engine *e, int32_t seq);
+
+/* seq was just opened (it holds no positions): from now on engine_seq_truncate may take its positions back (a fork
+ * inherits that). It costs nothing; it says that the caller means to, so that a truncation of any other sequence is
+ * refused as the mistake it would be. Returns 0, or -1 with a message: not open, not empty, or the engine was made
+ * without rollback. */
+int engine_seq_allow_rollback(engine *e, int32_t seq, char *err, size_t err_len);
+
+/* Takes back seq's positions from len on: it then stands exactly as if the tokens past len had never been fed — its
+ * length, its KV (a windowed head's ring still holds its whole window), its stats
+ * (positions, attention products, branch usage, hence ACR) and the adaptive policy's step count. What it does not
+ * take back: the pages it holds (a rolled-back position's page stays in its ring, to be written again) and so
+ * kv_bytes_peak, and the engine's own work counter (engine_attention_work: the products were done). Only a sequence
+ * that allows it (engine_seq_allow_rollback), at most engine_params.rollback positions, and only positions written
+ * since its last prompt chunk (an item of two tokens or more that is not `generated`) or probe: decode steps and
+ * generated items, under the windows it has now. Returns 0, or -1 with a message, changing nothing. */
+int engine_seq_truncate(engine *e, int32_t seq, int32_t len, char *err, size_t err_len);
+
 /* Attention measurement, for calibration (aah-convert calibrate): while a sequence has one, every engine_forward that
  * feeds it adds, for each layer and query head, each of its query rows' attention probability mass by key distance
  * d = p − t into bands — band b holds band_edges[b-1] ≤ d < band_edges[b], the last one also anything beyond — and
@@ -159,6 +187,11 @@ typedef struct engine_item {
 	bool all_logits;            /* logits after every token, else only after the last */
 	bool cache;                 /* prompt positions the prefix cache will take (engine_prefix_insert after the step):
 	                             * the pages a windowed ring drops before the item ends are spilled, not lost */
+	bool generated;             /* generated tokens checked at once (speculative decoding's verify pass): each counts
+	                             * as a decode step of the adaptive policy, as if fed one by one, so the item must end
+	                             * before the sequence's next probe (at most engine_seq_steps_to_probe tokens, else
+	                             * engine_forward refuses it); with all_logits, row i is what a decode step feeding
+	                             * token i alone would give, bit for bit on the CPU */
 } engine_item;
 
 /* An item of one token at a position > 0 is a generated token to the adaptive policy (engine/aah_policy.h): it counts

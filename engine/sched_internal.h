@@ -12,8 +12,42 @@
 
 #include "engine/scheduler.h"
 
-typedef struct sched_slot sched_slot;   /* the engine thread's (scheduler.c) */
 typedef struct sched_request sched_request;
+
+typedef enum sched_slot_state {
+	SCHED_SLOT_IDLE = 0,
+	SCHED_SLOT_PREFILL,       /* prompt tokens left to feed */
+	SCHED_SLOT_DECODE,        /* `next` is the token to feed */
+	SCHED_SLOT_FORK_WAIT,     /* no sequence yet: forks its leader's once the shared prompt is through */
+	SCHED_SLOT_PREFIX_WAIT,   /* no sequence yet: waits for its leader's prompt, which shares its beginning, to be in
+	                           * the prefix cache, then prefills after what it finds there */
+	SCHED_SLOT_DONE,          /* ended this step; compacted away at its end */
+} sched_slot_state;
+
+/* A running request, on the engine thread. */
+typedef struct sched_slot {
+	sched_request *r;                 /* NULL when idle */
+	sched_slot_state state;
+	int32_t seq;                      /* engine sequence; -1 in FORK_WAIT */
+	int32_t leader;                   /* FORK_WAIT: the slot whose prefill this one forks; PREFIX_WAIT: whose prompt it
+	                                   * waits for */
+	int32_t cached;                   /* prompt tokens the prefix cache gave it */
+	int32_t n_fed;                    /* prompt tokens fed so far */
+	int32_t n_tokens;                 /* tokens generated */
+	int32_t next;                     /* DECODE: the token the next step feeds */
+	int32_t chunk;                    /* this step: tokens fed (0 = not in this step) */
+	int64_t row0;                     /* this step: first logits row */
+	bool changed;                     /* this step: something to publish */
+	/* speculative decoding (sched_spec.c) */
+	int32_t feed[SCHED_MAX_SPEC_K + 1];   /* this step's item: next, then the draft */
+	int32_t n_draft;                  /* this step: draft tokens in feed (0: a plain decode step) */
+	int32_t spec_k;                   /* the draft length it may propose now (adaptive: moves with acceptance) */
+	engine *de;                       /* regime and model drafts: the engine of its draft sequence */
+	int32_t dseq;                     /* its draft sequence, or -1 */
+	int32_t dlen;                     /* positions the draft sequence holds: the request's tokens [0, dlen) */
+	int32_t d_need;                   /* this step: tokens its draft sequence is fed before drafting */
+	int32_t spec_drafted, spec_accepted, spec_passes;   /* so far (sched_result) */
+} sched_slot;
 
 struct sched_request {
 	sched *s;
@@ -40,6 +74,10 @@ struct sched_request {
 
 	/* the engine thread's */
 	sampler smp;
+	sched_draft draft;                /* speculative decoding, resolved at submit: SCHED_DRAFT_OFF, or how it drafts */
+	int32_t spec_k;                   /* draft tokens per verify pass at most */
+	bool spec_adaptive;
+	int32_t draft_regime;             /* SCHED_DRAFT_REGIME: its index into s->regimes */
 	grammar_matcher *gm;              /* the output's grammar, or NULL */
 	uint32_t *mask;                   /* gm's allowed tokens, one bit per logits column */
 	double t_admit, t_first, t_last;
@@ -108,6 +146,16 @@ struct sched {
 	int32_t *lp_ids;                  /* AAH_LOGITS_TOP_MAX: one row's candidates over all columns (logprobs) */
 	float *lp_logits;                 /* AAH_LOGITS_TOP_MAX */
 	int64_t text_room;                /* the most text one token makes (stop_text_room_max); 0 without a tokenizer */
+	/* speculative decoding's drafting (sched_spec.c): items and rows of one draft round, per draft engine */
+	engine_item *d_items;             /* max_seqs */
+	int32_t *d_slot;                  /* max_seqs: the slot of each */
+	const float **d_rows;             /* max_seqs */
+	int32_t *d_ids;                   /* max_seqs */
+	float *d_logits;                  /* (max_seqs, the widest draft vocabulary) */
+	int32_t *d_feed;                  /* (max_seqs, step_tokens) what each slot's draft sequence is fed first */
+	int32_t spec_rows;                /* verify rows a step may add beyond one a slot (sizes s->logits) */
+	bool regime_drafts;               /* the engine has a draft sequence for every slot (SCHED_DRAFT_REGIME) */
+	int32_t d_vocab;                  /* columns a draft may propose: the target's and the draft model's common ids */
 	sched_request **admitted;         /* max_seqs */
 	sched_request **dropped;          /* queue_length: cancelled while waiting */
 
@@ -116,5 +164,23 @@ struct sched {
 	int64_t rate_sec[10];             /* per-second buckets of the last 10 s */
 	double rate_prompt[10], rate_gen[10];
 };
+
+/* sched_spec.c, the engine thread's: */
+/* Fills every decoding slot's draft for this step (sl->n_draft tokens after sl->next in sl->feed), running the draft
+ * engines' forward passes for regime and model drafts. */
+void spec_draft(sched *s);
+/* A verify pass of sl's draft begins (counts the draft), and one of its tokens was accepted (counts it). */
+void spec_pass(sched *s, sched_slot *sl);
+void spec_accept(sched *s, sched_slot *sl);
+/* After sl's verify pass accepted `accepted` of its sl->n_draft tokens and it still runs: takes back the positions past
+ * them in its sequence and its draft sequence, and moves its k. */
+void spec_verified(sched *s, sched_slot *sl, int32_t accepted);
+/* sl's request ends: its draft sequence closes, and its counts go to the result. */
+void spec_end(sched *s, sched_slot *sl, sched_result *res);
+/* The sequence's tokens: prompt, then the output. */
+static inline int32_t sched_token_at(const sched_request *r, int32_t i)
+{
+	return i < r->n_prompt ? r->prompt[i] : r->tokens[i - r->n_prompt];
+}
 
 #endif

@@ -23,6 +23,14 @@ static int64_t pages_max(const sched *s, int32_t regime, int64_t len)
 	return engine_regime_kv_pages(s->e, s->regimes[regime], len);
 }
 
+/* A request's worst case: its sequence, and the draft sequence of a regime draft, which lives in the same page pool.
+ * A verify pass never writes past prompt + max_tokens − 1 (sched_spec.c's draft_room), nor a draft sequence. */
+static int64_t request_pages(const sched *s, int32_t regime, sched_draft draft, int32_t draft_regime, int64_t len)
+{
+	int64_t n = pages_max(s, regime, len);
+	return draft == SCHED_DRAFT_REGIME ? n + pages_max(s, draft_regime, len) : n;
+}
+
 /* ---- requests ---- */
 
 static void request_free(sched_request *r)
@@ -57,7 +65,15 @@ static int lp_rows_alloc(sched_logprob_rows *rows, int64_t n, int32_t n_top)
 
 /* Made on the submitting thread, so that the engine thread does not allocate (but for gen_text's rare growth). Returns
  * NULL when out of memory. */
-static sched_request *request_new(sched *s, const sched_request_params *p, int32_t regime)
+/* A request's speculative decoding as it will run (sched_request's fields of the same names). */
+typedef struct spec_choice {
+	sched_draft draft;
+	int32_t spec_k;
+	bool spec_adaptive;
+	int32_t draft_regime;
+} spec_choice;
+
+static sched_request *request_new(sched *s, const sched_request_params *p, int32_t regime, const spec_choice *spec)
 {
 	sched_request *r = calloc(1, sizeof *r);
 	if (!r)
@@ -77,7 +93,12 @@ static sched_request *request_new(sched *s, const sched_request_params *p, int32
 		memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
 	r->notify = p->notify;
 	r->notify_ctx = p->notify_ctx;
-	r->pages_max = pages_max(s, regime, (int64_t)p->n_prompt + p->max_tokens);
+	r->draft = spec->draft;
+	r->spec_k = spec->spec_k;
+	r->spec_adaptive = spec->spec_adaptive;
+	r->draft_regime = spec->draft_regime;
+	r->result.draft = r->draft;
+	r->pages_max = request_pages(s, regime, r->draft, r->draft_regime, (int64_t)p->n_prompt + p->max_tokens);
 	r->result.stop_id = -1;
 	r->result.stop_string = -1;
 	r->result.ttft_s = -1;
@@ -120,8 +141,54 @@ static int32_t regime_index(const sched *s, const char *name)
 	return -1;
 }
 
-static sched_status validate(const sched *s, const sched_request_params *p, int32_t *regime, char *err,
-                             size_t err_len)
+/* The request's speculative decoding, its defaults taken from the server's: into spec's draft fields. */
+static sched_status spec_resolve(const sched *s, const sched_request_params *p, int32_t regime, spec_choice *spec,
+                                 char *err, size_t err_len)
+{
+	const sched_spec *q = &p->spec;
+	spec->draft = q->draft == SCHED_DRAFT_DEFAULT ? s->p.spec.draft : q->draft;
+	if (spec->draft < SCHED_DRAFT_OFF || spec->draft > SCHED_DRAFT_MODEL || q->k < 0 || q->k > SCHED_MAX_SPEC_K) {
+		snprintf(err, err_len, "speculation: no such draft kind, or k outside 1 … %d", SCHED_MAX_SPEC_K);
+		return SCHED_ERR_SPEC;
+	}
+	spec->spec_k = q->k > 0 ? q->k : s->p.spec.k;
+	spec->spec_adaptive = q->adaptive < 0 ? s->p.spec.adaptive != 0 : q->adaptive != 0;
+	spec->draft_regime = -1;
+	if (spec->draft == SCHED_DRAFT_OFF)
+		return SCHED_OK;
+	if (engine_rollback_max(s->e) < spec->spec_k + 1) {
+		snprintf(err, err_len, "speculation: this engine takes back %d positions at most, and k %d needs %d",
+		         engine_rollback_max(s->e), spec->spec_k, spec->spec_k + 1);
+		return SCHED_ERR_SPEC;
+	}
+	if (spec->draft == SCHED_DRAFT_MODEL && !s->p.draft) {
+		snprintf(err, err_len, "speculation: model drafts need a draft model, and this server has none "
+		         "(aahd --model-draft DIR)");
+		return SCHED_ERR_SPEC;
+	}
+	if (spec->draft == SCHED_DRAFT_REGIME) {
+		if (!s->regime_drafts) {
+			snprintf(err, err_len, "speculation: regime drafts are off on this server (aahd --draft-regime NAME "
+			         "opens the draft sequences they need)");
+			return SCHED_ERR_SPEC;
+		}
+		const char *name = q->regime ? q->regime : s->p.spec.regime;
+		spec->draft_regime = name ? regime_index(s, name) : -1;
+		if (spec->draft_regime < 0) {
+			snprintf(err, err_len, "speculation: unknown draft regime '%s'", name ? name : "");
+			return SCHED_ERR_SPEC;
+		}
+		if (spec->draft_regime == regime) {
+			snprintf(err, err_len, "speculation: the draft regime '%s' is the request's own regime: it would "
+			         "propose what the request computes anyway", name);
+			return SCHED_ERR_SPEC;
+		}
+	}
+	return SCHED_OK;
+}
+
+static sched_status validate(const sched *s, const sched_request_params *p, int32_t *regime, spec_choice *spec,
+                             char *err, size_t err_len)
 {
 	if (p->n_prompt < 1 || !p->prompt) {
 		snprintf(err, err_len, "the prompt is empty");
@@ -165,7 +232,10 @@ static sched_status validate(const sched *s, const sched_request_params *p, int3
 		snprintf(err, err_len, "unknown regime '%s'", p->regime);
 		return SCHED_ERR_REGIME;
 	}
-	int64_t need = pages_max(s, *regime, (int64_t)p->n_prompt + p->max_tokens);
+	sched_status st = spec_resolve(s, p, *regime, spec, err, err_len);
+	if (st != SCHED_OK)
+		return st;
+	int64_t need = request_pages(s, *regime, spec->draft, spec->draft_regime, (int64_t)p->n_prompt + p->max_tokens);
 	if (need > s->pool_pages) {
 		snprintf(err, err_len, "%d prompt + %d new tokens need %lld KV bytes; the cache holds %lld", p->n_prompt,
 		         p->max_tokens, (long long)(need * s->page_bytes), (long long)(s->pool_pages * s->page_bytes));
@@ -181,7 +251,9 @@ static int32_t prompt_leader(sched_request *const *rs, int32_t i)
 	const sched_request *r = rs[i];
 	for (int32_t j = 0; j < i; j++) {
 		const sched_request *l = rs[j];
+		/* a fork takes its leader's rings: both speculate (a windowed ring's rollback page) or neither */
 		if (l->regime == r->regime && l->n_prompt == r->n_prompt && sched_same_tenant(l, r) &&
+		    (l->draft == SCHED_DRAFT_OFF) == (r->draft == SCHED_DRAFT_OFF) &&
 		    (!r->prompt_lp || (l->prompt_lp && l->prompt_lp_rows.n_top == r->prompt_lp_rows.n_top)) &&
 		    !memcmp(l->prompt, r->prompt, (size_t)r->n_prompt * sizeof *r->prompt))
 			return j;
@@ -200,8 +272,9 @@ sched_status sched_submit(sched *s, const sched_request_params *p, int32_t n, sc
 		out[i] = NULL;
 	for (int32_t i = 0; i < n; i++) {
 		int32_t regime;
-		sched_status st = validate(s, &p[i], &regime, err, err_len);
-		if (st == SCHED_OK && !(out[i] = request_new(s, &p[i], regime))) {
+		spec_choice spec;
+		sched_status st = validate(s, &p[i], &regime, &spec, err, err_len);
+		if (st == SCHED_OK && !(out[i] = request_new(s, &p[i], regime, &spec))) {
 			snprintf(err, err_len, "out of memory");
 			st = SCHED_ERR_NOMEM;
 		}

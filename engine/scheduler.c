@@ -29,31 +29,6 @@
 #include "base/clock.h"
 #include "engine/prefix_cache.h"
 
-typedef enum sched_slot_state {
-	SCHED_SLOT_IDLE = 0,
-	SCHED_SLOT_PREFILL,       /* prompt tokens left to feed */
-	SCHED_SLOT_DECODE,        /* `next` is the token to feed */
-	SCHED_SLOT_FORK_WAIT,     /* no sequence yet: forks its leader's once the shared prompt is through */
-	SCHED_SLOT_PREFIX_WAIT,   /* no sequence yet: waits for its leader's prompt, which shares its beginning, to be in
-	                           * the prefix cache, then prefills after what it finds there */
-	SCHED_SLOT_DONE,          /* ended this step; compacted away at its end */
-} sched_slot_state;
-
-typedef struct sched_slot {
-	sched_request *r;                 /* NULL when idle */
-	sched_slot_state state;
-	int32_t seq;                      /* engine sequence; -1 in FORK_WAIT */
-	int32_t leader;                   /* FORK_WAIT: the slot whose prefill this one forks; PREFIX_WAIT: whose prompt it
-	                                   * waits for */
-	int32_t cached;                   /* prompt tokens the prefix cache gave it */
-	int32_t n_fed;                    /* prompt tokens fed so far */
-	int32_t n_tokens;                 /* tokens generated */
-	int32_t next;                     /* DECODE: the token the next step feeds */
-	int32_t chunk;                    /* this step: tokens fed (0 = not in this step) */
-	int64_t row0;                     /* this step: first logits row */
-	bool changed;                     /* this step: something to publish */
-} sched_slot;
-
 /* A slot's logits row in this step: in host memory (the host path), or kept in the engine (device sampling) with
  * the candidates logits_top left of it. */
 typedef struct sched_row {
@@ -164,6 +139,7 @@ static void request_end(sched *s, sched_request *r, sched_slot *sl, sched_finish
 		}
 		res.n_tokens = sl->n_tokens;
 		res.cached_tokens = sl->cached;
+		spec_end(s, sl, &res);
 		res.has_stats = engine_seq_stats_get(s->e, sl->seq, &res.stats) == 0;
 		engine_seq_close(s->e, sl->seq);
 		s->reserved_pages -= r->pages_max;
@@ -405,6 +381,29 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 	sl->state = SCHED_SLOT_DECODE;
 }
 
+/* A verify pass: sl fed `next` and its draft (rows: the item's rows, host memory). Each row is sampled as the decode
+ * step that fed its token alone would sample it, in order, while the token drawn is the draft's next one: the output
+ * is that of one-by-one decoding, draw for draw (scheduler.h's sched_draft). The positions after the last token that
+ * stands are taken back. */
+static void slot_verify(sched *s, sched_slot *sl, const float *rows, double t)
+{
+	sched_request *r = sl->r;
+	spec_pass(s, sl);
+	int32_t j = 0;
+	for (;; j++) {
+		sched_row src = { .host = rows + (int64_t)j * s->vocab, .kept = -1, .greedy_id = -1 };
+		slot_generate(s, sl, &src, t);
+		if (sl->state != SCHED_SLOT_DECODE)
+			return;   /* ended: its sequence is closed, its counts are in its result */
+		if (j == sl->n_draft || sl->next != sl->feed[j + 1])
+			break;
+		spec_accept(s, sl);
+	}
+	spec_verified(s, sl, j);
+	if (sl->changed)
+		publish(r, sl);
+}
+
 /* Takes waiting requests into free slots, first come first served, while their worst-case pages fit; drops the
  * cancelled ones. Returns with the admitted in s->admitted (count) and the dropped in s->dropped (*n_dropped). */
 static int32_t queue_take(sched *s, int32_t *n_dropped)
@@ -468,7 +467,9 @@ static void slot_prefill(sched *s, sched_slot *sl)
 	sl->state = SCHED_SLOT_PREFILL;
 	sl->n_fed = 0;
 	sl->seq = engine_seq_open(s->e, s->regimes[sl->r->regime], err, sizeof err);
-	if (sl->seq < 0) {   /* cannot happen: the regime was checked at submit and a slot is free */
+	/* cannot fail: the regime was checked at submit, a slot is free, and the engine was made with rollback when the
+	 * request may speculate (sched_submit) */
+	if (sl->seq < 0 || (sl->r->draft != SCHED_DRAFT_OFF && engine_seq_allow_rollback(s->e, sl->seq, err, sizeof err))) {
 		request_end(s, sl->r, sl, SCHED_FINISH_ERROR, err);
 		return;
 	}
@@ -523,6 +524,8 @@ static void slot_start(sched *s, sched_request *r, double t)
 	memset(sl, 0, sizeof *sl);
 	sl->r = r;
 	sl->seq = -1;
+	sl->dseq = -1;
+	sl->spec_k = r->draft != SCHED_DRAFT_OFF ? r->spec_k : 0;
 	s->order[s->n_order++] = k;
 	/* a choice whose leader is still prefilling the same prompt waits for it; otherwise it prefills alone */
 	for (int32_t i = 0; r->leader_id && i < s->n_order; i++) {
@@ -663,6 +666,7 @@ static void sched_step(sched *s)
 			request_end(s, sl->r, sl, SCHED_FINISH_CANCELLED, NULL);
 	}
 	order_compact(s);
+	spec_draft(s);   /* every decoding slot's draft, and the draft engines' passes that make them */
 
 	int32_t n_items = 0, budget = s->p.step_tokens, lp_budget = s->prompt_logit_rows;
 	int64_t rows = 0, prompt_tokens = 0;
@@ -675,9 +679,12 @@ static void sched_step(sched *s)
 				sl->changed = false;
 				if (sl->state != SCHED_SLOT_DECODE)
 					continue;
-				s->items[n_items] = (engine_item){ sl->seq, &sl->next, 1, false, false };
-				sl->chunk = 1;
-				sl->row0 = rows++;
+				/* next, and the draft after it checked in the same pass: a row each */
+				const bool verify = sl->n_draft > 0;
+				s->items[n_items] = (engine_item){ sl->seq, sl->feed, 1 + sl->n_draft, verify, false, verify };
+				sl->chunk = 1 + sl->n_draft;
+				sl->row0 = rows;
+				rows += sl->chunk;
 			} else {
 				if (sl->state != SCHED_SLOT_PREFILL)
 					continue;
@@ -698,7 +705,7 @@ static void sched_step(sched *s)
 				if (c <= 0)
 					continue;
 				budget -= c;
-				s->items[n_items] = (engine_item){ sl->seq, r->prompt + sl->n_fed, c, r->prompt_lp, s->prefix };
+				s->items[n_items] = (engine_item){ sl->seq, r->prompt + sl->n_fed, c, r->prompt_lp, s->prefix, false };
 				sl->chunk = c;
 				sl->row0 = rows;
 				if (r->prompt_lp) {
@@ -739,7 +746,8 @@ static void sched_step(sched *s)
 	int32_t n_greedy = 0, greedy_cols = 0;
 	for (int32_t i = 0; i < n_items && !dev; i++) {
 		sched_slot *sl = &s->slots[s->item_slot[i]];
-		int32_t cols = sl->state == SCHED_SLOT_DECODE && !sl->r->gm ? sampler_greedy_cols(&sl->r->smp) : 0;
+		int32_t cols = sl->state == SCHED_SLOT_DECODE && !sl->r->gm && sl->n_draft == 0 ?
+		               sampler_greedy_cols(&sl->r->smp) : 0;
 		if (cols == 0 || (n_greedy > 0 && cols != greedy_cols))
 			continue;
 		greedy_cols = cols;
@@ -794,6 +802,10 @@ static void sched_step(sched *s)
 			prefix_waiters_release(s, s->item_slot[i]);
 			sl->changed = true;   /* prompt_done */
 			followers_fork(s, s->item_slot[i], &src, t);
+		}
+		if (sl->state == SCHED_SLOT_DECODE && sl->n_draft > 0) {
+			slot_verify(s, sl, row, t);
+			continue;
 		}
 		slot_generate(s, sl, &src, t);
 		if (sl->state != SCHED_SLOT_DONE && sl->changed)
@@ -892,6 +904,29 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 			s->default_regime = i;
 	}
 	s->m.n_regimes = s->n_regimes;
+	/* speculative decoding's server defaults (scheduler.h) */
+	s->regime_drafts = engine_seqs >= 2 * s->p.max_seqs;
+	if (s->p.spec.regime) {
+		bool found = false;
+		for (int32_t i = 0; i < s->n_regimes && !found; i++)
+			if (!strcmp(s->regimes[i], s->p.spec.regime)) {
+				s->p.spec.regime = s->regimes[i];   /* the scheduler's copy of the name */
+				found = true;
+			}
+		if (!found) {
+			snprintf(err, err_len, "scheduler: unknown draft regime '%s'", s->p.spec.regime);
+			free(s);
+			return -1;
+		}
+	}
+	if ((s->p.spec.draft == SCHED_DRAFT_MODEL && !s->p.draft) ||
+	    (s->p.spec.draft == SCHED_DRAFT_REGIME && (!s->p.spec.regime || !s->regime_drafts))) {
+		snprintf(err, err_len, "scheduler: the default draft '%s' needs %s", sched_draft_name(s->p.spec.draft),
+		         s->p.spec.draft == SCHED_DRAFT_MODEL ? "a draft model" :
+		         "a draft regime and an engine with two sequences a slot");
+		free(s);
+		return -1;
+	}
 	s->m.kv_bytes_capacity = s->pool_pages * s->page_bytes;
 	histogram_init(&s->m.ttft, ttft_bounds, (int32_t)(sizeof ttft_bounds / sizeof *ttft_bounds));
 	histogram_init(&s->m.inter_token, itl_bounds, (int32_t)(sizeof itl_bounds / sizeof *itl_bounds));
@@ -903,7 +938,30 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	 * logprobs), which get about 64 MiB of logits. */
 	int64_t lp_rows = ((int64_t)64 << 20) / ((int64_t)s->vocab * (int64_t)sizeof(float));
 	s->prompt_logit_rows = lp_rows < 16 ? 16 : lp_rows > s->p.step_tokens ? s->p.step_tokens : (int32_t)lp_rows;
-	int64_t logit_rows = (int64_t)s->p.max_seqs + s->prompt_logit_rows;
+	/* and the verify rows of speculating slots: the server's k for each slot, at least one slot's largest draft (a
+	 * step cuts the drafts to fit: spec_draft) */
+	if (s->p.spec.k <= 0)
+		s->p.spec.k = 4;
+	if (s->p.spec.k > SCHED_MAX_SPEC_K)
+		s->p.spec.k = SCHED_MAX_SPEC_K;
+	if (s->p.spec.draft == SCHED_DRAFT_DEFAULT)
+		s->p.spec.draft = SCHED_DRAFT_OFF;
+	if (s->p.spec.adaptive < 0)
+		s->p.spec.adaptive = 1;
+	s->spec_rows = s->p.max_seqs * s->p.spec.k;
+	if (s->spec_rows < SCHED_MAX_SPEC_K)
+		s->spec_rows = SCHED_MAX_SPEC_K;
+	int64_t logit_rows = (int64_t)s->p.max_seqs + s->prompt_logit_rows + s->spec_rows;
+	/* a draft proposes ids both models have (a draft model's embedding may be padded otherwise) */
+	int32_t dv = s->p.draft ? engine_config(s->p.draft)->vocab_size : 0;
+	s->d_vocab = dv > 0 && dv < s->vocab ? dv : s->vocab;
+	int32_t d_width = dv > s->vocab ? dv : s->vocab;
+	s->d_items = calloc((size_t)s->p.max_seqs, sizeof *s->d_items);
+	s->d_slot = calloc((size_t)s->p.max_seqs, sizeof *s->d_slot);
+	s->d_rows = calloc((size_t)s->p.max_seqs, sizeof *s->d_rows);
+	s->d_ids = calloc((size_t)s->p.max_seqs, sizeof *s->d_ids);
+	s->d_logits = malloc((size_t)s->p.max_seqs * (size_t)d_width * sizeof *s->d_logits);
+	s->d_feed = malloc((size_t)s->p.max_seqs * (size_t)s->p.step_tokens * sizeof *s->d_feed);
 	s->slots = calloc((size_t)s->p.max_seqs, sizeof *s->slots);
 	s->order = calloc((size_t)s->p.max_seqs, sizeof *s->order);
 	s->items = calloc((size_t)s->p.max_seqs, sizeof *s->items);
@@ -937,7 +995,8 @@ int sched_init(sched **out, engine *e, const engine_params *ep, const sched_para
 	atomic_init(&s->epoch, 1);
 	if (!s->slots || !s->order || !s->items || !s->item_slot || !s->greedy_rows || !s->greedy_ids || !s->greedy_item ||
 	    !s->admitted || !s->queue || !s->dropped || !s->logits || !s->top_stats || !s->top_ids || !s->top_logits ||
-	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits ) {
+	    !s->top_temp || !s->row_fetched || !s->lp_ids || !s->lp_logits || !s->d_items || !s->d_slot || !s->d_rows ||
+	    !s->d_ids || !s->d_logits || !s->d_feed) {
 		snprintf(err, err_len, "scheduler: out of memory");
 		sched_free(s);
 		return -1;
@@ -984,5 +1043,11 @@ void sched_free(sched *s)
 	free(s->row_fetched);
 	free(s->lp_ids);
 	free(s->lp_logits);
+	free(s->d_items);
+	free(s->d_slot);
+	free(s->d_rows);
+	free(s->d_ids);
+	free(s->d_logits);
+	free(s->d_feed);
 	free(s);
 }

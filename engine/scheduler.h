@@ -49,6 +49,7 @@ typedef enum sched_status {
 	SCHED_ERR_QUEUE_FULL,     /* queue_length requests are waiting already */
 	SCHED_ERR_SHUTDOWN,       /* draining: no new work */
 	SCHED_ERR_NOMEM,
+	SCHED_ERR_SPEC,           /* the speculation it asks for cannot run here (no draft model, k past the engine's …) */
 } sched_status;
 
 /* With the engine's prefix cache on (engine_params.prefix_cache), a request starts after the longest prefix of its
@@ -61,6 +62,38 @@ typedef enum sched_status {
  * Admission: first come, first served. The head of the queue enters when a slot is free and its worst-case KV pages
  * (its regime's capacities at prompt + max_tokens positions) fit beside those reserved by the running requests; until
  * then no request behind it enters, so a large request is never overtaken forever by small ones. */
+/* Speculative decoding (docs/speculative.md): a request that speculates proposes up to k tokens past the one it
+ * feeds next (the draft), and one engine step feeds them all as one item (engine_item.generated) beside the other
+ * requests; its logits rows are then sampled one after another exactly as k + 1 decode steps would sample them — the
+ * same sampler, mask, penalties, stop checks and random draws — and the draft is taken while each token drawn equals
+ * the proposed one. For a draft that proposes one token with certainty that is the standard rejection rule (accept d
+ * with probability p(d), else draw from p without d), so the output is the one decoding without a draft would give,
+ * draw for draw; the positions past the last accepted one are taken back (engine_seq_truncate). Drafts: */
+typedef enum sched_draft {
+	SCHED_DRAFT_DEFAULT = 0,  /* a request: the server's (sched_params.spec) */
+	SCHED_DRAFT_OFF,
+	SCHED_DRAFT_NGRAM,        /* prompt lookup: the tokens that followed the latest earlier occurrence of the context's
+	                           * last 2 … 4 tokens, in the prompt or the output */
+	SCHED_DRAFT_REGIME,       /* the target model itself under another (smaller-window) AAH regime, its greedy tokens:
+	                           * a second sequence of the same engine, the same weights, no second model */
+	SCHED_DRAFT_MODEL,        /* the draft model's greedy tokens (sched_params.draft: same tokenizer) */
+} sched_draft;
+
+#define SCHED_MAX_SPEC_K 15       /* draft tokens per verify pass at most (the engine takes back ≤ 16 positions) */
+#define SCHED_N_DRAFTS 3          /* the kinds that draft: ngram, regime, model (the metrics' index: kind − NGRAM) */
+
+typedef struct sched_spec {
+	sched_draft draft;
+	int32_t k;                /* draft tokens per verify pass at most, 1 … SCHED_MAX_SPEC_K; 0: the server's */
+	int32_t adaptive;         /* 1: k shrinks to what was accepted when a draft is rejected and grows by one after a
+	                           * draft taken whole; 0: always k; -1: the server's */
+	const char *regime;       /* SCHED_DRAFT_REGIME: the regime that drafts; NULL: the server's; copied */
+} sched_spec;
+
+/* The name of a draft kind ("off", "ngram", "regime", "model"); sched_draft_parse the reverse (-1: none such). */
+const char *sched_draft_name(sched_draft d);
+int sched_draft_parse(const char *name, sched_draft *out);
+
 typedef struct sched_params {
 	int32_t max_seqs;         /* sequences running at once; must be ≤ the engine's max_seqs; 0 = 8 */
 	int32_t queue_length;     /* requests waiting at most (beyond that sched_submit refuses); 0 = 64 */
@@ -69,6 +102,13 @@ typedef struct sched_params {
 	const tokenizer *tok;     /* decodes generated tokens into each request's text (sched_view.text), once, on the
 	                           * engine thread; borrowed, must outlive the scheduler. NULL: no text, and no request
 	                           * may have stop strings */
+	/* Speculative decoding: the server's default for requests that do not choose (draft SCHED_DRAFT_DEFAULT is taken
+	 * for off, k 0 for 4, adaptive -1 for on); a request may choose any kind the server can run. The engines must have
+	 * been made with engine_params.rollback ≥ k + 1 for a request to speculate. */
+	sched_spec spec;
+	engine *draft;            /* the draft model (SCHED_DRAFT_MODEL), or NULL: its tokenizer is the target's (the caller
+	                           * checked), its engine belongs to the engine thread from sched_init on, as e does;
+	                           * the caller frees it after sched_free */
 } sched_params;
 
 /* Called on the engine thread after new output is published for a request (last = false), and once more when the
@@ -106,6 +146,7 @@ typedef struct sched_request_params {
 	 * SCHED_FINISH_STOP as soon as the grammar admits nothing longer, and an error of the matcher (a bound) ends it
 	 * with SCHED_FINISH_ERROR. Log-probabilities stay those of the raw logits. NULL: free output. */
 	grammar *grammar;
+	sched_spec spec;          /* speculative decoding: {0} for the server's default */
 	sched_notify_fn notify;   /* optional */
 	void *notify_ctx;
 } sched_request_params;
@@ -148,6 +189,10 @@ typedef struct sched_result {
 	bool grammar_failed;      /* SCHED_FINISH_ERROR from the request's grammar (a bound of its matcher), not the engine */
 	int32_t cached_tokens;    /* prompt tokens that came from the prefix cache instead of a prefill (a choice that
 	                           * forked another's prefill: 0, the prompt is counted once, under the one that ran it) */
+	sched_draft draft;        /* how it speculated (SCHED_DRAFT_OFF: it did not) */
+	int32_t spec_drafted;     /* draft tokens proposed, those accepted, and the verify passes that checked them */
+	int32_t spec_accepted;
+	int32_t spec_passes;
 	char err[256];            /* SCHED_FINISH_ERROR: why */
 } sched_result;
 
@@ -185,6 +230,11 @@ typedef struct sched_metrics {
 	 * bound ended (error), and the time of each token mask (grammar_matcher_mask) on the engine thread. */
 	uint64_t constrained_requests, constrained_complete, constrained_errors;
 	sched_histogram grammar_mask;
+	/* Speculative decoding, per draft kind (index kind − SCHED_DRAFT_NGRAM): draft tokens proposed and accepted, verify
+	 * passes (steps that checked a draft of one token or more), and draft-engine steps (the forward passes that made
+	 * regime and model drafts). */
+	uint64_t spec_drafted[SCHED_N_DRAFTS], spec_accepted[SCHED_N_DRAFTS], spec_passes[SCHED_N_DRAFTS];
+	uint64_t spec_draft_steps[SCHED_N_DRAFTS];
 } sched_metrics;
 
 /* Starts the engine thread, which owns e from now on: no other thread may call engine functions until

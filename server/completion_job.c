@@ -318,10 +318,27 @@ json_t *cmpl_job_aah(const cmpl_job *j, const cmpl_choice *only)
 		json_object_set_new(by_window, w, json_integer((json_int_t)t.window_usage[k]));   /* query-head selections */
 	}
 	/* four decimals, as the paper reports ACR */
-	return json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", cmpl_job_regime_name(j), "acr",
-	                 round(aah_tally_acr(&t) * 1e4) / 1e4, "attention_work_ratio", aah_tally_work_ratio(&t),
-	                 "kv_bytes", (json_int_t)t.kv_bytes_peak, "kv_memory_ratio", aah_tally_kv_ratio(&t),
-	                 "branch_usage", by_window);
+	json_t *o = json_pack("{s:s,s:f,s:f,s:I,s:f,s:o}", "regime", cmpl_job_regime_name(j), "acr",
+	                      round(aah_tally_acr(&t) * 1e4) / 1e4, "attention_work_ratio", aah_tally_work_ratio(&t),
+	                      "kv_bytes", (json_int_t)t.kv_bytes_peak, "kv_memory_ratio", aah_tally_kv_ratio(&t),
+	                      "branch_usage", by_window);
+	/* speculative decoding, when the choices speculated: how much of their output the drafts gave */
+	int64_t drafted = 0, accepted = 0, passes = 0;
+	sched_draft draft = SCHED_DRAFT_OFF;
+	for (int32_t i = 0; i < j->n_choices; i++) {
+		const cmpl_choice *c = &j->choices[i];
+		if ((only && c != only) || !c->ended || c->result.draft == SCHED_DRAFT_OFF)
+			continue;
+		draft = c->result.draft;
+		drafted += c->result.spec_drafted;
+		accepted += c->result.spec_accepted;
+		passes += c->result.spec_passes;
+	}
+	if (draft != SCHED_DRAFT_OFF)
+		json_object_set_new(o, "speculation", json_pack("{s:s,s:I,s:I,s:I}", "draft", sched_draft_name(draft),
+		                                                "drafted_tokens", (json_int_t)drafted, "accepted_tokens",
+		                                                (json_int_t)accepted, "verify_passes", (json_int_t)passes));
+	return o;
 }
 
 /* ---- start ---- */
@@ -628,6 +645,7 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 			p->stop_len = cr->stop_len;
 			p->n_stop = cr->n_stop;
 			p->grammar = j->grammar;
+			p->spec = (sched_spec){ (sched_draft)cr->spec_draft, cr->spec_k, cr->spec_adaptive, cr->spec_regime };
 			p->notify = job_notify;
 			p->notify_ctx = j;
 			if (k == 0)
@@ -654,6 +672,9 @@ enum MHD_Result cmpl_job_submit(http_request *req, cmpl_job *j, cmpl_job **out)
 			break;
 		case SCHED_ERR_REGIME:
 			answered = bad(req, "aah_regime", "regime_not_found", err);
+			break;
+		case SCHED_ERR_SPEC:
+			answered = bad(req, "aah_speculation", "speculation_unavailable", err);
 			break;
 		case SCHED_ERR_TOO_LONG:
 			answered = bad(req, "max_tokens", "context_length_exceeded", err);

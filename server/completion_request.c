@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/scheduler.h"
 #include "server/request_fields.h"
 
 typedef struct parse_ctx {
@@ -282,6 +283,7 @@ void completion_request_defaults(completion_request *r)
 	r->repetition_penalty = 1.0;
 	r->logprobs = -1;
 	r->n = 1;
+	r->spec_adaptive = -1;
 }
 
 int completion_request_load(completion_request *r, const char *body, size_t len, char *err, size_t err_len,
@@ -303,6 +305,51 @@ int completion_request_load(completion_request *r, const char *body, size_t len,
 		            jerr.column);
 	if (!json_is_object(r->json))
 		return fail(&c, NULL, "the request body must be a JSON object");
+	return 0;
+}
+
+/* aah_speculation: "off", "ngram", "regime", "model", or {"draft": one of them, "k": 1 … 15, "adaptive": bool,
+ * "regime": the draft regime} (docs/speculative.md). The scheduler checks what the server can run. */
+static int spec_parse(parse_ctx *c, completion_request *r)
+{
+	static const char *const usage = "'aah_speculation' must be \"off\", \"ngram\", \"regime\", \"model\" or an object "
+	                                 "{\"draft\": one of them, \"k\": 1 to 15, \"adaptive\": bool, \"regime\": name}";
+	json_t *v = field(c, "aah_speculation");
+	if (!v)
+		return 0;
+	json_t *d = v;
+	if (json_is_object(v)) {
+		const char *key;
+		json_t *x;
+		json_object_foreach(v, key, x) {
+			if (!strcmp(key, "k")) {
+				double k = json_is_number(x) ? json_number_value(x) : 0;
+				if (k != (int32_t)k || k < 1 || k > 15)
+					return fail(c, "aah_speculation", "'aah_speculation.k' must be an integer from 1 to 15");
+				r->spec_k = (int32_t)k;
+			} else if (!strcmp(key, "adaptive")) {
+				if (!json_is_boolean(x))
+					return fail(c, "aah_speculation", "'aah_speculation.adaptive' must be true or false");
+				r->spec_adaptive = json_is_true(x);
+			} else if (!strcmp(key, "regime")) {
+				if (!json_is_string(x))
+					return fail(c, "aah_speculation", "'aah_speculation.regime' must be a regime's name");
+				r->spec_regime = json_string_value(x);
+			} else if (strcmp(key, "draft") != 0) {
+				return fail(c, "aah_speculation", "'aah_speculation' has no field '%.64s': %s", key, usage);
+			}
+		}
+		d = json_object_get(v, "draft");
+		if (!d)
+			return fail(c, "aah_speculation", "'aah_speculation.draft' is missing: %s", usage);
+	}
+	sched_draft k;
+	if (!json_is_string(d) || sched_draft_parse(json_string_value(d), &k) != 0)
+		return fail(c, "aah_speculation", "%s", usage);
+	if (r->spec_regime && k != SCHED_DRAFT_REGIME)
+		return fail(c, "aah_speculation", "'aah_speculation.regime' names a draft regime: it goes with "
+		            "\"draft\": \"regime\"");
+	r->spec_draft = (int32_t)k;
 	return 0;
 }
 
@@ -344,6 +391,8 @@ int completion_request_parse_shared(completion_request *r, const completion_limi
 		return -1;
 	if (get_int(&c, "min_tokens", 0, lim->max_tokens, NULL, &r->min_tokens) ||
 	    get_bool(&c, "ignore_eos", &r->ignore_eos) || stop_ids_parse(&c, r, lim) || bias_parse(&c, r, lim))
+		return -1;
+	if (spec_parse(&c, r))
 		return -1;
 	json_t *so = field(&c, "stream_options");
 	if (so) {

@@ -51,6 +51,10 @@ typedef struct completion_request {
 	bool ignore_eos;
 	int32_t stop_token_ids[SAMPLER_MAX_STOP_IDS];   /* distinct, in the order given */
 	int32_t n_stop_token_ids;
+	int32_t spec_draft;                  /* aah_speculation: a sched_draft (0: the server's default) */
+	int32_t spec_k;                      /* 0: the server's */
+	int32_t spec_adaptive;               /* -1: the server's; 0, 1 */
+	const char *spec_regime;             /* NULL: the server's draft regime */
 	constraint constraint;               /* the output constraint (response_format, structured_outputs, guided_*,
 	                                      * grammar, json_schema) as GBNF text, or none (server/constraint.h) */
 } completion_request;
@@ -70,7 +74,7 @@ void completion_request_free(completion_request *r);
 
 /* The pieces of completion_request_parse that /v1/chat/completions shares (chat_request.c). _defaults sets every
  * field to its default; _load parses the body into r->json (an object) after the defaults; _parse_shared reads the
- * fields both endpoints have — model, aah_regime, n, max_tokens, temperature, top_p, min_p, top_k, the penalties
+ * fields both endpoints have — model, aah_regime, aah_speculation, n, max_tokens, temperature, top_p, min_p, top_k, the penalties
  * (repetition_penalty too), seed, stop, stream, stream_options, cache_salt, logit_bias, min_tokens, ignore_eos,
  * stop_token_ids — from r->json. Each returns 0, or -1 with err and *param as above. */
 void completion_request_defaults(completion_request *r);

@@ -27,6 +27,9 @@ static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const on_off[] = { "on", "off", NULL };
 static const char *const cache_scopes[] = { "key", "global", NULL };
 static const char *const reasoning_parsers[] = { "qwen3", "none", NULL };
+static const char *const drafts[] = { "off", "ngram", "regime", "model", NULL };
+static const char *const amx_modes[] = { "auto", "off", "all", NULL };
+static const char *const bf16_modes[] = { "auto", "f32", "bf16", "amx", NULL };
 static const char *const tool_call_parsers[] = { "auto", "hermes", "llama3_json", "mistral", "none", NULL };
 
 #define STR(f) CONFIG_STRING, offsetof(aahd_config, f), 0, 0, NULL
@@ -56,6 +59,14 @@ static const config_row rows[] = {
 	  "mistral: that format; none: no parsing, and tool_choice required or a named function get 400" },
 	{ "backend", ENUM(backend, backends), "auto", "compute backend: auto, cpu, cuda (auto: CUDA when present)" },
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
+	{ "cpu_amx", ENUM(cpu_amx, amx_modes), "auto",
+	  "CPU backend, quantized products on AMX-INT8 tiles (where the CPU and kernel allow them; the same bits either "
+	  "way): auto (the environment's AAH_AMX if set, else q8_0/q4_0 on tiles from 12 rows), off, all (every packed "
+	  "type); a value other than auto overrides AAH_AMX" },
+	{ "cpu_bf16", ENUM(cpu_bf16, bf16_modes), "auto",
+	  "CPU backend, bf16 weights' products: auto (the environment's AAH_CPU_BF16 if set, else f32), f32 (exact: f32 "
+	  "activations times the widened weights), bf16 (vdpbf16ps, activations rounded to bf16, where the CPU has "
+	  "AVX-512 BF16), amx (AMX-BF16 tiles where the CPU has them); a value other than auto overrides AAH_CPU_BF16" },
 	{ "max_batch", INT(max_batch, 1, 256), "8", "sequences running at once (continuous batching)" },
 	{ "ctx_len", INT(ctx_len, 0, 1 << 20), "0", "context length per sequence; 0: min(the model's, 4096)" },
 	{ "kv_dtype", ENUM(kv_dtype, dtypes), "f16",
@@ -68,6 +79,18 @@ static const config_row rows[] = {
 	  "on, off" },
 	{ "prefix_cache_bytes", INT(prefix_cache_bytes, 0, INT64_MAX), "0",
 	  "most KV bytes the prefix cache keeps; 0: as much of the page pool as requests leave (it yields at once)" },
+	{ "speculation", ENUM(speculation, drafts), "off",
+	  "speculative decoding for requests that do not choose (aah_speculation; docs/speculative.md): off, ngram "
+	  "(prompt lookup), regime (the model under draft_regime), model (model_draft); the output is the same either way" },
+	{ "spec_k", INT(spec_k, 1, 15), "4", "draft tokens a verify pass checks at most, unless a request says" },
+	{ "spec_adaptive", ENUM(spec_adaptive, on_off), "on",
+	  "on: a request's draft length shrinks to what was accepted after a rejection and grows back by one after a "
+	  "draft taken whole; off: always spec_k" },
+	{ "draft_regime", STR(draft_regime), "",
+	  "an AAH regime of the model that drafts for regime speculation (smaller windows: cheaper steps at long context); "
+	  "it opens a draft sequence beside every slot; empty: regime drafts are off" },
+	{ "model_draft", STR(model_draft), "",
+	  "a draft model for model speculation (a directory or .gguf with the same tokenizer, checked at load); empty: none" },
 	{ "prefill_chunk", INT(prefill_chunk, 3, 65536), "256",
 	  "prompt tokens per engine step, so that a long prompt does not stall the decoding sequences" },
 	{ "max_body_bytes", INT(max_body_bytes, 1024, (int64_t)1 << 30), "1048576",
@@ -257,6 +280,14 @@ int aahd_config_check(const aahd_config *c, char *err, size_t err_len)
 		snprintf(err, err_len, "host is empty");
 		return -1;
 	}
+	if (!strcmp(c->speculation, "regime") && !*c->draft_regime) {
+		snprintf(err, err_len, "speculation = regime needs a draft_regime (--draft-regime NAME)");
+		return -1;
+	}
+	if (!strcmp(c->speculation, "model") && !*c->model_draft) {
+		snprintf(err, err_len, "speculation = model needs a model_draft (--model-draft DIR)");
+		return -1;
+	}
 	return 0;
 }
 
@@ -293,4 +324,12 @@ void aahd_config_print(const aahd_config *c, FILE *f)
 		else
 			fprintf(f, "%s = \"%s\"\n", rows[i].name, *(char *const *)field);
 	}
+}
+
+void aahd_config_export_cpu_switches(const aahd_config *c)
+{
+	if (strcmp(c->cpu_amx, "auto") != 0)
+		setenv("AAH_AMX", !strcmp(c->cpu_amx, "off") ? "0" : "all", 1);
+	if (strcmp(c->cpu_bf16, "auto") != 0)
+		setenv("AAH_CPU_BF16", c->cpu_bf16, 1);
 }

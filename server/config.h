@@ -20,6 +20,8 @@ typedef struct aahd_config {
 	char *reasoning_parser;         /* qwen3: <think> blocks of chat answers go to reasoning_content; none: off */
 	char *tool_call_parser;         /* auto, hermes, llama3_json, mistral, none (server/tool_calls.h) */
 	char *backend;                  /* auto, cpu, cuda */
+	char *cpu_amx;                  /* auto (AAH_AMX as set, else q8_0/q4_0 on tiles), off, all */
+	char *cpu_bf16;                 /* auto (AAH_CPU_BF16 as set, else exact), f32, bf16, amx */
 	int64_t threads;                /* 0 = online cores */
 	int64_t max_batch;              /* sequences running at once */
 	int64_t ctx_len;                /* 0 = min(model's, 4096) */
@@ -27,6 +29,11 @@ typedef struct aahd_config {
 	int64_t kv_budget_bytes;        /* 0 = room for max_batch full contexts */
 	char *prefix_cache;             /* on, off */
 	int64_t prefix_cache_bytes;     /* 0 = no cap below the page pool */
+	char *speculation;              /* the requests' default draft: off, ngram, regime, model */
+	int64_t spec_k;                 /* draft tokens per verify pass at most */
+	char *spec_adaptive;            /* on, off */
+	char *draft_regime;             /* "" = no regime drafts */
+	char *model_draft;              /* "" = no draft model */
 	int64_t prefill_chunk;          /* prompt tokens per engine step */
 	int64_t max_body_bytes;
 	int64_t max_prompt_tokens;      /* 0 = the context length */
@@ -55,6 +62,10 @@ int aahd_config_set(aahd_config *c, const char *key, const char *value, char *er
 int aahd_config_load(aahd_config *c, const char *path, char *err, size_t err_len);
 /* Checks what single keys cannot (e.g. a model is named). Returns 0, or -1 with a message. */
 int aahd_config_check(const aahd_config *c, char *err, size_t err_len);
+/* Hands the CPU backend's product switches to it the one way it reads them, its environment variables, before any
+ * engine exists: cpu_amx off or all sets AAH_AMX (0, all), cpu_bf16 f32, bf16 or amx sets AAH_CPU_BF16; auto leaves
+ * the variable as the environment has it. So a key that is not auto overrides the environment. */
+void aahd_config_export_cpu_switches(const aahd_config *c);
 
 /* The table, for the flags and --help: key i's name, its flag (--key-name), and a help line. */
 int aahd_config_count(void);

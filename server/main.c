@@ -198,6 +198,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "aahd: %s\n", err);
 		goto out;
 	}
+	aahd_config_export_cpu_switches(&cfg);   /* before any engine, and so its CPU backend, is created */
 	if (a.prompt_text || a.prompt_ids) {
 		a.model_dir = cfg.model;
 		if (a.n_predict < 0)

@@ -203,6 +203,30 @@ static void grammar_metrics(FILE *f, server_metrics *sm, const sched_metrics *m)
 	histogram_series(f, "aahd_grammar_mask_seconds", NULL, &m->grammar_mask);
 }
 
+/* Speculative decoding (docs/speculative.md), per draft kind, every kind from the start at 0. */
+static void spec_metrics(FILE *f, const sched_metrics *m)
+{
+	static const sched_draft kinds[SCHED_N_DRAFTS] = { SCHED_DRAFT_NGRAM, SCHED_DRAFT_REGIME, SCHED_DRAFT_MODEL };
+	struct { const char *name, *type, *help; } fam[] = {
+		{ "aahd_spec_draft_tokens_total", "counter", "Draft tokens proposed to verify passes." },
+		{ "aahd_spec_accepted_tokens_total", "counter", "Draft tokens accepted (each one a decode step saved)." },
+		{ "aahd_spec_verify_passes_total", "counter", "Steps that checked a draft of one token or more." },
+		{ "aahd_spec_draft_steps_total", "counter", "Forward passes of a draft engine (regime and model drafts)." },
+		{ "aahd_spec_acceptance_rate", "gauge", "Accepted over proposed draft tokens, since the start." },
+		{ "aahd_spec_mean_accepted_length", "gauge",
+		  "Tokens a verify pass produced on average: 1 + accepted draft tokens per pass (vLLM's mean acceptance "
+		  "length)." },
+	};
+	for (int32_t q = 0; q < (int32_t)(sizeof fam / sizeof fam[0]); q++) {
+		family(f, fam[q].name, fam[q].type, fam[q].help);
+		for (int32_t i = 0; i < SCHED_N_DRAFTS; i++) {
+			const double d = (double)m->spec_drafted[i], a = (double)m->spec_accepted[i], p = (double)m->spec_passes[i];
+			const double v[] = { d, a, p, (double)m->spec_draft_steps[i], d > 0 ? a / d : 0, p > 0 ? 1 + a / p : 0 };
+			fprintf(f, "%s{draft=\"%s\"} %.*f\n", fam[q].name, sched_draft_name(kinds[i]), q < 4 ? 0 : 6, v[q]);
+		}
+	}
+}
+
 /* The prefix cache's counters (their names: docs/architecture.md), at 0 when it is off. */
 static void prefix_cache_metrics(FILE *f, const engine_prefix_stats *p)
 {
@@ -345,6 +369,7 @@ char *server_metrics_render(server_metrics *sm, sched *s, const server_metrics_i
 	fprintf(f, "aahd_kv_cache_bytes_capacity %lld\n", (long long)m->kv_bytes_capacity);
 	prefix_cache_metrics(f, &m->prefix);
 	grammar_metrics(f, sm, m);
+	spec_metrics(f, m);
 	per_regime(f, m, "aahd_kv_memory_ratio",
 	           "Peak KV bytes over what full attention would hold for the same tokens, summed over sequences, per regime.",
 	           2);

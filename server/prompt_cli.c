@@ -93,7 +93,7 @@ int prompt_cli_run(const prompt_cli_args *a)
 		goto done_sampler;
 	}
 	double t0 = aah_now_s();
-	engine_item it = { seq, prompt, (int32_t)n_prompt, false, false };
+	engine_item it = { seq, prompt, (int32_t)n_prompt, false, false, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aahd: %s\n", err);
 		rc = 2;
@@ -107,7 +107,7 @@ int prompt_cli_run(const prompt_cli_args *a)
 		out[n_out++] = id;
 		if (n_out == a->n_predict)
 			break;
-		engine_item step = { seq, &id, 1, false, false };
+		engine_item step = { seq, &id, 1, false, false, false };
 		if (engine_forward(e, &step, 1, logits, err, sizeof err) != 0) {
 			fprintf(stderr, "aahd: stopped after %d tokens: %s\n", n_out, err);
 			break;

@@ -55,6 +55,7 @@ static const request_field fields[] = {
 	{ "web_search_options", H, NO, "aahd has no web search" },
 	/* aahd's and vLLM's extensions */
 	{ "aah_regime", C | H, IMPL, NULL },
+	{ "aah_speculation", C | H, IMPL, NULL },
 	{ "cache_salt", C | H, IMPL, NULL },
 	{ "top_k", C | H, IMPL, NULL },
 	{ "min_p", C | H, IMPL, NULL },

@@ -66,6 +66,57 @@ static int sched_busy_of(void *s) { return sched_busy(s); }
 static int http_busy_of(void *h) { return http_server_busy(h); }
 static int http_running_of(void *h) { return !http_server_stopped(h); }
 
+/* The draft model of model speculation: its own engine (its default regime, no prefix cache, room for every slot's
+ * sequence), whose tokenizer must be the target's — the same tokens, text for text, and the same end — or its ids
+ * would mean other text. */
+static int draft_open(const aahd_config *cfg, const engine_params *tp, const tokenizer *tok, engine **out, char *err,
+                      size_t err_len)
+{
+	char dir[4096];
+	engine_params ep = *tp;
+	ep.max_seqs = (int32_t)cfg->max_batch;
+	ep.kv_budget_bytes = 0;
+	ep.prefix_cache = 0;
+	ep.aah_path = NULL;
+	ep.checkpoint_step = 0;
+	*out = NULL;
+	if (aah_resolve_model_dir(cfg->model_draft, -1, dir, sizeof dir, err, err_len) != 0 ||
+	    engine_init(out, cfg->model_draft, &ep, err, err_len) != 0)
+		return -1;
+	char terr[512];
+	tokenizer *dt = tokenizer_load(dir, terr, sizeof terr);
+	int rc = -1;
+	if (!dt) {
+		snprintf(err, err_len, "%s: cannot load its tokenizer: %s", cfg->model_draft, terr);
+	} else if (tokenizer_vocab_size(dt) != tokenizer_vocab_size(tok) || tokenizer_eos(dt) != tokenizer_eos(tok)) {
+		snprintf(err, err_len, "%s: its tokenizer is not the model's (%d tokens, end %d; the model's: %d, end %d)",
+		         cfg->model_draft, tokenizer_vocab_size(dt), tokenizer_eos(dt), tokenizer_vocab_size(tok),
+		         tokenizer_eos(tok));
+	} else {
+		rc = 0;
+		for (int32_t i = 0; i < tokenizer_vocab_size(tok) && rc == 0; i++) {
+			const char *a = tokenizer_token_text(tok, i), *b = tokenizer_token_text(dt, i);
+			if (strcmp(a ? a : "", b ? b : "") != 0) {
+				snprintf(err, err_len, "%s: its tokenizer is not the model's: token %d is '%.40s' there, '%.40s' here",
+				         cfg->model_draft, i, b ? b : "", a ? a : "");
+				rc = -1;
+			}
+		}
+	}
+	if (dt)
+		tokenizer_free(dt);
+	if (rc == 0)
+		rc = model_config_check_tokenizer(engine_config(*out), tok, err, err_len);
+	if (rc != 0) {
+		engine_free(*out);
+		*out = NULL;
+		return -1;
+	}
+	log_msg(LOG_INFO, NULL, "draft model %s: %s, %d layers", cfg->model_draft, engine_backend_desc(*out),
+	        engine_config(*out)->n_layers);
+	return 0;
+}
+
 int server_run(const aahd_config *cfg)
 {
 	int lvl = log_level_parse(cfg->log_level);
@@ -96,10 +147,17 @@ int server_run(const aahd_config *cfg)
 	ep.prefix_cache_bytes = cfg->prefix_cache_bytes;
 	ep.checkpoint_step = cfg->checkpoint_step;
 	ep.aah_path = *cfg->aah ? cfg->aah : NULL;
+	/* speculative decoding: any request may take positions back (a sequence that speculates holds a page more per
+	 * windowed ring; the others nothing), and regime drafts need a draft sequence beside every slot in the same pool
+	 * (without kv_budget_bytes the pool then has room for twice the slots' full contexts: memory the OS commits only
+	 * as pages are written on the CPU) */
+	ep.rollback = ENGINE_MAX_ROLLBACK;
+	if (*cfg->draft_regime)
+		ep.max_seqs *= 2;
 
 	char err[1024], dir[4096];
 	int rc = 1;
-	engine *e = NULL;
+	engine *e = NULL, *draft = NULL;
 	http_server *http = NULL;
 	if (*cfg->api_keys && api_keys_load(&srv->keys, cfg->api_keys, err, sizeof err) != 0) {
 		log_msg(LOG_ERROR, NULL, "api_keys: %s", err);
@@ -195,6 +253,10 @@ int server_run(const aahd_config *cfg)
 		snprintf(srv->model_name, sizeof srv->model_name, "%s", basename(path));
 	}
 
+	if (*cfg->model_draft && draft_open(cfg, &ep, srv->tok, &draft, err, sizeof err) != 0) {
+		log_msg(LOG_ERROR, NULL, "model_draft: %s", err);
+		goto done;
+	}
 	sched_params sp = { 0 };
 	sp.max_seqs = (int32_t)cfg->max_batch;
 	sp.queue_length = (int32_t)cfg->queue_length;
@@ -202,6 +264,11 @@ int server_run(const aahd_config *cfg)
 	sp.tok = srv->tok;   /* stop strings are matched on the engine thread */
 	const char *delay = getenv("AAHD_TEST_STEP_DELAY_US");   /* tests only: long-lived requests to cancel */
 	sp.step_delay_us = delay ? atoi(delay) : 0;
+	sched_draft_parse(cfg->speculation, &sp.spec.draft);   /* the table allows only the names */
+	sp.spec.k = (int32_t)cfg->spec_k;
+	sp.spec.adaptive = !strcmp(cfg->spec_adaptive, "on");
+	sp.spec.regime = *cfg->draft_regime ? cfg->draft_regime : NULL;
+	sp.draft = draft;
 	if (sched_init(&srv->sch, e, &ep, &sp, err, sizeof err) != 0) {
 		log_msg(LOG_ERROR, NULL, "%s", err);
 		goto done;
@@ -257,6 +324,7 @@ int server_run(const aahd_config *cfg)
 done:
 	http_server_stop(http);   /* (stopped already after a signal) */
 	sched_free(srv->sch);
+	engine_free(draft);
 	engine_free(e);
 	grammar_cache_free(srv->grammars);   /* after the scheduler: its requests held grammars */
 	grammar_vocab_free(srv->gvocab);

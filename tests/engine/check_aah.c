@@ -282,10 +282,10 @@ START_TEST(test_windowed_equals_dense_masked)
 	for (int64_t i = 0; i < n; i++)
 		ids[i] = (int32_t)(rnd() % (uint32_t)V);
 	float *got = malloc((size_t)(n * V) * sizeof *got);
-	engine_item it = { seq, ids, ec->prompt, true, false };
+	engine_item it = { seq, ids, ec->prompt, true, false, false };
 	ck_assert_msg(engine_forward(e, &it, 1, got, err, sizeof err) == 0, "%s", err);
 	for (int64_t t = ec->prompt; t < n; t++) {
-		engine_item step = { seq, &ids[t], 1, false, false };
+		engine_item step = { seq, &ids[t], 1, false, false, false };
 		ck_assert_msg(engine_forward(e, &step, 1, got + t * V, err, sizeof err) == 0, "%s", err);
 	}
 	double *want = malloc((size_t)(n * V) * sizeof *want);
@@ -343,7 +343,7 @@ START_TEST(test_large_windows_equal_full_attention)
 	float *a = malloc((size_t)(n * V) * sizeof *a), *b = malloc((size_t)(n * V) * sizeof *b);
 	int32_t s1 = engine_seq_open(e, "r", err, sizeof err), s2 = engine_seq_open(e, "full_attention", err, sizeof err);
 	ck_assert(s1 >= 0 && s2 >= 0);
-	engine_item it1 = { s1, ids, (int32_t)n, true, false }, it2 = { s2, ids, (int32_t)n, true, false };
+	engine_item it1 = { s1, ids, (int32_t)n, true, false, false }, it2 = { s2, ids, (int32_t)n, true, false, false };
 	ck_assert(engine_forward(e, &it1, 1, a, err, sizeof err) == 0);
 	ck_assert(engine_forward(e, &it2, 1, b, err, sizeof err) == 0);
 	ck_assert_int_eq(memcmp(a, b, (size_t)(n * V) * sizeof *a), 0);
@@ -380,7 +380,7 @@ START_TEST(test_chunking_invariant)
 			engine *e;
 			ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
 			int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
-			engine_item it = { seq, ids, n, true, false };
+			engine_item it = { seq, ids, n, true, false, false };
 			ck_assert_msg(engine_forward(e, &it, 1, ci == 0 ? a : b, err, sizeof err) == 0, "%s", err);
 			if (ci > 0 && strcmp(test_backend(), "cuda") != 0)
 				ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof *a) == 0,
@@ -441,10 +441,10 @@ START_TEST(test_measure_equals_reference)
 		engine_measure m = { .n_bands = NB, .band_edges = edges, .band_mass = band, .entropy = ent };
 		ck_assert_msg(engine_seq_measure(e, s1, &m, err, sizeof err) == 0, "%s", err);
 		/* two prompt pieces (the second reads the cache), each in chunks of at most 128 */
-		engine_item a0 = { s0, ids, 200, true, false }, a1 = { s1, ids, 200, true, false };
+		engine_item a0 = { s0, ids, 200, true, false, false }, a1 = { s1, ids, 200, true, false, false };
 		ck_assert(engine_forward(e, &a0, 1, plain, err, sizeof err) == 0);
 		ck_assert(engine_forward(e, &a1, 1, got, err, sizeof err) == 0);
-		engine_item b0 = { s0, ids + 200, N - 200, true, false }, b1 = { s1, ids + 200, N - 200, true, false };
+		engine_item b0 = { s0, ids + 200, N - 200, true, false, false }, b1 = { s1, ids + 200, N - 200, true, false, false };
 		ck_assert(engine_forward(e, &b0, 1, plain + (int64_t)200 * V, err, sizeof err) == 0);
 		ck_assert(engine_forward(e, &b1, 1, got + (int64_t)200 * V, err, sizeof err) == 0);
 		if (strcmp(test_backend(), "cuda") != 0)
@@ -476,7 +476,7 @@ START_TEST(test_measure_equals_reference)
 		/* cleared: a further step adds nothing; a fork starts unmeasured */
 		int32_t f = engine_seq_fork(e, s1, err, sizeof err);
 		ck_assert_msg(f >= 0, "%s", err);
-		engine_item step = { f, ids, 1, false, false };
+		engine_item step = { f, ids, 1, false, false, false };
 		ck_assert(engine_forward(e, &step, 1, got, err, sizeof err) == 0);
 		ck_assert_int_eq(m.rows, N);
 		ck_assert_int_eq(engine_seq_measure(e, s1, NULL, err, sizeof err), 0);
@@ -538,7 +538,7 @@ START_TEST(test_measure_errors)
 	ck_assert_msg(strstr(err, "nothing") != NULL, "%s", err);
 	/* refused: nothing was set, so a forward measures nothing */
 	int32_t id = 3;
-	engine_item it = { fa, &id, 1, false, false };
+	engine_item it = { fa, &id, 1, false, false, false };
 	float *logits = malloc((size_t)ref.config.vocab_size * sizeof *logits);
 	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
 	ck_assert_int_eq(m.rows, 0);
@@ -582,7 +582,7 @@ START_TEST(test_kv_bytes_match_formula)
 	const int64_t elsize = 4, page = 16;
 	for (int32_t len = 1; len <= 1000; len++) {
 		int32_t id = (int32_t)(rnd() % (uint32_t)c->vocab_size);
-		engine_item it = { seq, &id, 1, false, false };
+		engine_item it = { seq, &id, 1, false, false, false };
 		ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
 		int64_t formula = 0, slack = 0;
 		for (int32_t h = 0; h < c->n_layers * c->n_kv_heads; h++) {
@@ -662,7 +662,7 @@ START_TEST(test_engine_acr_and_usage)
 	for (int i = 0; i < 300; i++)
 		ids[i] = (int32_t)(rnd() % 2048);
 	float *logits = malloc((size_t)ref.config.vocab_size * sizeof *logits);
-	engine_item it = { seq, ids, 300, false, false };
+	engine_item it = { seq, ids, 300, false, false, false };
 	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
 	engine_seq_stats st;
 	ck_assert_int_eq(engine_seq_stats_get(e, seq, &st), 0);
@@ -751,11 +751,11 @@ START_TEST(test_adaptive_in_engine)
 	int32_t ids[64];
 	for (int i = 0; i < 64; i++)
 		ids[i] = (int32_t)(rnd() % 2048);
-	engine_item it = { seq, ids, 64, false, false };
+	engine_item it = { seq, ids, 64, false, false, false };
 	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
 	for (int step = 0; step < 400; step++) {
 		int32_t id = (int32_t)(rnd() % 2048);
-		engine_item s1 = { seq, &id, 1, false, false };
+		engine_item s1 = { seq, &id, 1, false, false, false };
 		ck_assert(engine_forward(e, &s1, 1, logits, err, sizeof err) == 0);
 		for (int32_t v = 0; v < V; v++)
 			ck_assert(isfinite(logits[v]));

@@ -89,11 +89,11 @@ static void run_model(const char *model, const run_cfg *rc)
 		ck_assert_int_ge(seq, 0);
 		if (rc->token_by_token) {
 			for (int32_t i = 0; i < n; i++) {
-				engine_item it = { seq, &ids[i], 1, false, false };
+				engine_item it = { seq, &ids[i], 1, false, false, false };
 				ck_assert_msg(engine_forward(e, &it, 1, logits + (int64_t)i * V, err, sizeof err) == 0, "%s", err);
 			}
 		} else {
-			engine_item it = { seq, ids, n, true, false };
+			engine_item it = { seq, ids, n, true, false, false };
 			ck_assert_msg(engine_forward(e, &it, 1, logits, err, sizeof err) == 0, "%s", err);
 		}
 		json_t *ptop = json_object_get(pr, "prompt_top");
@@ -114,7 +114,7 @@ static void run_model(const char *model, const run_cfg *rc)
 			if (greedy_ok)
 				ck_assert_msg(sampler_argmax(row, V) == want, "'%s' greedy step %d: ours %d, reference %d", name, k,
 				              sampler_argmax(row, V), want);
-			engine_item it = { seq, &want, 1, false, false };
+			engine_item it = { seq, &want, 1, false, false, false };
 			ck_assert_msg(engine_forward(e, &it, 1, row, err, sizeof err) == 0, "%s", err);
 		}
 		check_top(row, json_object_get(pr, "after_last_top"), "after last", name, ng);
@@ -162,11 +162,11 @@ START_TEST(test_fused_projections)
 		ids[i] = (int32_t)((i * 7919u + 13u) % (uint32_t)V);
 	float *lf = malloc((size_t)n * V * sizeof *lf), *ls = malloc((size_t)n * V * sizeof *ls);
 	int32_t sf = engine_seq_open(ef, NULL, err, sizeof err), ss = engine_seq_open(es, NULL, err, sizeof err);
-	engine_item itf = { sf, ids, n - 4, true, false }, its = { ss, ids, n - 4, true, false };
+	engine_item itf = { sf, ids, n - 4, true, false, false }, its = { ss, ids, n - 4, true, false, false };
 	ck_assert_msg(engine_forward(ef, &itf, 1, lf, err, sizeof err) == 0, "%s", err);
 	ck_assert_msg(engine_forward(es, &its, 1, ls, err, sizeof err) == 0, "%s", err);
 	for (int32_t i = n - 4; i < n; i++) {
-		engine_item df = { sf, &ids[i], 1, false, false }, ds = { ss, &ids[i], 1, false, false };
+		engine_item df = { sf, &ids[i], 1, false, false, false }, ds = { ss, &ids[i], 1, false, false, false };
 		ck_assert_msg(engine_forward(ef, &df, 1, lf + (int64_t)i * V, err, sizeof err) == 0, "%s", err);
 		ck_assert_msg(engine_forward(es, &ds, 1, ls + (int64_t)i * V, err, sizeof err) == 0, "%s", err);
 	}
@@ -214,16 +214,16 @@ START_TEST(test_kept_logits)
 		engine_item items[3];
 		int32_t nr = step ? 3 : NR;
 		if (step == 0) {   /* 70 tokens (two forward chunks, one row), 5 with every row, 1 */
-			items[0] = (engine_item){ 0, ids, 70, false, false };
-			items[1] = (engine_item){ 1, ids + 10, 5, true, false };
-			items[2] = (engine_item){ 2, ids + 20, 1, false, false };
+			items[0] = (engine_item){ 0, ids, 70, false, false, false };
+			items[1] = (engine_item){ 1, ids + 10, 5, true, false, false };
+			items[2] = (engine_item){ 2, ids + 20, 1, false, false, false };
 			for (int32_t q = 0; q < 3; q++) {
 				ck_assert_int_eq(engine_seq_open(eh, NULL, err, sizeof err), q);
 				ck_assert_int_eq(engine_seq_open(ek, NULL, err, sizeof err), q);
 			}
 		} else {   /* a decode step */
 			for (int32_t q = 0; q < 3; q++)
-				items[q] = (engine_item){ q, ids + 30 + q, 1, false, false };
+				items[q] = (engine_item){ q, ids + 30 + q, 1, false, false, false };
 		}
 		ck_assert_msg(engine_forward(eh, items, 3, lh, err, sizeof err) == 0, "%s", err);
 		ck_assert_msg(engine_forward(ek, items, 3, NULL, err, sizeof err) == 0, "%s", err);
@@ -264,11 +264,11 @@ START_TEST(test_kept_logits)
 	int32_t len = engine_seq_len(ek, 0);
 	int32_t many = engine_logits_rows_max(ek) + 1;
 	int32_t *big = calloc((size_t)many, sizeof *big);
-	engine_item it = { 0, big, many, true, false };
+	engine_item it = { 0, big, many, true, false, false };
 	ck_assert_int_eq(engine_forward(ek, &it, 1, NULL, err, sizeof err), -1);
 	ck_assert_msg(strstr(err, "exceed") != NULL, "%s", err);
 	ck_assert_int_eq(engine_seq_len(ek, 0), len);
-	engine_item one = { 0, ids, 1, false, false };
+	engine_item one = { 0, ids, 1, false, false, false };
 	ck_assert_msg(engine_forward(ek, &one, 1, lk, err, sizeof err) == 0, "%s", err);
 	ck_assert_int_eq(engine_logits_row(ek, 0, lk), -1);
 	ck_assert_int_eq(engine_logits_top(ek, st, top_ids, top_l, 0, 1, V, temp, NT), -1);

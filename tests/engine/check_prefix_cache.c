@@ -102,7 +102,7 @@ static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, 
 		int32_t c = n - at < chunk ? n - at : chunk;
 		if (n - at - c == 1)
 			c--;
-		engine_item it = { seq, prompt + at, c, true, true };
+		engine_item it = { seq, prompt + at, c, true, true, false };
 		ck_assert_msg(engine_forward(e, &it, 1, rows + (int64_t)at * V, err, sizeof err) == 0, "%s", err);
 		at += c;
 		engine_prefix_insert(e, seq, run_tenant, prompt, NULL);
@@ -110,7 +110,7 @@ static int32_t engine_run(engine *e, const char *regime, const int32_t *prompt, 
 	const float *last = rows + (int64_t)(n - 1) * V;
 	for (int32_t g = 0; g < GEN; g++) {
 		gen[g] = sampler_argmax(last, V);
-		engine_item it = { seq, &gen[g], 1, false, false };
+		engine_item it = { seq, &gen[g], 1, false, false, false };
 		ck_assert_msg(engine_forward(e, &it, 1, rows + (int64_t)(n + g) * V, err, sizeof err) == 0, "%s", err);
 		last = rows + (int64_t)(n + g) * V;
 	}
@@ -393,25 +393,25 @@ START_TEST(test_fork_copy_on_write)
 	float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
 	float *lr = malloc((size_t)V * sizeof(float));
 	int32_t a = engine_seq_open(e, "st", err, sizeof err);
-	engine_item it = { a, p, 101, false, false };   /* 101: the last page is partly written, and shared */
+	engine_item it = { a, p, 101, false, false, false };   /* 101: the last page is partly written, and shared */
 	ck_assert(engine_forward(e, &it, 1, la, err, sizeof err) == 0);
 	int64_t used = engine_kv_pages_used(e);
 	int32_t b = engine_seq_fork(e, a, err, sizeof err);
 	ck_assert_msg(b >= 0, "%s", err);
 	ck_assert_int_eq(engine_kv_pages_used(e), used);   /* shared, not copied */
 	int32_t s = engine_seq_open(r, "st", err, sizeof err);
-	engine_item ir = { s, p, 101, false, false };
+	engine_item ir = { s, p, 101, false, false, false };
 	ck_assert(engine_forward(r, &ir, 1, lr, err, sizeof err) == 0);
 	/* a and b diverge: a is fed p[101…], b other tokens; each must equal a lone run of its own tokens */
 	int32_t q[60];
 	make_tokens(q, 60, 22);
-	engine_item two[2] = { { a, p + 101, 49, false, false }, { b, q, 49, false, false } };
+	engine_item two[2] = { { a, p + 101, 49, false, false, false }, { b, q, 49, false, false, false } };
 	ck_assert(engine_forward(e, two, 2, NULL, err, sizeof err) == 0);
-	engine_item more = { s, p + 101, 49, false, false };
+	engine_item more = { s, p + 101, 49, false, false, false };
 	ck_assert(engine_forward(r, &more, 1, lr, err, sizeof err) == 0);
-	engine_item step_a = { a, p + 149, 1, false, false };
+	engine_item step_a = { a, p + 149, 1, false, false, false };
 	ck_assert(engine_forward(e, &step_a, 1, la, err, sizeof err) == 0);
-	engine_item step_r = { s, p + 149, 1, false, false };
+	engine_item step_r = { s, p + 149, 1, false, false, false };
 	ck_assert(engine_forward(r, &step_r, 1, lr, err, sizeof err) == 0);
 	ck_assert_mem_eq(la, lr, (size_t)V * sizeof(float));
 	engine_seq_close(r, s);
@@ -419,9 +419,9 @@ START_TEST(test_fork_copy_on_write)
 	int32_t pq[160];
 	memcpy(pq, p, 101 * sizeof(int32_t));
 	memcpy(pq + 101, q, 50 * sizeof(int32_t));
-	engine_item whole = { s, pq, 151, false, false };
+	engine_item whole = { s, pq, 151, false, false, false };
 	ck_assert(engine_forward(r, &whole, 1, lr, err, sizeof err) == 0);
-	engine_item step_b = { b, q + 49, 1, false, false };
+	engine_item step_b = { b, q + 49, 1, false, false, false };
 	ck_assert(engine_forward(e, &step_b, 1, lb, err, sizeof err) == 0);
 	ck_assert_mem_eq(lb, lr, (size_t)V * sizeof(float));
 	engine_seq_close(e, a);
@@ -458,20 +458,20 @@ START_TEST(test_fork_batch_need_exact)
 	float *l = malloc((size_t)3 * V * sizeof(float)), *lr = malloc((size_t)V * sizeof(float));
 	int32_t s[3];
 	s[0] = engine_seq_open(e, "full_attention", err, sizeof err);
-	engine_item it = { s[0], p, 10, false, false };
+	engine_item it = { s[0], p, 10, false, false, false };
 	ck_assert_msg(engine_forward(e, &it, 1, l, err, sizeof err) == 0, "%s", err);
 	s[1] = engine_seq_fork(e, s[0], err, sizeof err);
 	s[2] = engine_seq_fork(e, s[0], err, sizeof err);
 	ck_assert(s[1] >= 0 && s[2] >= 0);
 	ck_assert_int_eq(engine_kv_pages_used(e), rings);
-	engine_item three[3] = { { s[0], &next[0], 1, false, false }, { s[1], &next[1], 1, false, false }, { s[2], &next[2], 1, false, false } };
+	engine_item three[3] = { { s[0], &next[0], 1, false, false, false }, { s[1], &next[1], 1, false, false, false }, { s[2], &next[2], 1, false, false, false } };
 	ck_assert_msg(engine_forward(e, three, 3, l, err, sizeof err) == 0, "%s", err);
 	ck_assert_int_eq(engine_kv_pages_used(e), 3 * rings);
 	for (int32_t k = 0; k < 3; k++) {
 		int32_t q = engine_seq_open(r, "full_attention", err, sizeof err), pq[11];
 		memcpy(pq, p, sizeof p);
 		pq[10] = next[k];
-		engine_item w = { q, pq, 11, false, false };
+		engine_item w = { q, pq, 11, false, false, false };
 		ck_assert(engine_forward(r, &w, 1, lr, err, sizeof err) == 0);
 		ck_assert_mem_eq(l + (int64_t)k * V, lr, (size_t)V * sizeof(float));
 		engine_seq_close(r, q);

@@ -182,7 +182,7 @@ static float *run_engine_fused(const char *dir, const char *quantize, int32_t th
 	ck_assert_int_ge(seq, 0);
 	for (int32_t i = 0; i < N_PROMPT; i += chunk) {
 		const int32_t n = N_PROMPT - i < chunk ? N_PROMPT - i : chunk;
-		engine_item it = { seq, ids + i, n, true, false };
+		engine_item it = { seq, ids + i, n, true, false, false };
 		ck_assert_msg(engine_forward(e, &it, 1, logits + (int64_t)i * *V, err, sizeof err) == 0, "%s", err);
 	}
 	engine_seq_close(e, seq);

@@ -484,7 +484,7 @@ START_TEST(test_prompt_logprobs)
 	const int32_t vocab = engine_config(ref_eng)->vocab_size;
 	float *logits = malloc((size_t)NP * vocab * sizeof *logits);
 	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
-	engine_item it = { seq, prompt, NP, true, false };
+	engine_item it = { seq, prompt, NP, true, false, false };
 	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
 	engine_seq_close(ref_eng, seq);
 	for (int32_t pos = 1; pos < NP; pos++) {
@@ -793,7 +793,7 @@ static int32_t lone_run_grammar(const int32_t *prompt, int32_t n_prompt, int32_t
 	sampler_prompt(&smp, prompt, n_prompt);
 	grammar_matcher *m = grammar_matcher_new(g);
 	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
-	engine_item it = { seq, prompt, n_prompt, false, false };
+	engine_item it = { seq, prompt, n_prompt, false, false, false };
 	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
 	int32_t n = 0;
 	*complete = false;
@@ -824,7 +824,7 @@ static int32_t lone_run_grammar(const int32_t *prompt, int32_t n_prompt, int32_t
 		}
 		if (n == max_tokens)
 			break;
-		engine_item step = { seq, &id, 1, false, false };
+		engine_item step = { seq, &id, 1, false, false, false };
 		ck_assert_msg(engine_forward(ref_eng, &step, 1, logits, err, sizeof err) == 0, "%s", err);
 	}
 	engine_seq_close(ref_eng, seq);

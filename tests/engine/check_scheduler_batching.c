@@ -207,11 +207,11 @@ START_TEST(test_adaptive_split_prompt)
 		ck_assert_int_eq(res.finish, SCHED_FINISH_LENGTH);
 		/* the reference: the whole prompt in one item, then one token per step */
 		int32_t seq = engine_seq_open(er, NULL, err, sizeof err);
-		engine_item it = { seq, prompt, lens[k], false, false };
+		engine_item it = { seq, prompt, lens[k], false, false, false };
 		ck_assert_msg(engine_forward(er, &it, 1, logits, err, sizeof err) == 0, "%s", err);
 		for (int32_t n = 0; n < GEN; n++) {
 			want[n] = sampler_argmax(logits, V);
-			engine_item step = { seq, &want[n], 1, false, false };
+			engine_item step = { seq, &want[n], 1, false, false, false };
 			if (n + 1 < GEN)
 				ck_assert_msg(engine_forward(er, &step, 1, logits, err, sizeof err) == 0, "%s", err);
 		}
@@ -249,12 +249,12 @@ START_TEST(test_engine_fork)
 	make_prompt(ids, 220, 99);
 	/* a: 150 prompt tokens (three chunks), 25 decode steps (probes move the windows), then fork */
 	int32_t sa = engine_seq_open(a, "ad", err, sizeof err), sb = engine_seq_open(b, "ad", err, sizeof err);
-	engine_item it = { sa, ids, 150, false, false };
+	engine_item it = { sa, ids, 150, false, false, false };
 	ck_assert_msg(engine_forward(a, &it, 1, la, err, sizeof err) == 0, "%s", err);
 	it.seq = sb;
 	ck_assert_msg(engine_forward(b, &it, 1, lb, err, sizeof err) == 0, "%s", err);
 	for (int32_t i = 150; i < 175; i++) {
-		engine_item s1 = { sa, &ids[i], 1, false, false }, s2 = { sb, &ids[i], 1, false, false };
+		engine_item s1 = { sa, &ids[i], 1, false, false, false }, s2 = { sb, &ids[i], 1, false, false, false };
 		ck_assert(engine_forward(a, &s1, 1, la, err, sizeof err) == 0);
 		ck_assert(engine_forward(b, &s2, 1, lb, err, sizeof err) == 0);
 	}
@@ -270,8 +270,8 @@ START_TEST(test_engine_fork)
 	ck_assert(st_src.acr < 1);
 	/* both go on as b's lone sequence does, batched together (one product per projection) */
 	for (int32_t i = 175; i < 190; i++) {
-		engine_item two[2] = { { sa, &ids[i], 1, false, false }, { fa, &ids[i], 1, false, false } };
-		engine_item s2 = { sb, &ids[i], 1, false, false };
+		engine_item two[2] = { { sa, &ids[i], 1, false, false, false }, { fa, &ids[i], 1, false, false, false } };
+		engine_item s2 = { sb, &ids[i], 1, false, false, false };
 		ck_assert_msg(engine_forward(a, two, 2, la, err, sizeof err) == 0, "%s", err);
 		ck_assert(engine_forward(b, &s2, 1, lb, err, sizeof err) == 0);
 		ck_assert_msg(memcmp(la, lb, (size_t)V * sizeof *la) == 0, "source differs at %d", i);
@@ -279,7 +279,7 @@ START_TEST(test_engine_fork)
 	}
 	engine_seq_close(a, sa);   /* the fork's pages are its own */
 	for (int32_t i = 190; i < 220; i++) {
-		engine_item s1 = { fa, &ids[i], 1, false, false }, s2 = { sb, &ids[i], 1, false, false };
+		engine_item s1 = { fa, &ids[i], 1, false, false, false }, s2 = { sb, &ids[i], 1, false, false, false };
 		ck_assert(engine_forward(a, &s1, 1, la, err, sizeof err) == 0);
 		ck_assert(engine_forward(b, &s2, 1, lb, err, sizeof err) == 0);
 		ck_assert_msg(memcmp(la, lb, (size_t)V * sizeof *la) == 0, "fork differs at %d", i);
@@ -320,7 +320,7 @@ START_TEST(test_engine_fork_pool_full)
 	make_prompt(ids, 200, 3);
 	float *logits = malloc((size_t)engine_config(e)->vocab_size * sizeof *logits);
 	int32_t s = engine_seq_open(e, NULL, err, sizeof err);
-	engine_item it = { s, ids, 198, false, false };   /* 198: the last page of every ring is partly written */
+	engine_item it = { s, ids, 198, false, false, false };   /* 198: the last page of every ring is partly written */
 	ck_assert(engine_forward(e, &it, 1, logits, err, sizeof err) == 0);
 	int64_t held = engine_seq_kv_bytes(e, s), used = engine_kv_pages_used(e);
 	int32_t f = engine_seq_fork(e, s, err, sizeof err);
@@ -328,7 +328,7 @@ START_TEST(test_engine_fork_pool_full)
 	ck_assert_int_eq(engine_kv_pages_used(e), used);   /* shared */
 	ck_assert_int_eq(engine_seq_kv_bytes(e, f), held);
 	/* writing the fork's shared last pages needs a copy of each: more than the 3 free pages */
-	engine_item step = { f, ids + 198, 2, false, false };
+	engine_item step = { f, ids + 198, 2, false, false, false };
 	ck_assert_int_eq(engine_forward(e, &step, 1, logits, err, sizeof err), -1);
 	ck_assert_ptr_nonnull(strstr(err, "KV cache full"));
 	ck_assert_int_eq(engine_seq_len(e, f), 198);
@@ -336,7 +336,7 @@ START_TEST(test_engine_fork_pool_full)
 	/* closing the fork makes the source the pages' sole holder again: it writes in place */
 	engine_seq_close(e, f);
 	ck_assert_int_eq(engine_kv_pages_used(e), used);
-	engine_item step_s = { s, ids + 198, 2, false, false };
+	engine_item step_s = { s, ids + 198, 2, false, false, false };
 	ck_assert(engine_forward(e, &step_s, 1, logits, err, sizeof err) == 0);
 	ck_assert_int_eq(engine_kv_pages_used(e), used);
 	engine_seq_close(e, s);

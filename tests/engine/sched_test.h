@@ -118,7 +118,7 @@ static inline int32_t lone_run_lp(const int32_t *prompt, int32_t n_prompt, int32
 	sampler_prompt(&smp, prompt, n_prompt);   /* as the scheduler does: the repetition penalty counts the prompt */
 	int32_t seq = engine_seq_open(ref_eng, NULL, err, sizeof err);
 	ck_assert_int_ge(seq, 0);
-	engine_item it = { seq, prompt, n_prompt, false, false };
+	engine_item it = { seq, prompt, n_prompt, false, false, false };
 	ck_assert_msg(engine_forward(ref_eng, &it, 1, logits, err, sizeof err) == 0, "%s", err);
 	int32_t n = 0;
 	while (n < max_tokens) {
@@ -134,7 +134,7 @@ static inline int32_t lone_run_lp(const int32_t *prompt, int32_t n_prompt, int32
 		out[n++] = id;
 		if (n == max_tokens || n_prompt + n > CTX)
 			break;
-		engine_item step = { seq, &id, 1, false, false };
+		engine_item step = { seq, &id, 1, false, false, false };
 		ck_assert_msg(engine_forward(ref_eng, &step, 1, logits, err, sizeof err) == 0, "%s", err);
 	}
 	engine_seq_close(ref_eng, seq);

@@ -33,6 +33,8 @@ run check_golden_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/en
 run check_golden_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/engine/check_golden"
 run check_aah_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/engine/check_aah"
 run check_aah_cuda_nographs AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 AAH_CUDA_GRAPHS=0 "$BUILD/tests/engine/check_aah"
+# speculative decoding's verify passes and truncations: the stats exactly, the rows to rounding
+run check_rollback_cuda AAH_TEST_BACKEND=cuda AAH_CUDA_MATMUL=f32 "$BUILD/tests/engine/check_rollback"
 [ -n "$names" ] && echo "FAILED:$names"
 echo "gpu: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

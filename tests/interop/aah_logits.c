@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	size_t vocab = (size_t)engine_config(e)->vocab_size;
 	float *logits = malloc((size_t)t * vocab * sizeof *logits);
 	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
-	engine_item it = { seq, ids, t, true, false };
+	engine_item it = { seq, ids, t, true, false, false };
 	int rc = !logits || seq < 0 || engine_forward(e, &it, 1, logits, err, sizeof err);
 	FILE *f = rc ? NULL : fopen(argv[3], "wb");
 	if (!f || fwrite(logits, sizeof *logits, (size_t)t * vocab, f) != (size_t)t * vocab || fclose(f)) {

@@ -727,7 +727,7 @@ START_TEST(test_engine_default_mode)
 		ids[i] = (int32_t)(rng_u64() % (uint64_t)V);
 	float *lc = malloc((size_t)n * V * 4), *lg = malloc((size_t)n * V * 4);
 	int32_t sc = engine_seq_open(ec, NULL, err, sizeof err), sg = engine_seq_open(eg, NULL, err, sizeof err);
-	engine_item ic = { sc, ids, n, true, false }, ig = { sg, ids, n, true, false };
+	engine_item ic = { sc, ids, n, true, false, false }, ig = { sg, ids, n, true, false, false };
 	ck_assert_msg(engine_forward(ec, &ic, 1, lc, err, sizeof err) == 0, "%s", err);
 	ck_assert_msg(engine_forward(eg, &ig, 1, lg, err, sizeof err) == 0, "%s", err);
 	double worst = 0;
@@ -739,7 +739,7 @@ START_TEST(test_engine_default_mode)
 	/* decode steps: the gemv path, f32 activations */
 	for (int32_t i = 0; i < 20; i++) {
 		int32_t id = ids[i];
-		engine_item dc = { sc, &id, 1, false, false }, dg = { sg, &id, 1, false, false };
+		engine_item dc = { sc, &id, 1, false, false, false }, dg = { sg, &id, 1, false, false, false };
 		ck_assert(engine_forward(ec, &dc, 1, lc, err, sizeof err) == 0);
 		ck_assert(engine_forward(eg, &dg, 1, lg, err, sizeof err) == 0);
 		double e = rel_err(lg, lc, V);
@@ -827,11 +827,11 @@ START_TEST(test_engine_prefix_hits)
 			seq[k] = engine_seq_open(e[k], NULL, err, sizeof err);
 			ck_assert_msg(seq[k] >= 0, "%s", err);
 			at[k] = engine_prefix_restore(e[k], seq[k], NULL, ids[j], 100, NULL);
-			engine_item it = { seq[k], ids[j] + at[k], 100 - at[k], true, true };
+			engine_item it = { seq[k], ids[j] + at[k], 100 - at[k], true, true, false };
 			ck_assert_msg(engine_forward(e[k], &it, 1, l[k] + (int64_t)at[k] * V, err, sizeof err) == 0, "%s", err);
 			engine_prefix_insert(e[k], seq[k], NULL, ids[j], NULL);
 			for (int32_t g = 0; g < 20; g++) {   /* decode over the shared pages: the first writes copy them */
-				engine_item dg = { seq[k], &ids[j][100 + g], 1, false, false };
+				engine_item dg = { seq[k], &ids[j][100 + g], 1, false, false, false };
 				ck_assert_msg(engine_forward(e[k], &dg, 1, l[k] + (int64_t)(100 + g) * V, err, sizeof err) == 0, "%s",
 				              err);
 			}
@@ -919,8 +919,8 @@ START_TEST(test_engine_graphs)
 		se[s] = engine_seq_open(ee, regimes[s], err, sizeof err);
 		sg[s] = engine_seq_open(eg, regimes[s], err, sizeof err);
 		ck_assert_msg(se[s] >= 0 && sg[s] >= 0, "%s", err);
-		ie[s] = (engine_item){ se[s], ids + 7 * s, prompt[s], false, false };
-		ig[s] = (engine_item){ sg[s], ids + 7 * s, prompt[s], false, false };
+		ie[s] = (engine_item){ se[s], ids + 7 * s, prompt[s], false, false, false };
+		ig[s] = (engine_item){ sg[s], ids + 7 * s, prompt[s], false, false, false };
 	}
 	float *le = malloc((size_t)GRAPH_SEQS * V * 4), *lg = malloc((size_t)GRAPH_SEQS * V * 4);
 	ck_assert_msg(engine_forward(ee, ie, GRAPH_SEQS, le, err, sizeof err) == 0, "%s", err);
@@ -933,8 +933,8 @@ START_TEST(test_engine_graphs)
 		for (int32_t i = 0; i < nb; i++) {
 			const int32_t s = nb == 1 ? step / 4 % GRAPH_SEQS : i;
 			tok[i] = (int32_t)(rng_u64() % (uint64_t)V);
-			ie[i] = (engine_item){ se[s], &tok[i], 1, false, false };
-			ig[i] = (engine_item){ sg[s], &tok[i], 1, false, false };
+			ie[i] = (engine_item){ se[s], &tok[i], 1, false, false, false };
+			ig[i] = (engine_item){ sg[s], &tok[i], 1, false, false, false };
 		}
 		ck_assert_msg(engine_forward(ee, ie, nb, le, err, sizeof err) == 0, "step %d: %s", step, err);
 		ck_assert_msg(engine_forward(eg, ig, nb, lg, err, sizeof err) == 0, "step %d: %s", step, err);
@@ -1010,10 +1010,10 @@ static void gguf_run(engine *e, const int32_t *ids, int32_t n, int32_t steps, fl
 	const int32_t V = engine_config(e)->vocab_size;
 	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
 	ck_assert_msg(seq >= 0, "%s", err);
-	engine_item it = { seq, ids, n, true, false };
+	engine_item it = { seq, ids, n, true, false, false };
 	ck_assert_msg(engine_forward(e, &it, 1, l, err, sizeof err) == 0, "%s", err);
 	for (int32_t i = 0; i < steps; i++) {
-		engine_item d = { seq, &ids[n + i], 1, false, false };
+		engine_item d = { seq, &ids[n + i], 1, false, false, false };
 		ck_assert_msg(engine_forward(e, &d, 1, l + (int64_t)(n + i) * V, err, sizeof err) == 0, "step %d: %s", i,
 		              err);
 	}

@@ -315,7 +315,7 @@ static float *engine_logits(const char *model, int32_t *vocab)
 	float *l = malloc((size_t)N_PROMPT * (size_t)*vocab * sizeof *l);
 	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
 	ck_assert_int_ge(seq, 0);
-	engine_item it = { seq, prompt, N_PROMPT, true, false };
+	engine_item it = { seq, prompt, N_PROMPT, true, false, false };
 	ck_assert_msg(engine_forward(e, &it, 1, l, err, sizeof err) == 0, "%s", err);
 	engine_free(e);
 	return l;

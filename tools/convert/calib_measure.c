@@ -55,7 +55,7 @@ static int prefill(engine *e, int32_t seq, const int32_t *ids, int64_t n, int32_
 		int64_t k = n - at < piece ? n - at : piece;
 		if (n - at - k == 1)
 			k--;   /* leave two tokens for the last piece */
-		engine_item it = { seq, ids + at, (int32_t)k, cb != NULL, false };
+		engine_item it = { seq, ids + at, (int32_t)k, cb != NULL, false, false };
 		if (engine_forward(e, &it, 1, logits, err, err_len) != 0)
 			return -1;
 		if (cb)
