@@ -210,6 +210,24 @@ const char *aah_backend_cpu_isa(const aah_backend *b);
  * AAH_CPU_BF16): e.g. "AMX-INT8 tiles for q8_0/q4_0, bf16 exact" or "AVX2 packed products, bf16 exact". */
 const char *aah_backend_cpu_paths(const aah_backend *b);
 
+/* The instruction that does a CPU product's multiply-adds, by the path the backend chose (CPUID, the kernel's AMX
+ * grant, AAH_CPU_ISA, AAH_CPU_QPACK, AAH_AMX, AAH_CPU_BF16): what aah-bench holds prefill against, each with a measured
+ * peak (kernels/cpu/cpu_peak.h). */
+typedef enum aah_cpu_product {
+	AAH_CPU_PRODUCT_OTHER = 0,    /* scalar C, or AVX2's vpmaddubsw + vpmaddwd without VNNI: no peak loop */
+	AAH_CPU_PRODUCT_FMA_YMM,      /* vfmadd231ps ymm: float weights widened to f32 on the AVX2 table */
+	AAH_CPU_PRODUCT_FMA_ZMM,      /* vfmadd231ps zmm: the same on the AVX-512 table (bf16 exact) */
+	AAH_CPU_PRODUCT_DPBUSD_YMM,   /* vpdpbusd ymm: AVX-VNNI packed products, the vnni256 twin, the row-major dots */
+	AAH_CPU_PRODUCT_DPBUSD_ZMM,   /* vpdpbusd zmm: AVX-512 VNNI packed products */
+	AAH_CPU_PRODUCT_DPBF16_ZMM,   /* vdpbf16ps zmm: bf16 weights, activations rounded to bf16 */
+	AAH_CPU_PRODUCT_AMX_INT8,     /* AMX-INT8 tile products (tdpbssd / tdpbsud, tdpbusd's throughput) */
+	AAH_CPU_PRODUCT_AMX_BF16,     /* AMX-BF16 tile products (tdpbf16ps) */
+	AAH_CPU_PRODUCT_COUNT
+} aah_cpu_product;
+/* The instruction the CPU backend b multiplies a weight of type w (cols in_features) by n_rows activation rows with:
+ * e.g. q8_0 at 512 rows is AMX_INT8 where the tiles are on, and DPBUSD_ZMM at 1 row (CPU_AMX_MIN_ROWS). */
+aah_cpu_product aah_backend_cpu_product(const aah_backend *b, aah_dtype w, int64_t cols, int32_t n_rows);
+
 /* The CUDA backend (kernels/cuda/). Weights are copied to the device once, in their dtype; every op runs there on
  * one stream, and only buf_read, synchronize and probe attention calls (band_mass) wait for the device.
  * Environment: AAH_CUDA_MATMUL=f32 makes every projection an f32 product (f32 activations, weights widened

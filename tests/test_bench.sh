@@ -29,6 +29,39 @@ done
 [ "$(grep -c '^  kv ' "$out")" -eq 10 ] || say_fail "expected 10 rows, each with its kv type"
 grep -q "kv f16" "$out" && say_fail "kv f16 ran without being asked for"
 
+# the dot-product peaks (kernels/cpu/cpu_peak.h): one line at the start, every rate in it a positive finite number, and
+# each prefill row its achieved rate and its share of the peak of the instruction its products take (the tiny model's
+# bf16 weights on the f32 products: vfmadd231ps, or a scalar loop on a CPU without AVX2); --no-peak leaves them out
+peak_nums() {   # the numbers after "= " and "peak " on the lines matching $1, one a line
+	grep "$1" "$out" | grep -Eo '(= |peak |ymm |zmm |tdpbusd |tdpbf16ps )[0-9][0-9.e+-]*' | awk '{print $2}'
+}
+peak_check() {   # $1: what the numbers are; the rest: the numbers; each positive and finite
+	what=$1
+	shift
+	[ $# -gt 0 ] || say_fail "$what: no numbers"
+	for n in "$@"; do
+		awk -v n="$n" 'BEGIN { exit !(n + 0 > 0 && n + 0 < 1e30) }' || say_fail "$what: '$n' is not a positive finite number"
+	done
+}
+grep -q "^dot-product peaks (1 thread at once, register-only loops, best of 5; a multiply-add counts 2): " "$out" ||
+	say_fail "no dot-product peaks line"
+# shellcheck disable=SC2046
+peak_check "the peaks line" $(peak_nums "^dot-product peaks")
+if grep -q "vfmadd231ps zmm" "$out"; then
+	[ "$(grep -Ec "^  kv (f32 |bf16) prefill    40 tokens: +[0-9.]+ tokens/s = [0-9.e+-]+ TFLOP/s = [0-9.]+% of the vfmadd231ps [yz]mm peak [0-9.e+-]+ TFLOP/s \(1 thread\)$" "$out")" -eq 2 ] ||
+		say_fail "the prefill rows do not give their rate and share of the vfmadd231ps peak"
+	# shellcheck disable=SC2046
+	peak_check "the prefill rows' rates" $(peak_nums "prefill    40 tokens: ")
+else
+	echo "test_bench: note: no vfmadd231ps zmm on this CPU; the prefill rows' shares are not checked"
+fi
+grep -q "^prefill's rate below: 2 x the multiply-adds of every layer's projections" "$out" ||
+	say_fail "no line saying what the prefill's rate counts"
+if ! timeout 120 "$BENCH" --no-bandwidth --no-peak --threads 1 --prompt 20 --gen 2 "$MODEL" >"$out" 2>&1; then
+	say_fail "aah-bench --no-peak failed"; cat "$out"
+fi
+grep -q "dot-product peaks\|% of the" "$out" && say_fail "--no-peak: the peaks ran"
+
 # the default is f32 alone
 if ! timeout 120 "$BENCH" --no-bandwidth --threads 1 --prompt 20 --gen 2 "$MODEL" >"$out" 2>&1; then
 	say_fail "aah-bench without --kv-dtype failed"; cat "$out"
@@ -121,6 +154,9 @@ for w in bf16 q8_0; do
 		grep -q "w $(printf '%-6s' $w) kv f32  $what" "$out" || say_fail "--weights: no '$what' row for w $w"
 	done
 done
+# q8_0's products: AMX tiles or vpdpbusd at the prompt's rows, vpdpbusd for the head's one row, each named with its share
+grep -Eq "^  w q8_0   kv f32  prefill    20 tokens: +[0-9.]+ tokens/s = [0-9.e+-]+ TOP/s = [0-9.]+% of (the vpdpbusd [yz]mm peak|its paths' peak) [0-9.e+-]+ TOP/s \(1 thread" "$out" ||
+	grep -q "AVX2 packed products" "$out" || say_fail "--weights: the q8_0 prefill row names no vpdpbusd or AMX peak"
 grep -q "^  kv f32  w q8_0 / w bf16: prefill .*x, decode .*x, weights read per token 0\.5[0-9]x" "$out" ||
 	say_fail "--weights: no q8_0 / bf16 line (q8_0 reads 34/64 of bf16's bytes)"
 if ! timeout 300 "$BENCH" --context --threads 1 --gen 16 --weights bf16,q8_0 "$aah" >"$out" 2>&1; then

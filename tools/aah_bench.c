@@ -19,7 +19,9 @@
 #include "engine/grammar/json_schema.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "kernels/argmax.h"
 #include "models/weight_quant.h"
+#include "kernels/cpu/cpu_peak.h"
 #include "kernels/cpu/threadpool.h"
 #include "models/aah_config.h"
 #include "models/model_config.h"
@@ -206,11 +208,111 @@ static void graph_use_print(const char *indent)
 	       g.replayed == 0 ? " (no step was replayed)" : "");
 }
 
-/* Weights one token multiplies: every projection of every layer and the output head. */
-static double matmul_params(const model_config *c)
+/* ---- prefill against the dot-product peaks: each product's instruction timed alone (kernels/cpu/cpu_peak.h) ---- */
+
+/* The peaks measured at the start (ops/s, a multiply-add counting 2), by the instruction; 0: not measured (--no-peak,
+ * the CUDA backend, or a CPU without it). */
+static double peak_ops[AAH_CPU_PRODUCT_COUNT];
+static int32_t peak_threads;
+
+/* Every peak loop this CPU can run, on `threads` threads at once, printed on one line. */
+static void measure_peaks(int32_t threads)
 {
-	const double h = c->hidden_size, q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
-	return c->n_layers * (h * (q + 2 * kv) + q * h + 3 * h * c->intermediate_size) + h * c->vocab_size;
+	threadpool *tp = threadpool_init(threads);
+	if (!tp)
+		return;
+	peak_threads = threads;
+	int printed = 0;
+	printf("dot-product peaks (%d thread%s at once, register-only loops, best of 5; a multiply-add counts 2):", threads,
+	       threads == 1 ? "" : "s");
+	for (int32_t p = 1; p < AAH_CPU_PRODUCT_COUNT; p++) {
+		peak_ops[p] = cpu_peak_measure((aah_cpu_product)p, tp);
+		if (peak_ops[p] > 0)
+			printf("%s %s %.3g T%s", printed++ ? "," : "", cpu_peak_name((aah_cpu_product)p), peak_ops[p] / 1e12,
+			       cpu_peak_unit((aah_cpu_product)p));
+	}
+	printf("\nprefill's rate below: 2 x the multiply-adds of every layer's projections (q, k, v, o, gate, up, down) for each "
+	       "prompt token, plus the output head for the last token alone (the one row that needs logits); the embedding "
+	       "lookup and attention's q.k and p.v not counted\n");
+	threadpool_free(tp);
+}
+
+/* The multiply-adds of one prefill of n_prompt tokens with weight type wi, by the instruction the backend multiplies
+ * each matrix with (aah_backend_cpu_product): the type of each matrix is the mix's (models/weight_quant.h), as the
+ * engine's import gives it. */
+static void prefill_macs(engine *e, int32_t wi, int32_t n_prompt, double macs[AAH_CPU_PRODUCT_COUNT])
+{
+	const model_config *c = engine_config(e);
+	const aah_backend *be = engine_backend(e);
+	const double h = c->hidden_size, q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim,
+	             ff = c->intermediate_size;
+	const double layer = h * (q + 2 * kv) + q * h + 3 * h * ff, head = h * c->vocab_size;
+	/* the files' float type, which the engine does not name: 4 bytes a weight read per token is f32, else bf16 */
+	const aah_dtype own = (double)engine_weight_bytes_per_token(e) > 3 * (c->n_layers * layer + head) ? AAH_DTYPE_F32
+	                                                                                                  : AAH_DTYPE_BF16;
+	weight_mix mix;
+	const char *quant = weight_quantize(wi);
+	const int mixed = quant && weight_mix_parse(quant, &mix) == 0;
+	const struct {
+		weight_role role;
+		double rows, cols;
+	} m[] = {
+		{ WEIGHT_ATTN_Q, q, h },  { WEIGHT_ATTN_K, kv, h },   { WEIGHT_ATTN_V, kv, h },     { WEIGHT_ATTN_O, h, q },
+		{ WEIGHT_FFN_GATE, ff, h }, { WEIGHT_FFN_UP, ff, h }, { WEIGHT_FFN_DOWN, h, ff },
+	};
+	for (int32_t p = 0; p < AAH_CPU_PRODUCT_COUNT; p++)
+		macs[p] = 0;
+	for (int32_t l = 0; l < c->n_layers; l++)
+		for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+			const aah_dtype t = mixed ? weight_mix_type(&mix, m[i].role, l, c->n_layers, (int64_t)m[i].cols, own) : own;
+			macs[aah_backend_cpu_product(be, t, (int64_t)m[i].cols, n_prompt)] += (double)n_prompt * m[i].rows * m[i].cols;
+		}
+	const aah_dtype ht = mixed ? weight_mix_type(&mix, WEIGHT_OUTPUT, 0, c->n_layers, c->hidden_size, own) : own;
+	macs[aah_backend_cpu_product(be, ht, c->hidden_size, 1)] += head;
+}
+
+/* Ends a prefill line: the rate its products achieved and its share of the peak of the instructions they ran on.
+ * Where the matrices take more than one instruction (q4_k_m's Q6_K beside its Q4_K can), the peak is what the prefill
+ * would take with each part at its own instruction's peak: Σ ops / Σ (ops_p / peak_p). */
+static void print_prefill_peak(engine *e, int32_t wi, int32_t n_prompt, double tps)
+{
+	if (strncmp(engine_backend_desc(e), "cpu", 3) != 0) {
+		printf(" (dot-product peak not measured on this backend)\n");
+		return;
+	}
+	double macs[AAH_CPU_PRODUCT_COUNT], total = 0, bound_s = 0;
+	prefill_macs(e, wi, n_prompt, macs);
+	aah_cpu_product top = AAH_CPU_PRODUCT_OTHER;
+	int32_t paths = 0, unmeasured = 0;
+	for (int32_t p = 0; p < AAH_CPU_PRODUCT_COUNT; p++) {
+		if (macs[p] <= 0)
+			continue;
+		total += macs[p];
+		paths++;
+		if (macs[p] > macs[top] || macs[top] <= 0)
+			top = (aah_cpu_product)p;
+		if (peak_ops[p] > 0)
+			bound_s += 2 * macs[p] / peak_ops[p];
+		else
+			unmeasured = 1;
+	}
+	const double ops = 2 * total * tps / n_prompt, peak = unmeasured ? 0 : 2 * total / bound_s;
+	printf(" = %.3g T%s", ops / 1e12, cpu_peak_unit(top));
+	if (peak <= 0)
+		printf(" (%s: no peak measured)", cpu_peak_name(top));
+	else if (paths == 1)
+		printf(" = %.1f%% of the %s peak %.3g T%s (%d thread%s)", 100 * ops / peak, cpu_peak_name(top), peak / 1e12,
+		       cpu_peak_unit(top), peak_threads, peak_threads == 1 ? "" : "s");
+	else {
+		printf(" = %.1f%% of its paths' peak %.3g T%s (%d thread%s:", 100 * ops / peak, peak / 1e12, cpu_peak_unit(top),
+		       peak_threads, peak_threads == 1 ? "" : "s");
+		for (int32_t p = 0, k = 0; p < AAH_CPU_PRODUCT_COUNT; p++)
+			if (macs[p] > 0)
+				printf("%s %s %.1f%% of the multiply-adds", k++ ? ";" : "", cpu_peak_name((aah_cpu_product)p),
+				       100 * macs[p] / total);
+		printf(")");
+	}
+	printf("\n");
 }
 
 /* Prefill of the prompt measured as calibration measures it (engine_seq_measure: band mass in 5 bands and entropy, full
@@ -234,7 +336,7 @@ static int bench_measure(engine *e, const int32_t *ids, int32_t n_prompt, float 
 			break;
 		}
 		double t0 = now_s();
-		engine_item it = { seq, ids, n_prompt, false, false };
+		engine_item it = { seq, ids, n_prompt, false, false, false };
 		rc = engine_forward(e, &it, 1, logits, err, sizeof err);
 		double tps = n_prompt / (now_s() - t0);
 		double *best = rep % 2 ? measured_tps : plain_tps;
@@ -279,13 +381,13 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % c->vocab_size);
 	/* A short warm-up brings the weights into the page cache and the thread pool up to speed. */
 	int32_t seq = engine_seq_open(e, NULL, err, sizeof err);
-	engine_item warm = { seq, ids, n_prompt < 16 ? n_prompt : 16, false, false };
+	engine_item warm = { seq, ids, n_prompt < 16 ? n_prompt : 16, false, false, false };
 	engine_forward(e, &warm, 1, logits, err, sizeof err);
 	engine_seq_close(e, seq);
 
 	seq = engine_seq_open(e, NULL, err, sizeof err);
 	double t0 = now_s();
-	engine_item it = { seq, ids, n_prompt, false, false };
+	engine_item it = { seq, ids, n_prompt, false, false, false };
 	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
 		return 1;
@@ -294,7 +396,7 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	int64_t kv0 = engine_seq_kv_bytes(e, seq);
 	int32_t tok = sampler_argmax(logits, c->vocab_size);
 	for (int32_t i = 0; i < n_gen; i++) {
-		engine_item step = { seq, &tok, 1, false, false };
+		engine_item step = { seq, &tok, 1, false, false, false };
 		engine_forward(e, &step, 1, logits, err, sizeof err);
 		tok = sampler_argmax(logits, c->vocab_size);
 	}
@@ -307,8 +409,8 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	printf("model %s: hidden %d, %d layers, %d/%d heads, vocab %d; backend %s, %d threads, %skv %s\n", dir,
 	       c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads,
 	       n_weight_types ? wl : "", aah_dtype_name(kv));
-	printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s (projections alone: %.3f TFLOP/s, 2 FLOP per weight per "
-	       "token)\n", w, aah_dtype_name(kv), n_prompt, prefill, 2.0 * matmul_params(c) * prefill / 1e12);
+	printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s", w, aah_dtype_name(kv), n_prompt, prefill);
+	print_prefill_peak(e, wi, n_prompt, prefill);
 	printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w, aah_dtype_name(kv),
 	       n_gen, decode);
 	printf("  %skv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s",
@@ -379,7 +481,7 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			seq[wi] = -1;
 		for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
 			seq[wi] = engine_seq_open(e[wi], NULL, err, sizeof err);
-			engine_item it = { seq[wi], ids, rep ? n_prompt : (n_prompt < 16 ? n_prompt : 16), false, false };
+			engine_item it = { seq[wi], ids, rep ? n_prompt : (n_prompt < 16 ? n_prompt : 16), false, false, false };
 			double t0 = now_s();
 			if (seq[wi] < 0 || engine_forward(e[wi], &it, 1, logits, err, sizeof err) != 0) {
 				fprintf(stderr, "aah-bench: %s\n", err);
@@ -394,7 +496,7 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			for (int32_t wi = 0; wi < n_weight_types && rc == 0; wi++) {
 				double t0 = now_s();
 				for (int32_t i = done; i < n_gen && i < done + WEIGHT_SEGMENT; i++) {
-					engine_item step = { seq[wi], &tok[wi], 1, false, false };
+					engine_item step = { seq[wi], &tok[wi], 1, false, false, false };
 					if (engine_forward(e[wi], &step, 1, logits, err, sizeof err) != 0) {
 						fprintf(stderr, "aah-bench: %s\n", err);
 						rc = 1;
@@ -420,7 +522,8 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 		for (int32_t wi = 0; wi < n_weight_types; wi++) {
 			const char *w = weight_label(wi, wl, sizeof wl);
 			const double implied = r[wi].weight_bytes * r[wi].decode / 1e9;
-			printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s\n", w, aah_dtype_name(kv), n_prompt, r[wi].prefill);
+			printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s", w, aah_dtype_name(kv), n_prompt, r[wi].prefill);
+			print_prefill_peak(e[wi], wi, n_prompt, r[wi].prefill);
 			printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w,
 			       aah_dtype_name(kv), n_gen, r[wi].decode);
 			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s", w,
@@ -500,7 +603,7 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 		int32_t n_dec = s == N_STAGES - 1 ? gen : probe;
 		int32_t target = stage_ctx[s] - n_dec;
 		double t0 = now_s();
-		engine_item it = { seq, ids + len, target - len, false, false };
+		engine_item it = { seq, ids + len, target - len, false, false, false };
 		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 			fprintf(stderr, "aah-bench: %s\n", err);
 			return -1;
@@ -511,7 +614,7 @@ static int bench_context_regime(engine *e, const char *regime, int32_t gen, int3
 		double t1 = now_s();
 		for (int32_t i = 0; i < n_dec; i++) {
 			int32_t tok = sampler_argmax(logits, V);
-			engine_item step = { seq, &tok, 1, false, false };
+			engine_item step = { seq, &tok, 1, false, false, false };
 			if (engine_forward(e, &step, 1, logits, err, sizeof err) != 0) {
 				fprintf(stderr, "aah-bench: %s\n", err);
 				return -1;
@@ -678,7 +781,7 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 	for (int32_t i = 0; i < n_prompt; i++)
 		ids[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
 	int32_t tmpl = engine_seq_open(e, regime, err, sizeof err);
-	engine_item it = { tmpl, ids, n_prompt, false, false };
+	engine_item it = { tmpl, ids, n_prompt, false, false, false };
 	if (tmpl < 0 || engine_forward(e, &it, 1, logits, err, sizeof err) != 0) {
 		fprintf(stderr, "aah-bench: %s\n", err);
 		goto done;
@@ -706,7 +809,7 @@ static int bench_batch_row(const char *dir, int32_t threads, int32_t ctx, const 
 					goto done;
 				}
 				toks[i] = first;
-				items[i] = (engine_item){ seqs[i], &toks[i], 1, false, false };
+				items[i] = (engine_item){ seqs[i], &toks[i], 1, false, false, false };
 			}
 			double t0 = 0;
 			for (int32_t step = 0; step < gen; step++) {
@@ -1012,7 +1115,7 @@ done:
 			int32_t c = ld->n_prefix - at < 256 ? ld->n_prefix - at : 256;
 			if (ld->n_prefix - at - c == 1)
 				c--;   /* never a one-token chunk past position 0 (scheduler.c) */
-			engine_item it = { seq, ids + at, c, false, true };
+			engine_item it = { seq, ids + at, c, false, true, false };
 			ok = engine_forward(e, &it, 1, logits, err, sizeof err) == 0;
 			at += c;
 			if (ok)
@@ -1373,22 +1476,309 @@ static int bench_constrained(const char *schema_path, const char *dir, int32_t t
 	return rc;
 }
 
+/* ---- speculative decoding (docs/speculative.md) ---- */
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The machinery's ceiling on one model, at the engine (no scheduler): a verify pass of k + 1 positions against one
+ * decode step at the same length (each timed, then taken back, interleaved, the median of many), and greedy decoding
+ * with an oracle draft — an earlier greedy run's tokens replayed as the draft, every one accepted — against plain
+ * greedy decoding. Both decoders pick every row's token (engine_argmax_rows), as the scheduler does. */
+static int spec_mechanics(const char *dir, int32_t threads, int32_t wi, int32_t n_prompt, int32_t n_gen, int32_t k,
+                          int32_t reps)
+{
+	char err[512], wl[32];
+	const int32_t ctx = ((n_prompt + n_gen + 2 * k + 16 + 15) / 16) * 16;
+	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 2, .max_batch_tokens = 512,
+	                    .kv_dtype = AAH_DTYPE_F16, .ctx_len = ctx, .quantize = weight_quantize(wi), .aah_path = "",
+	                    .rollback = ENGINE_MAX_ROLLBACK };
+	engine *e;
+	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return 1;
+	}
+	const int32_t V = engine_config(e)->vocab_size;
+	int32_t *ids = malloc((size_t)(n_prompt + n_gen + k + 2) * sizeof *ids), *row_ids = malloc((size_t)(k + 1) *
+	                                                                                             sizeof *row_ids);
+	float *logits = malloc((size_t)(k + 1) * V * sizeof *logits);
+	const float **rows = malloc((size_t)(k + 1) * sizeof *rows);
+	double *t_step = malloc((size_t)reps * 20 * sizeof(double)), *t_verify = malloc((size_t)reps * 20 * sizeof(double));
+	uint32_t x = 12345;
+	for (int32_t i = 0; i < n_prompt; i++) {
+		x = x * 1664525u + 1013904223u;
+		ids[i] = (int32_t)((x >> 8) % (uint32_t)(V < 32000 ? V : 32000));
+	}
+	for (int32_t i = 0; i <= k; i++)
+		rows[i] = logits + (int64_t)i * V;
+	int rc = 0, mismatches = 0;
+	double plain_s = 0, oracle_s = 0;
+	/* plain greedy decoding: the reference tokens */
+	int32_t a = engine_seq_open(e, NULL, err, sizeof err), b = engine_seq_open(e, NULL, err, sizeof err);
+	engine_item it = { a, ids, n_prompt, false, false, false };
+	if (a < 0 || b < 0 || engine_seq_allow_rollback(e, b, err, sizeof err) != 0 ||
+	    engine_forward(e, &it, 1, logits, err, sizeof err) != 0)
+		goto fail;
+	ids[n_prompt] = aah_argmax(logits, V);
+	double t0 = now_s();
+	for (int32_t i = 0; i < n_gen - 1; i++) {
+		it = (engine_item){ a, &ids[n_prompt + i], 1, false, false, false };
+		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0)
+			goto fail;
+		engine_argmax_rows(e, &ids[n_prompt + i + 1], rows, 1, V);
+	}
+	plain_s = now_s() - t0;
+	/* the oracle: the same prompt, then [next, the next k reference tokens] a pass */
+	it = (engine_item){ b, ids, n_prompt, false, false, false };
+	if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0)
+		goto fail;
+	t0 = now_s();
+	int32_t done = 1;   /* tokens produced: the first came from the prompt */
+	while (done < n_gen) {
+		int32_t kk = n_gen - done - 1 < k ? n_gen - done - 1 : k;
+		it = (engine_item){ b, &ids[n_prompt + done - 1], kk + 1, kk > 0, false, kk > 0 };
+		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0)
+			goto fail;
+		engine_argmax_rows(e, row_ids, rows, kk + 1, V);
+		for (int32_t j = 0; j <= kk; j++)
+			mismatches += row_ids[j] != ids[n_prompt + done + j];
+		done += kk + 1;
+	}
+	oracle_s = now_s() - t0;
+	/* a decode step against a verify pass, at the oracle sequence's length, each taken back */
+	const int32_t len = engine_seq_len(e, b);
+	for (int32_t r = 0; r < reps * 20; r++) {
+		it = (engine_item){ b, &ids[n_prompt], 1, false, false, false };
+		t0 = now_s();
+		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0)
+			goto fail;
+		engine_argmax_rows(e, row_ids, rows, 1, V);
+		t_step[r] = now_s() - t0;
+		if (engine_seq_truncate(e, b, len, err, sizeof err) != 0)
+			goto fail;
+		it = (engine_item){ b, &ids[n_prompt], k + 1, true, false, true };
+		t0 = now_s();
+		if (engine_forward(e, &it, 1, logits, err, sizeof err) != 0)
+			goto fail;
+		engine_argmax_rows(e, row_ids, rows, k + 1, V);
+		t_verify[r] = now_s() - t0;
+		if (engine_seq_truncate(e, b, len, err, sizeof err) != 0)
+			goto fail;
+	}
+	qsort(t_step, (size_t)reps * 20, sizeof *t_step, cmp_dbl);
+	qsort(t_verify, (size_t)reps * 20, sizeof *t_verify, cmp_dbl);
+	double step = t_step[reps * 10], verify = t_verify[reps * 10];
+	printf("  %-7s at %d positions: decode step %.2f ms, verify pass of %d positions %.2f ms = %.2fx a step\n",
+	       weight_label(wi, wl, sizeof wl), len, 1e3 * step, k + 1, 1e3 * verify, verify / step);
+	printf("  %-7s greedy %d tokens: plain %.1f tok/s; oracle draft k=%d %.1f tok/s = %.2fx (%d rows disagreed with "
+	       "plain decoding)\n", weight_label(wi, wl, sizeof wl), n_gen, (n_gen - 1) / plain_s, k, (n_gen - 1) / oracle_s,
+	       plain_s / oracle_s, mismatches);
+	goto out;
+fail:
+	fprintf(stderr, "aah-bench: %s\n", err);
+	rc = 1;
+out:
+	engine_free(e);
+	free(ids);
+	free(row_ids);
+	free(logits);
+	free(rows);
+	free(t_step);
+	free(t_verify);
+	return rc;
+}
+
+/* One request at a time through the scheduler (batch-1 decoding, what speculation is for), greedy: decode tokens/s
+ * (first token to last), its drafts' figures, and its tokens for the comparison. */
+static int spec_run(sched *s, const char *regime, const int32_t *prompt, int32_t n_prompt, int32_t n_gen,
+                    sched_spec spec, double *gen_s, int32_t *n_tok, sched_result *res, int32_t *out)
+{
+	char err[512];
+	sched_request_params rp = { .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen, .logprobs = -1,
+	                            .spec = spec, .regime = regime };
+	rp.sampling.top_p = 1;
+	sched_request *r;
+	if (sched_submit(s, &rp, 1, &r, err, sizeof err) != SCHED_OK) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return -1;
+	}
+	sched_view v = { 0 };
+	while (v.finish == SCHED_FINISH_NONE)
+		sched_request_wait(r, v.version, 10000, &v);
+	sched_request_result(r, res);
+	*n_tok = res->n_tokens;
+	*gen_s = res->duration_s - res->ttft_s;
+	memcpy(out, sched_request_tokens(r), (size_t)res->n_tokens * sizeof *out);
+	sched_request_release(r);
+	return res->finish == SCHED_FINISH_ERROR ? -1 : 0;
+}
+
+/* Real acceptance, end to end: the prompts (a file of prompts separated by lines of "---", or copies of a random
+ * phrase) decoded without speculation, with prompt lookup and, with draft_regime, drafted by the model under that
+ * regime; rounds interleave the kinds. */
+static int spec_e2e(const char *dir, int32_t threads, const char *regime, const char *draft_regime,
+                    const char *prompt_file, int32_t n_prompt, int32_t n_gen, int32_t k, int32_t rounds)
+{
+	char err[512];
+	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 2, .max_batch_tokens = 512,
+	                    .kv_dtype = AAH_DTYPE_F16, .rollback = ENGINE_MAX_ROLLBACK };
+	engine *e;
+	if (engine_init(&e, dir, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", err);
+		return 1;
+	}
+	const int32_t V = engine_config(e)->vocab_size, ctx = engine_ctx_len(e);
+	enum { MAX_PROMPTS = 16 };
+	int32_t *prompts[MAX_PROMPTS] = { NULL }, lens[MAX_PROMPTS], n_prompts = 0;
+	if (prompt_file) {
+		char dirbuf[4096];
+		tokenizer *tok = aah_resolve_model_dir(dir, -1, dirbuf, sizeof dirbuf, err, sizeof err) == 0
+		                         ? tokenizer_load(dirbuf, err, sizeof err) : NULL;
+		FILE *f = tok ? fopen(prompt_file, "r") : NULL;
+		if (!f) {
+			fprintf(stderr, "aah-bench: --spec-prompts: %s\n", tok ? strerror(errno) : err);
+			engine_free(e);
+			return 1;
+		}
+		static char text[1 << 20];
+		size_t n = fread(text, 1, sizeof text - 1, f);
+		fclose(f);
+		text[n] = 0;
+		for (char *t = text; t && *t && n_prompts < MAX_PROMPTS;) {
+			char *sep = strstr(t, "\n---\n");
+			size_t len = sep ? (size_t)(sep - t) : strlen(t);
+			prompts[n_prompts] = malloc((size_t)ctx * sizeof(int32_t));
+			int64_t m = tokenizer_encode(tok, t, len, true, prompts[n_prompts], ctx - n_gen - 1, err, sizeof err);
+			if (m > ctx - n_gen - 1)
+				m = ctx - n_gen - 1;   /* the prompt's beginning: what the context holds beside the output */
+			if (m > 0)
+				lens[n_prompts++] = (int32_t)m;
+			else
+				free(prompts[n_prompts]);
+			t = sep ? sep + 5 : NULL;
+		}
+		tokenizer_free(tok);
+	} else {
+		uint32_t x = 777;
+		for (; n_prompts < 4; n_prompts++) {
+			int32_t phrase[24];
+			for (int32_t i = 0; i < 24; i++) {
+				x = x * 1664525u + 1013904223u;
+				phrase[i] = (int32_t)((x >> 8) % (uint32_t)(V < 32000 ? V : 32000));
+			}
+			prompts[n_prompts] = malloc((size_t)n_prompt * sizeof(int32_t));
+			for (int32_t i = 0; i < n_prompt; i++)
+				prompts[n_prompts][i] = phrase[i % 24];
+			lens[n_prompts] = n_prompt;
+		}
+	}
+	sched *s = NULL;
+	sched_params sp = { .max_seqs = 1, .queue_length = 4, .step_tokens = 512 };
+	sp.spec = (sched_spec){ SCHED_DRAFT_OFF, k, 1, draft_regime };
+	engine_params ep = p;
+	ep.max_seqs = 2;
+	int rc = 0;
+	if (n_prompts == 0 || sched_init(&s, e, &ep, &sp, err, sizeof err) != 0) {
+		fprintf(stderr, "aah-bench: %s\n", n_prompts ? err : "--spec-prompts: no prompt");
+		rc = 1;
+		goto out;
+	}
+	const sched_draft kinds[] = { SCHED_DRAFT_OFF, SCHED_DRAFT_NGRAM, SCHED_DRAFT_REGIME };
+	const int32_t n_kinds = draft_regime ? 3 : 2;
+	double gen_s[3] = { 0 };
+	int64_t toks[3] = { 0 }, drafted[3] = { 0 }, accepted[3] = { 0 }, passes[3] = { 0 }, differ[3] = { 0 };
+	int32_t *ref = malloc((size_t)ctx * sizeof *ref), *out = malloc((size_t)ctx * sizeof *out);
+	for (int32_t round = 0; round < rounds && rc == 0; round++)
+		for (int32_t pi = 0; pi < n_prompts && rc == 0; pi++)
+			for (int32_t q = 0; q < n_kinds && rc == 0; q++) {
+				int32_t kq = (round + q) % n_kinds;   /* a rotating order: no kind always runs first */
+				sched_spec sq = { kinds[kq], k, 1, NULL };
+				double g;
+				int32_t nt, n_ref = 0;
+				sched_result res;
+				if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, sq, &g, &nt, &res, kq == 0 ? ref : out) != 0) {
+					rc = 1;
+					break;
+				}
+				if (kq == 0)
+					n_ref = nt;
+				gen_s[kq] += g;
+				toks[kq] += nt > 1 ? nt - 1 : 0;
+				drafted[kq] += res.spec_drafted;
+				accepted[kq] += res.spec_accepted;
+				passes[kq] += res.spec_passes;
+				(void)n_ref;
+			}
+	/* the outputs, compared once more outside the timing: every kind against no speculation */
+	for (int32_t pi = 0; pi < n_prompts && rc == 0; pi++) {
+		double g;
+		int32_t n_ref, nt;
+		sched_result res;
+		if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, (sched_spec){ SCHED_DRAFT_OFF, k, 1, NULL }, &g, &n_ref, &res,
+		             ref) != 0)
+			rc = 1;
+		for (int32_t kq = 1; kq < n_kinds && rc == 0; kq++) {
+			if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, (sched_spec){ kinds[kq], k, 1, NULL }, &g, &nt, &res,
+			             out) != 0)
+				rc = 1;
+			differ[kq] += nt != n_ref || memcmp(ref, out, (size_t)nt * sizeof *out) != 0;
+		}
+	}
+	if (rc == 0) {
+		printf("  %d prompt%s (%s), %d tokens each, greedy, one request at a time, k=%d adaptive, %d round%s:\n",
+		       n_prompts, n_prompts == 1 ? "" : "s", prompt_file ? prompt_file : "a random phrase repeated", n_gen, k,
+		       rounds, rounds == 1 ? "" : "s");
+		for (int32_t kq = 0; kq < n_kinds; kq++) {
+			char name[96];
+			snprintf(name, sizeof name, "%s%s%s%s", sched_draft_name(kinds[kq]), kq == 2 ? " (" : "",
+			         kq == 2 ? draft_regime : "", kq == 2 ? ")" : "");
+			double tps = toks[kq] / gen_s[kq];
+			printf("    %-22s %7.1f tok/s = %.2fx", name, tps, tps / (toks[0] / gen_s[0]));
+			if (kq > 0)
+				printf("; accepted %lld of %lld drafted (%.0f%%), %.2f tokens a verify pass; outputs %s", (long long)
+				       accepted[kq], (long long)drafted[kq], drafted[kq] ? 100.0 * accepted[kq] / drafted[kq] : 0.0,
+				       passes[kq] ? 1 + (double)accepted[kq] / passes[kq] : 0.0,
+				       differ[kq] ? "DIFFER" : "identical");
+			printf("\n");
+			if (differ[kq])
+				rc = 1;
+		}
+	}
+	free(ref);
+	free(out);
+out:
+	sched_free(s);
+	engine_free(e);
+	for (int32_t i = 0; i < n_prompts; i++)
+		free(prompts[i]);
+	return rc;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: aah-bench [--backend B] [--kv-dtype LIST] [--threads N] [--prompt N] [--gen N] [--no-bandwidth] "
-	           "[--measure] MODEL_DIR...\n"
+	           "[--no-peak] [--measure] MODEL_DIR...\n"
 	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
 	           "       aah-bench --attention [--kv-dtype LIST] [--window W] [--reps N]\n"
 	           "       aah-bench --shared-prefix [--prefix N] [--tail LIST] [--requests N] [--kv-budget BYTES] "
 	           "[--regime NAME] [--threads N] MODEL_DIR\n"
 	           "       aah-bench --shared-prefix --fill LIST [--prefix N] [--tail N] [--rounds N] [--regime NAME] MODEL_DIR\n"
 	           "       aah-bench --constrained SCHEMA [--weights TYPE] [--gen N] [--reps N] [--threads N] MODEL_DIR\n"
+	           "       aah-bench --spec [--weights LIST] [--prompt N] [--gen N] [--spec-k N] [--regime NAME] "
+	           "[--draft-regime NAME] [--spec-prompts FILE] [--reps N] MODEL_DIR\n"
 	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
 	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
 	           "tokens, default 512), decode tokens/s at batch 1 (default 64 tokens), the weight bytes read per\n"
 	           "decoded token and the bandwidth that implies, as a share of the measured one; --measure adds the prefill\n"
 	           "measured as calibration does (engine_seq_measure: band mass and entropy) against it unmeasured.\n"
+	           "Beside the bandwidth, the dot-product peak of every product instruction this CPU has (vfmadd231ps,\n"
+	           "vpdpbusd, vdpbf16ps, AMX tdpbusd / tdpbf16ps: register-only loops on every thread at once; --no-peak skips\n"
+	           "them), and on each prefill line the instruction that weight type's products take on this backend, the\n"
+	           "rate the prefill's projections achieved and its share of that peak.\n"
 	           "--context: full attention against an AAH regime (default: the model's default regime) at 4096\n"
 	           "context (prompt 4096 - gen, then gen tokens; default gen 512): ACR, attention work ratio, KV bytes per\n"
 	           "sequence against the capacity-weighted window ratio, prefill speed, decode speed at 512..4096.\n"
@@ -1419,7 +1809,14 @@ static void usage(FILE *f)
 	           "mixes); all of them loaded at once, each round decoding them 16 tokens at a time in turn, best of --reps\n"
 	           "rounds (default 3); each type's speeds and resident memory against the first's (--measure is not run then).\n"
 	           "--backend auto|cpu|cuda (every mode): the engine's backend (default auto: CUDA when a device is present);\n"
-	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n");
+	           "on CUDA the first mode measures the device's copy bandwidth instead of this machine's read bandwidth.\n"
+	           "--spec: speculative decoding (docs/speculative.md). For each --weights type: a verify pass of k + 1\n"
+	           "positions against a decode step (median of 20 x --reps, each taken back), and greedy decoding of --gen\n"
+	           "tokens (default 128) after --prompt N (default 128) plainly and with an oracle draft (that run's tokens\n"
+	           "replayed: every one accepted). Then end to end through the scheduler, one request at a time: no\n"
+	           "speculation, prompt lookup and (--draft-regime) the model under a smaller-window regime, on the prompts\n"
+	           "of --spec-prompts FILE (separated by lines of ---; default: a random phrase repeated), --reps rounds\n"
+	           "interleaved: decode tokens/s, acceptance, tokens per verify pass, and whether the outputs are identical.\n");
 }
 
 /* --name N: a whole integer in [lo, hi], else a message and exit 2 (atoi read "12x" as 12 and "x" as 0). */
@@ -1438,7 +1835,10 @@ int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
 	const char *constrained = NULL;   /* --constrained SCHEMA */
-	int no_bw = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
+	int spec = 0, prompt_set = 0;     /* --spec [--spec-k N] [--draft-regime NAME] [--spec-prompts FILE] */
+	int32_t spec_k = 4;
+	const char *draft_regime = NULL, *spec_prompts = NULL;
+	int no_bw = 0, no_peak = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
 	int32_t sp_prefix = 1024, sp_requests = 16, sp_rounds = 3;
 	int32_t sp_tails[8] = { 20, 200, 1000 }, sp_n_tails = 3;
 	double sp_fills[8];
@@ -1451,6 +1851,7 @@ int main(int argc, char **argv)
 		{ "context", no_argument, 0, 'c' }, { "regime", required_argument, 0, 'r' },
 		{ "threads", required_argument, 0, 't' }, { "prompt", required_argument, 0, 'p' },
 		{ "gen", required_argument, 0, 'g' }, { "no-bandwidth", no_argument, 0, 'B' },
+		{ "no-peak", no_argument, 0, 'Q' },
 		{ "batch", no_argument, 0, 'b' }, { "kv-budget", required_argument, 0, 'k' },
 		{ "reps", required_argument, 0, 'R' }, { "backend", required_argument, 0, 'x' },
 		{ "measure", no_argument, 0, 'm' }, { "kv-dtype", required_argument, 0, 'K' },
@@ -1459,13 +1860,15 @@ int main(int argc, char **argv)
 		{ "prefix", required_argument, 0, 'P' }, { "tail", required_argument, 0, 'T' },
 		{ "fill", required_argument, 0, 'F' }, { "rounds", required_argument, 0, 'O' },
 		{ "requests", required_argument, 0, 'N' }, { "weights", required_argument, 0, 'W' },
-		{ "constrained", required_argument, 0, 'J' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "constrained", required_argument, 0, 'J' }, { "spec", no_argument, 0, 'e' },
+		{ "spec-k", required_argument, 0, 'E' }, { "draft-regime", required_argument, 0, 'D' },
+		{ "spec-prompts", required_argument, 0, 'X' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 't': threads = int_arg("threads", optarg, 1, 256); break;
-		case 'p': n_prompt = int_arg("prompt", optarg, 1, 1 << 20); break;
+		case 'p': n_prompt = int_arg("prompt", optarg, 1, 1 << 20); prompt_set = 1; break;
 		case 'g': n_gen = int_arg("gen", optarg, 1, 1 << 20); gen_set = 1; break;
 		case 'c': context = 1; break;
 		case 'b': batch = 1; break;
@@ -1482,6 +1885,7 @@ int main(int argc, char **argv)
 		case 'x': backend_name = optarg; break;
 		case 'r': regime = optarg; break;
 		case 'B': no_bw = 1; break;
+		case 'Q': no_peak = 1; break;
 		case 'm': measure = 1; break;
 		case 'a': attention = 1; break;
 		case 'C': bench_clock = CLOCK_PROCESS_CPUTIME_ID; break;
@@ -1532,6 +1936,10 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'J': constrained = optarg; break;
+		case 'e': spec = 1; break;
+		case 'E': spec_k = int_arg("spec-k", optarg, 1, 15); break;
+		case 'D': draft_regime = optarg; break;
+		case 'X': spec_prompts = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -1549,6 +1957,21 @@ int main(int argc, char **argv)
 	if (optind >= argc || threads < 1 || threads > 256 || n_prompt < 1 || n_gen < 1) {
 		usage(stderr);
 		return 2;
+	}
+	if (spec) {
+		if (optind != argc - 1 || n_prompt < 1 || n_gen < 2) {
+			usage(stderr);
+			return 2;
+		}
+		int32_t gen = gen_set ? n_gen : 128, np = prompt_set ? n_prompt : 128;
+		int rc = 0;
+		printf("speculative decoding, %s, %d thread%s (docs/speculative.md):\n", argv[optind], threads,
+		       threads == 1 ? "" : "s");
+		for (int32_t wi = 0; wi < (n_weight_types ? n_weight_types : 1) && rc == 0; wi++)
+			rc = spec_mechanics(argv[optind], threads, wi, np, gen, spec_k, reps);
+		if (rc == 0)
+			rc = spec_e2e(argv[optind], threads, regime, draft_regime, spec_prompts, np, gen, spec_k, reps);
+		return rc;
 	}
 	if (constrained) {
 		if (optind != argc - 1 || n_weight_types > 1) {
@@ -1613,6 +2036,10 @@ int main(int argc, char **argv)
 		bw = measure_read_bandwidth(threads);
 		printf("streaming read bandwidth (%d threads, 1 GiB buffer): %.2f GB/s\n", threads, bw);
 	}
+	if (!no_peak && on_gpu)
+		printf("dot-product peaks: not measured on CUDA (the peak loops are the CPU's instructions)\n");
+	else if (!no_peak)
+		measure_peaks(threads);
 	int rc = 0;
 	for (int i = optind; i < argc; i++)
 		for (int32_t k = 0; k < n_kv_types; k++) {

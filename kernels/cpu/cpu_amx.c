@@ -39,7 +39,8 @@ _Static_assert(sizeof(tile_config) == 64, "ldtilecfg reads 64 bytes");
 static __thread int tile_key;
 
 /* kind 0: the int8 tiles above, K = 32; 1: K = 16 (Q6_K); 2: bf16 (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16
- * floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16 weight rows). */
+ * floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16 weight rows); 3: every tile full, 16 rows of 64 bytes
+ * (cpu_amx_tiles_full: the peak loops of cpu_peak_amx.c). */
 static void tiles_configure(int nc, int kind)
 {
 	const int key = nc << 2 | kind;
@@ -52,7 +53,12 @@ static void tiles_configure(int nc, int kind)
 		cfg.rows[t] = (uint8_t)nc;
 		cfg.colsb[t] = 64;
 	}
-	if (kind == 2) {
+	if (kind == 3) {
+		for (int t = 4; t < 8; t++) {
+			cfg.rows[t] = 16;
+			cfg.colsb[t] = 64;
+		}
+	} else if (kind == 2) {
 		cfg.rows[4] = (uint8_t)nc;
 		cfg.colsb[4] = 64;
 		cfg.rows[5] = cfg.rows[6] = 16;
@@ -71,6 +77,11 @@ static void tiles_configure(int nc, int kind)
 	 * a config of palette 1 and nothing else, which faults) */
 	__asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 	tile_key = key;
+}
+
+void cpu_amx_tiles_full(void)
+{
+	tiles_configure(16, 3);
 }
 
 /* One tile product: C = A (activations, rows `as` apart) · B (64-byte rows), stored to sums (16 int32 a row). */

@@ -47,6 +47,18 @@ typedef void (*cpu_amx_fn)(int64_t nb, int nc, int64_t rows, int ng, size_t gstr
 /* The AMX kernel for packed type t, or NULL where t has none. Only to be called where cpu_amx_available() said true. */
 cpu_amx_fn cpu_amx_kernel(aah_dtype t);
 
+/* Loads this thread's tile configuration with every tile full, 16 rows of 64 bytes (tmm0 … tmm7), through the same
+ * code and per-thread record as the kernels above, so that their next call loads their own again. For the peak loops
+ * (cpu_peak_amx.c); only where cpu_amx_available(). */
+void cpu_amx_tiles_full(void);
+
+/* From this many activation rows on (a call's, and a 16-row chunk's), the packed products run on AMX tiles where the
+ * CPU has them (the same bits as the VNNI kernels, so the choice is speed only). Measured on an Emerald Rapids Xeon,
+ * Q8_0 3072 × 1024: the tiles 0.93x vpdpbusd at 4 rows, 0.91x at 8, 1.12x at 12, 1.22x at 16 (Q4_0: 0.71x, 1.08x,
+ * 1.39x, 1.44x); so fewer rows, a decode step's included, stay on vpdpbusd (cpu_quant_matmul.c; and
+ * aah_backend_cpu_product says so). */
+#define CPU_AMX_MIN_ROWS 12
+
 /* AMX-BF16 (CPUID leaf 7 also; the same grant): true where the bf16 tile product below may run. */
 bool cpu_amx_bf16_available(void);
 /* out[i·ldo + m] = Σ_k bf16(x[i][k]) · w(m, k) for i < n (any n) and the rows m < M of panels [p0, p1) of a packed bf16

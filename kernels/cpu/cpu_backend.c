@@ -647,3 +647,31 @@ const char *aah_backend_cpu_paths(const aah_backend *b)
 {
 	return ((const cpu_ctx *)b->context)->paths;
 }
+
+aah_cpu_product aah_backend_cpu_product(const aah_backend *b, aah_dtype w, int64_t cols, int32_t n_rows)
+{
+	const cpu_ctx *c = b->context;
+	const aah_cpu_product fma = !strcmp(c->k->isa, "avx512") ? AAH_CPU_PRODUCT_FMA_ZMM
+	                            : !strcmp(c->k->isa, "avx2") ? AAH_CPU_PRODUCT_FMA_YMM
+	                                                         : AAH_CPU_PRODUCT_OTHER;
+	if (!aah_dtype_is_quantized(w)) {   /* cpu_matmul's branches, in its order */
+		if (w == AAH_DTYPE_BF16 && c->bf16tile && cols % 32 == 0)
+			return AAH_CPU_PRODUCT_AMX_BF16;
+		if (w == AAH_DTYPE_BF16 && (c->bf16dot || c->bf16tile))
+			return AAH_CPU_PRODUCT_DPBF16_ZMM;
+		return fma;
+	}
+	if (c->quant_f32)   /* the dequantized reference: scalar loops */
+		return AAH_CPU_PRODUCT_OTHER;
+	if (c->qpack_kernel && c->qpack_kernel(w)) {   /* cpu_weight_import packed it; cpu_matmul_quant's choice */
+		if (c->amx_kernel && n_rows >= CPU_AMX_MIN_ROWS && c->amx_kernel(w))
+			return AAH_CPU_PRODUCT_AMX_INT8;
+		if (c->qpack_kernel == cpu_qpack_kernel_avx512)
+			return AAH_CPU_PRODUCT_DPBUSD_ZMM;
+		if (c->qpack_kernel == cpu_qpack_kernel_avxvnni || c->qpack_kernel == cpu_qpack_kernel_vnni256)
+			return AAH_CPU_PRODUCT_DPBUSD_YMM;
+		return AAH_CPU_PRODUCT_OTHER;   /* AVX2 without VNNI */
+	}
+	/* the row-major dots (cpu_quant.h): 256-bit vpdpbusd in the AVX-512 VNNI table, vpmaddubsw in AVX2's */
+	return c->qk == &cpu_qkernels_avx512 ? AAH_CPU_PRODUCT_DPBUSD_YMM : AAH_CPU_PRODUCT_OTHER;
+}

@@ -25,11 +25,8 @@
  * without, cpu_qpack_avx2.c), 2 KiB measured best. */
 #define QMM_PREFETCH_BYTES 1024
 #define QPACK_PREFETCH_BYTES 2048
-/* From this many activation rows on (a call's, and a 16-row chunk's), the packed products run on AMX tiles where the
- * CPU has them (cpu_amx.h: the same bits as the VNNI kernels, so the choice is speed only). Measured on an Emerald
- * Rapids Xeon, Q8_0 3072 × 1024: the tiles 0.93x vpdpbusd at 4 rows, 0.91x at 8, 1.12x at 12, 1.22x at 16 (Q4_0:
- * 0.71x, 1.08x, 1.39x, 1.44x); so fewer rows, a decode step's included, stay on vpdpbusd. */
-#define AMX_MIN_ROWS 12
+/* From this many activation rows on, the packed products run on AMX tiles (cpu_amx.h says why 12). */
+#define AMX_MIN_ROWS CPU_AMX_MIN_ROWS
 
 typedef struct qmm_job {
 	float *out;          /* (n, M) */
