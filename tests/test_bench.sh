@@ -101,6 +101,26 @@ for t in f32 f16; do
 done
 grep -q "^$reg kv f16 / kv f32: prefill" "$out" || say_fail "--context: no f16 / f32 line for $reg"
 
+# speculative decoding on the tiny AAH model: the verify pass and the oracle's lines for each --weights type (no row
+# may disagree with plain decoding), then no speculation, prompt lookup and the model under its own other regime end
+# to end, with identical outputs; a k past 15 exits 2
+if ! timeout 120 "$BENCH" --spec --threads 1 --prompt 48 --gen 24 --spec-k 3 --requests 2 --weights f32,q8_0 \
+	--regime full_attention --draft-regime "$reg" "$aah" >"$out" 2>&1; then
+	say_fail "aah-bench --spec failed"; cat "$out"
+fi
+for w in f32 q8_0; do
+	grep -Eq "w $w +at [0-9]+ positions: decode step [0-9.]+ ms, verify pass of 4 positions [0-9.]+ ms = [0-9.]+x" \
+		"$out" || say_fail "--spec: no verify line for $w"
+	grep -Eq "w $w +greedy 24 tokens: plain [0-9.]+ tok/s; oracle draft k=3 [0-9.]+ tok/s = [0-9.]+x \(0 rows" "$out" ||
+		say_fail "--spec: no oracle line for $w, or rows disagreed"
+done
+for k in off ngram "regime ($reg)"; do
+	grep -Fq "    $k " "$out" || say_fail "--spec: no end-to-end row for $k"
+done
+[ "$(grep -c 'outputs identical' "$out")" -eq 2 ] || say_fail "--spec: outputs not identical"
+"$BENCH" --spec --spec-k 16 "$aah" >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--spec --spec-k 16 did not exit 2"
+
 # shared prefixes on the tiny AAH model: one beginning and different tails of two lengths, the cache off and on for
 # full attention and the default regime, the same tokens, the cache's tokens, the beginning's bytes; then the pool
 # filling (16 beginnings, 2 rounds: the second restores from the cache); a bad size or list exits 2

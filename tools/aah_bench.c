@@ -1620,7 +1620,8 @@ static int spec_run(sched *s, const char *regime, const int32_t *prompt, int32_t
  * phrase) decoded without speculation, with prompt lookup and, with draft_regime, drafted by the model under that
  * regime; rounds interleave the kinds. */
 static int spec_e2e(const char *dir, int32_t threads, const char *regime, const char *draft_regime,
-                    const char *prompt_file, int32_t n_prompt, int32_t n_gen, int32_t k, int32_t rounds)
+                    const char *prompt_file, int32_t n_synthetic, int32_t n_prompt, int32_t n_gen, int32_t k,
+                    int32_t rounds)
 {
 	char err[512];
 	engine_params p = { .backend = backend_name, .n_threads = threads, .max_seqs = 2, .max_batch_tokens = 512,
@@ -1663,7 +1664,7 @@ static int spec_e2e(const char *dir, int32_t threads, const char *regime, const 
 		tokenizer_free(tok);
 	} else {
 		uint32_t x = 777;
-		for (; n_prompts < 4; n_prompts++) {
+		for (; n_prompts < n_synthetic; n_prompts++) {
 			int32_t phrase[24];
 			for (int32_t i = 0; i < 24; i++) {
 				x = x * 1664525u + 1013904223u;
@@ -1690,43 +1691,30 @@ static int spec_e2e(const char *dir, int32_t threads, const char *regime, const 
 	const int32_t n_kinds = draft_regime ? 3 : 2;
 	double gen_s[3] = { 0 };
 	int64_t toks[3] = { 0 }, drafted[3] = { 0 }, accepted[3] = { 0 }, passes[3] = { 0 }, differ[3] = { 0 };
-	int32_t *ref = malloc((size_t)ctx * sizeof *ref), *out = malloc((size_t)ctx * sizeof *out);
+	int32_t *outs = malloc((size_t)3 * ctx * sizeof *outs), n_out[3];
 	for (int32_t round = 0; round < rounds && rc == 0; round++)
-		for (int32_t pi = 0; pi < n_prompts && rc == 0; pi++)
+		for (int32_t pi = 0; pi < n_prompts && rc == 0; pi++) {
 			for (int32_t q = 0; q < n_kinds && rc == 0; q++) {
 				int32_t kq = (round + q) % n_kinds;   /* a rotating order: no kind always runs first */
 				sched_spec sq = { kinds[kq], k, 1, NULL };
 				double g;
-				int32_t nt, n_ref = 0;
 				sched_result res;
-				if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, sq, &g, &nt, &res, kq == 0 ? ref : out) != 0) {
+				if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, sq, &g, &n_out[kq], &res,
+				             outs + (int64_t)kq * ctx) != 0) {
 					rc = 1;
 					break;
 				}
-				if (kq == 0)
-					n_ref = nt;
 				gen_s[kq] += g;
-				toks[kq] += nt > 1 ? nt - 1 : 0;
+				toks[kq] += n_out[kq] > 1 ? n_out[kq] - 1 : 0;
 				drafted[kq] += res.spec_drafted;
 				accepted[kq] += res.spec_accepted;
 				passes[kq] += res.spec_passes;
-				(void)n_ref;
 			}
-	/* the outputs, compared once more outside the timing: every kind against no speculation */
-	for (int32_t pi = 0; pi < n_prompts && rc == 0; pi++) {
-		double g;
-		int32_t n_ref, nt;
-		sched_result res;
-		if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, (sched_spec){ SCHED_DRAFT_OFF, k, 1, NULL }, &g, &n_ref, &res,
-		             ref) != 0)
-			rc = 1;
-		for (int32_t kq = 1; kq < n_kinds && rc == 0; kq++) {
-			if (spec_run(s, regime, prompts[pi], lens[pi], n_gen, (sched_spec){ kinds[kq], k, 1, NULL }, &g, &nt, &res,
-			             out) != 0)
-				rc = 1;
-			differ[kq] += nt != n_ref || memcmp(ref, out, (size_t)nt * sizeof *out) != 0;
+			/* every kind's output against the one without speculation */
+			for (int32_t kq = 1; kq < n_kinds && rc == 0; kq++)
+				differ[kq] += n_out[kq] != n_out[0] ||
+				              memcmp(outs, outs + (int64_t)kq * ctx, (size_t)n_out[0] * sizeof *outs) != 0;
 		}
-	}
 	if (rc == 0) {
 		printf("  %d prompt%s (%s), %d tokens each, greedy, one request at a time, k=%d adaptive, %d round%s:\n",
 		       n_prompts, n_prompts == 1 ? "" : "s", prompt_file ? prompt_file : "a random phrase repeated", n_gen, k,
@@ -1747,8 +1735,7 @@ static int spec_e2e(const char *dir, int32_t threads, const char *regime, const 
 				rc = 1;
 		}
 	}
-	free(ref);
-	free(out);
+	free(outs);
 out:
 	sched_free(s);
 	engine_free(e);
@@ -1768,7 +1755,7 @@ static void usage(FILE *f)
 	           "       aah-bench --shared-prefix --fill LIST [--prefix N] [--tail N] [--rounds N] [--regime NAME] MODEL_DIR\n"
 	           "       aah-bench --constrained SCHEMA [--weights TYPE] [--gen N] [--reps N] [--threads N] MODEL_DIR\n"
 	           "       aah-bench --spec [--weights LIST] [--prompt N] [--gen N] [--spec-k N] [--regime NAME] "
-	           "[--draft-regime NAME] [--spec-prompts FILE] [--reps N] MODEL_DIR\n"
+	           "[--draft-regime NAME] [--spec-prompts FILE] [--requests N] [--reps N] MODEL_DIR\n"
 	           "       aah-bench --batch [--kv-dtype LIST] [--kv-budget BYTES] [--regime NAME] [--threads N] [--gen N] "
 	           "MODEL_DIR [AAH_DIR]\n"
 	           "Prints this machine's streaming-read bandwidth, then for each model prefill tokens/s (a prompt of N\n"
@@ -1815,8 +1802,9 @@ static void usage(FILE *f)
 	           "tokens (default 128) after --prompt N (default 128) plainly and with an oracle draft (that run's tokens\n"
 	           "replayed: every one accepted). Then end to end through the scheduler, one request at a time: no\n"
 	           "speculation, prompt lookup and (--draft-regime) the model under a smaller-window regime, on the prompts\n"
-	           "of --spec-prompts FILE (separated by lines of ---; default: a random phrase repeated), --reps rounds\n"
-	           "interleaved: decode tokens/s, acceptance, tokens per verify pass, and whether the outputs are identical.\n");
+	           "of --spec-prompts FILE (separated by lines of ---; default: --requests N (4) random phrases repeated), --reps\n"
+	           "rounds interleaved: decode tokens/s, acceptance, tokens per verify pass, and whether the outputs are\n"
+	           "identical.\n");
 }
 
 /* --name N: a whole integer in [lo, hi], else a message and exit 2 (atoi read "12x" as 12 and "x" as 0). */
@@ -1835,11 +1823,11 @@ int main(int argc, char **argv)
 {
 	int32_t threads = 2, n_prompt = 512, n_gen = 64;
 	const char *constrained = NULL;   /* --constrained SCHEMA */
-	int spec = 0, prompt_set = 0;     /* --spec [--spec-k N] [--draft-regime NAME] [--spec-prompts FILE] */
+	int spec = 0, prompt_set = 0, requests_set = 0;     /* --spec [--spec-k N] [--draft-regime NAME] [--spec-prompts FILE] */
 	int32_t spec_k = 4;
 	const char *draft_regime = NULL, *spec_prompts = NULL;
 	int no_bw = 0, no_peak = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
-	int32_t sp_prefix = 1024, sp_requests = 16, sp_rounds = 3;
+	int32_t sp_prefix = 1024, sp_requests = 16, sp_rounds = 3;   /* --spec: --requests prompts (at most 16) */
 	int32_t sp_tails[8] = { 20, 200, 1000 }, sp_n_tails = 3;
 	double sp_fills[8];
 	int32_t sp_n_fills = 0;
@@ -1921,7 +1909,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'O': sp_rounds = int_arg("rounds", optarg, 2, 100); break;
-		case 'N': sp_requests = int_arg("requests", optarg, 1, 4096); break;
+		case 'N': sp_requests = int_arg("requests", optarg, 1, 4096); requests_set = 1; break;
 		case 'K':
 			if (parse_kv_types(optarg) != 0) {
 				fprintf(stderr, "aah-bench: --kv-dtype takes a list of f32, f16 and bf16, e.g. f32,bf16\n");
@@ -1970,7 +1958,8 @@ int main(int argc, char **argv)
 		for (int32_t wi = 0; wi < (n_weight_types ? n_weight_types : 1) && rc == 0; wi++)
 			rc = spec_mechanics(argv[optind], threads, wi, np, gen, spec_k, reps);
 		if (rc == 0)
-			rc = spec_e2e(argv[optind], threads, regime, draft_regime, spec_prompts, np, gen, spec_k, reps);
+			rc = spec_e2e(argv[optind], threads, regime, draft_regime, spec_prompts,
+			              requests_set ? (sp_requests < 16 ? sp_requests : 16) : 4, np, gen, spec_k, reps);
 		return rc;
 	}
 	if (constrained) {
