@@ -395,6 +395,21 @@ uint64_t engine_attention_work(const engine *e) { return e->attn_work; }
 
 int64_t engine_weight_bytes_per_token(const engine *e) { return model_tensors_bytes_per_token(&e->w); }
 
+aah_dtype engine_matrix_type(const engine *e, int32_t layer, int32_t which)
+{
+	if (which == 7)
+		return e->w.lm_head.type;
+	if (which < 0 || which > 6 || layer < 0 || layer >= e->cfg.n_layers)
+		return (aah_dtype)-1;
+	const model_layer_tensors *t = &e->w.layers[layer];
+	const aah_tensor *m[] = { &t->wq, &t->wk, &t->wv, &t->wo, &t->w_gate, &t->w_up, &t->w_down };
+	if (which <= 2 && t->wqkv.data)
+		return t->wqkv.type;
+	if ((which == 4 || which == 5) && t->w_gate_up.data)
+		return t->w_gate_up.type;
+	return m[which]->type;
+}
+
 int32_t engine_regime_count(const engine *e) { return e->regimes.n; }
 const char *engine_regime_name(const engine *e, int32_t i) { return i >= 0 && i < e->regimes.n ? e->regimes.r[i].name : NULL; }
 const char *engine_default_regime(const engine *e) { return e->regimes.r[e->regimes.default_index].name; }

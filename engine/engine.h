@@ -276,6 +276,11 @@ void engine_prefix_stats_get(const engine *e, engine_prefix_stats *out);
 /* Empties the cache (every block evicted). */
 void engine_prefix_clear(engine *e);
 
+/* Any thread: the type layer `layer`'s matrix `which` is multiplied in, as the backend holds it — 0 q, 1 k, 2 v, 3 o,
+ * 4 gate, 5 up, 6 down (a fused q/k/v or gate/up product: the fused matrix's), 7 the output head (any layer) — so that
+ * a caller can say which instruction runs each product (aah-bench). -1 (as aah_dtype) for which out of range. */
+aah_dtype engine_matrix_type(const engine *e, int32_t layer, int32_t which);
+
 /* Weight bytes one decode step reads: every layer's matrices and norms, the final norm and the output head. */
 int64_t engine_weight_bytes_per_token(const engine *e);
 

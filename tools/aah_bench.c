@@ -240,48 +240,35 @@ static void measure_peaks(int32_t threads)
 /* The multiply-adds of one prefill of n_prompt tokens with weight type wi, by the instruction the backend multiplies
  * each matrix with (aah_backend_cpu_product): the type of each matrix is the mix's (models/weight_quant.h), as the
  * engine's import gives it. */
-static void prefill_macs(engine *e, int32_t wi, int32_t n_prompt, double macs[AAH_CPU_PRODUCT_COUNT])
+static void prefill_macs(engine *e, int32_t n_prompt, double macs[AAH_CPU_PRODUCT_COUNT])
 {
 	const model_config *c = engine_config(e);
 	const aah_backend *be = engine_backend(e);
 	const double h = c->hidden_size, q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim,
 	             ff = c->intermediate_size;
-	const double layer = h * (q + 2 * kv) + q * h + 3 * h * ff, head = h * c->vocab_size;
-	/* the files' float type, which the engine does not name: 4 bytes a weight read per token is f32, else bf16 */
-	const aah_dtype own = (double)engine_weight_bytes_per_token(e) > 3 * (c->n_layers * layer + head) ? AAH_DTYPE_F32
-	                                                                                                  : AAH_DTYPE_BF16;
-	weight_mix mix;
-	const char *quant = weight_quantize(wi);
-	const int mixed = quant && weight_mix_parse(quant, &mix) == 0;
-	const struct {
-		weight_role role;
-		double rows, cols;
-	} m[] = {
-		{ WEIGHT_ATTN_Q, q, h },  { WEIGHT_ATTN_K, kv, h },   { WEIGHT_ATTN_V, kv, h },     { WEIGHT_ATTN_O, h, q },
-		{ WEIGHT_FFN_GATE, ff, h }, { WEIGHT_FFN_UP, ff, h }, { WEIGHT_FFN_DOWN, h, ff },
-	};
+	/* each matrix's shape, in engine_matrix_type's order, and its type as the engine holds it (a GGUF file's own, or
+	 * --weights' load-time quantization) */
+	const double rows[] = { q, kv, kv, h, ff, ff, h }, cols[] = { h, h, h, q, h, h, ff };
 	for (int32_t p = 0; p < AAH_CPU_PRODUCT_COUNT; p++)
 		macs[p] = 0;
 	for (int32_t l = 0; l < c->n_layers; l++)
-		for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
-			const aah_dtype t = mixed ? weight_mix_type(&mix, m[i].role, l, c->n_layers, (int64_t)m[i].cols, own) : own;
-			macs[aah_backend_cpu_product(be, t, (int64_t)m[i].cols, n_prompt)] += (double)n_prompt * m[i].rows * m[i].cols;
-		}
-	const aah_dtype ht = mixed ? weight_mix_type(&mix, WEIGHT_OUTPUT, 0, c->n_layers, c->hidden_size, own) : own;
-	macs[aah_backend_cpu_product(be, ht, c->hidden_size, 1)] += head;
+		for (int32_t i = 0; i < 7; i++)
+			macs[aah_backend_cpu_product(be, engine_matrix_type(e, l, i), (int64_t)cols[i], n_prompt)] +=
+				(double)n_prompt * rows[i] * cols[i];
+	macs[aah_backend_cpu_product(be, engine_matrix_type(e, 0, 7), c->hidden_size, 1)] += h * c->vocab_size;
 }
 
 /* Ends a prefill line: the rate its products achieved and its share of the peak of the instructions they ran on.
  * Where the matrices take more than one instruction (q4_k_m's Q6_K beside its Q4_K can), the peak is what the prefill
  * would take with each part at its own instruction's peak: Σ ops / Σ (ops_p / peak_p). */
-static void print_prefill_peak(engine *e, int32_t wi, int32_t n_prompt, double tps)
+static void print_prefill_peak(engine *e, int32_t n_prompt, double tps)
 {
 	if (strncmp(engine_backend_desc(e), "cpu", 3) != 0) {
 		printf(" (dot-product peak not measured on this backend)\n");
 		return;
 	}
 	double macs[AAH_CPU_PRODUCT_COUNT], total = 0, bound_s = 0;
-	prefill_macs(e, wi, n_prompt, macs);
+	prefill_macs(e, n_prompt, macs);
 	aah_cpu_product top = AAH_CPU_PRODUCT_OTHER;
 	int32_t paths = 0, unmeasured = 0;
 	for (int32_t p = 0; p < AAH_CPU_PRODUCT_COUNT; p++) {
@@ -410,7 +397,7 @@ static int bench_model(const char *dir, int32_t threads, int32_t n_prompt, int32
 	       c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, engine_backend_desc(e), threads,
 	       n_weight_types ? wl : "", aah_dtype_name(kv));
 	printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s", w, aah_dtype_name(kv), n_prompt, prefill);
-	print_prefill_peak(e, wi, n_prompt, prefill);
+	print_prefill_peak(e, n_prompt, prefill);
 	printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w, aah_dtype_name(kv),
 	       n_gen, decode);
 	printf("  %skv %-4s read per decoded token: %.1f MB of weights + %.1f MB of KV cache; implied bandwidth %.2f GB/s",
@@ -523,7 +510,7 @@ static int bench_weights(const char *dir, int32_t threads, int32_t n_prompt, int
 			const char *w = weight_label(wi, wl, sizeof wl);
 			const double implied = r[wi].weight_bytes * r[wi].decode / 1e9;
 			printf("  %skv %-4s prefill  %4d tokens: %8.1f tokens/s", w, aah_dtype_name(kv), n_prompt, r[wi].prefill);
-			print_prefill_peak(e[wi], wi, n_prompt, r[wi].prefill);
+			print_prefill_peak(e[wi], n_prompt, r[wi].prefill);
 			printf("  %skv %-4s decode   %4d tokens: %8.1f tokens/s (batch 1, after the prompt)\n", w,
 			       aah_dtype_name(kv), n_gen, r[wi].decode);
 			printf("  %skv %-4s read per decoded token: %.1f MB of weights; implied bandwidth %.2f GB/s", w,
