@@ -145,7 +145,8 @@ static void engine_drafts(sched *s, engine *de, sched_draft kind)
 			s->d_slot[m++] = s->d_slot[i];
 		}
 	}
-	engine_argmax_rows(de, s->d_ids, s->d_rows, m, s->d_vocab);
+	if (m > 0)
+		engine_argmax_rows(de, s->d_ids, s->d_rows, m, s->d_vocab);
 	for (int32_t i = 0; i < m; i++) {
 		sched_slot *sl = &s->slots[s->d_slot[i]];
 		sl->feed[1] = s->d_ids[i];
