@@ -169,9 +169,8 @@ struct sched {
 /* Fills every decoding slot's draft for this step (sl->n_draft tokens after sl->next in sl->feed), running the draft
  * engines' forward passes for regime and model drafts. */
 void spec_draft(sched *s);
-/* A verify pass of sl's draft begins (counts the draft), and one of its tokens was accepted (counts it). */
-void spec_pass(sched *s, sched_slot *sl);
-void spec_accept(sched *s, sched_slot *sl);
+/* One verify pass of a draft of this kind into the metrics: its tokens, those accepted (the slot counts its own). */
+void spec_counted(sched *s, sched_draft kind, int32_t drafted, int32_t accepted);
 /* After sl's verify pass accepted `accepted` of its sl->n_draft tokens and it still runs: takes back the positions past
  * them in its sequence and its draft sequence, and moves its k. */
 void spec_verified(sched *s, sched_slot *sl, int32_t accepted);

@@ -223,22 +223,15 @@ void spec_draft(sched *s)
 	}
 }
 
-/* Counts one kind's figures, in the slot (the request's result) and the metrics. */
-static void spec_count(sched *s, sched_slot *sl, int32_t drafted, int32_t accepted, int32_t passes)
+void spec_counted(sched *s, sched_draft kind, int32_t drafted, int32_t accepted)
 {
-	sl->spec_drafted += drafted;
-	sl->spec_accepted += accepted;
-	sl->spec_passes += passes;
-	const int32_t d = sl->r->draft - SCHED_DRAFT_NGRAM;
+	const int32_t d = kind - SCHED_DRAFT_NGRAM;
 	pthread_mutex_lock(&s->metrics_mu);
 	s->m.spec_drafted[d] += (uint64_t)drafted;
 	s->m.spec_accepted[d] += (uint64_t)accepted;
-	s->m.spec_passes[d] += (uint64_t)passes;
+	s->m.spec_passes[d]++;
 	pthread_mutex_unlock(&s->metrics_mu);
 }
-
-void spec_pass(sched *s, sched_slot *sl) { spec_count(s, sl, sl->n_draft, 0, 1); }
-void spec_accept(sched *s, sched_slot *sl) { spec_count(s, sl, 0, 1, 0); }
 
 void spec_verified(sched *s, sched_slot *sl, int32_t accepted)
 {

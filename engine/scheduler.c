@@ -388,17 +388,22 @@ static void slot_generate(sched *s, sched_slot *sl, sched_row *src, double t)
 static void slot_verify(sched *s, sched_slot *sl, const float *rows, double t)
 {
 	sched_request *r = sl->r;
-	spec_pass(s, sl);
+	const sched_draft kind = r->draft;
+	const int32_t n_draft = sl->n_draft;
+	/* the slot's counts first: a row that ends the request hands them to its result (spec_end) */
+	sl->spec_drafted += n_draft;
+	sl->spec_passes++;
 	int32_t j = 0;
 	for (;; j++) {
 		sched_row src = { .host = rows + (int64_t)j * s->vocab, .kept = -1, .greedy_id = -1 };
 		slot_generate(s, sl, &src, t);
-		if (sl->state != SCHED_SLOT_DECODE)
-			return;   /* ended: its sequence is closed, its counts are in its result */
-		if (j == sl->n_draft || sl->next != sl->feed[j + 1])
+		if (sl->state != SCHED_SLOT_DECODE || j == n_draft || sl->next != sl->feed[j + 1])
 			break;
-		spec_accept(s, sl);
+		sl->spec_accepted++;
 	}
+	spec_counted(s, kind, n_draft, j);   /* the metrics once a pass, not once a token */
+	if (sl->state != SCHED_SLOT_DECODE)
+		return;   /* ended: its sequence is closed, its counts are in its result */
 	spec_verified(s, sl, j);
 	if (sl->changed)
 		publish(r, sl);

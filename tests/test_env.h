@@ -9,6 +9,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static inline const char *testdata(void)
 {
@@ -49,6 +50,37 @@ static inline unsigned char *read_all(const char *path, size_t *len)
 	fclose(f);
 	*len = (size_t)n;
 	return buf;
+}
+
+/* A fresh /tmp directory (named after `tag`) holding the files of test model `model` (under testdata()) as links,
+ * and, unless NULL, aah_json as its aah.json: a model with regimes of a test's own. Remove it with remove_model_dir. */
+static inline void make_model_dir(char *dir, size_t n, const char *tag, const char *model, const char *aah_json)
+{
+	snprintf(dir, n, "/tmp/aah-%s-XXXXXX", tag);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
+	for (size_t i = 0; i < 4; i++) {
+		char src[2048], dst[2048], abs_src[4096];
+		snprintf(src, sizeof src, "%s/%s/%s", testdata(), model, files[i]);
+		ck_assert_ptr_nonnull(realpath(src, abs_src));
+		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+		ck_assert_int_eq(symlink(abs_src, dst), 0);
+	}
+	if (aah_json) {
+		char p[2048];
+		snprintf(p, sizeof p, "%s/aah.json", dir);
+		FILE *f = fopen(p, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs(aah_json, f);
+		fclose(f);
+	}
+}
+
+static inline void remove_model_dir(const char *dir)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
 }
 
 #ifdef TEST_TMPDIR

@@ -30,6 +30,31 @@ static double sum_f32(const float *c, int n)
 	return s;
 }
 
+/* Both loops: four accumulator tiles (0-3), each updated by one tile product a pass from A tiles 4, 5 and B tiles
+ * 6, 7 (loaded from a and b), then stored to c. A macro because the tile numbers must be immediates. */
+#define AMX_PEAK_RUN(DP)                                                                                               \
+	do {                                                                                                               \
+		cpu_amx_tiles_full();                                                                                          \
+		_tile_zero(0);                                                                                                 \
+		_tile_zero(1);                                                                                                 \
+		_tile_zero(2);                                                                                                 \
+		_tile_zero(3);                                                                                                 \
+		_tile_loadd(4, a, 64);                                                                                         \
+		_tile_loadd(5, a, 64);                                                                                         \
+		_tile_loadd(6, b, 64);                                                                                         \
+		_tile_loadd(7, b, 64);                                                                                         \
+		for (int64_t it = 0; it < iters; it++) {                                                                       \
+			DP(0, 4, 6);                                                                                               \
+			DP(1, 4, 7);                                                                                               \
+			DP(2, 5, 6);                                                                                               \
+			DP(3, 5, 7);                                                                                               \
+		}                                                                                                              \
+		_tile_stored(0, c, 64);                                                                                        \
+		_tile_stored(1, c + TILE_LANES, 64);                                                                           \
+		_tile_stored(2, c + 2 * TILE_LANES, 64);                                                                       \
+		_tile_stored(3, c + 3 * TILE_LANES, 64);                                                                       \
+	} while (0)
+
 double cpu_peak_amx_int8(int64_t iters, int32_t v)
 {
 	_Alignas(64) uint8_t a[16 * 64];
@@ -37,25 +62,7 @@ double cpu_peak_amx_int8(int64_t iters, int32_t v)
 	_Alignas(64) int32_t c[4 * TILE_LANES];
 	memset(a, v, sizeof a);
 	memset(b, 1, sizeof b);
-	cpu_amx_tiles_full();
-	_tile_zero(0);
-	_tile_zero(1);
-	_tile_zero(2);
-	_tile_zero(3);
-	_tile_loadd(4, a, 64);
-	_tile_loadd(5, a, 64);
-	_tile_loadd(6, b, 64);
-	_tile_loadd(7, b, 64);
-	for (int64_t it = 0; it < iters; it++) {
-		_tile_dpbusd(0, 4, 6);
-		_tile_dpbusd(1, 4, 7);
-		_tile_dpbusd(2, 5, 6);
-		_tile_dpbusd(3, 5, 7);
-	}
-	_tile_stored(0, c, 64);
-	_tile_stored(1, c + TILE_LANES, 64);
-	_tile_stored(2, c + 2 * TILE_LANES, 64);
-	_tile_stored(3, c + 3 * TILE_LANES, 64);
+	AMX_PEAK_RUN(_tile_dpbusd);
 	return sum_i32(c, 4 * TILE_LANES);
 }
 
@@ -71,24 +78,6 @@ double cpu_peak_amx_bf16(int64_t iters, int32_t v)
 		a[i] = (uint16_t)(bv >> 16);
 		b[i] = (uint16_t)(b1 >> 16);
 	}
-	cpu_amx_tiles_full();
-	_tile_zero(0);
-	_tile_zero(1);
-	_tile_zero(2);
-	_tile_zero(3);
-	_tile_loadd(4, a, 64);
-	_tile_loadd(5, a, 64);
-	_tile_loadd(6, b, 64);
-	_tile_loadd(7, b, 64);
-	for (int64_t it = 0; it < iters; it++) {
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(1, 4, 7);
-		_tile_dpbf16ps(2, 5, 6);
-		_tile_dpbf16ps(3, 5, 7);
-	}
-	_tile_stored(0, c, 64);
-	_tile_stored(1, c + TILE_LANES, 64);
-	_tile_stored(2, c + 2 * TILE_LANES, 64);
-	_tile_stored(3, c + 3 * TILE_LANES, 64);
+	AMX_PEAK_RUN(_tile_dpbf16ps);
 	return sum_f32(c, 4 * TILE_LANES);
 }

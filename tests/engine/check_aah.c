@@ -31,36 +31,6 @@ static uint32_t rnd(void)
 	return (uint32_t)(rng_state >> 16);
 }
 
-/* A temporary model directory: the reference model's files linked in, plus an aah.json we write. */
-static void make_model_dir(char *dir, size_t n, const char *model, const char *aah_json)
-{
-	snprintf(dir, n, "/tmp/aah-check-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
-	for (size_t i = 0; i < 4; i++) {
-		char src[2048], dst[2048], abs_src[4096];
-		snprintf(src, sizeof src, "%s/%s/%s", testdata(), model, files[i]);
-		ck_assert_ptr_nonnull(realpath(src, abs_src));
-		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-		ck_assert_int_eq(symlink(abs_src, dst), 0);
-	}
-	if (aah_json) {
-		char p[2048];
-		snprintf(p, sizeof p, "%s/aah.json", dir);
-		FILE *f = fopen(p, "w");
-		ck_assert_ptr_nonnull(f);
-		fputs(aah_json, f);
-		fclose(f);
-	}
-}
-
-static void remove_model_dir(const char *dir)
-{
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
-}
-
 /* An aah.json with one regime "r" of the given policy, each KV head its own group with a window drawn from
  * windows[] (by the seed) and capacity = cap_mult × window (capped at T). Caller frees. */
 static char *aah_json_random(const model_config *mc, const int32_t *windows, int nw, int32_t T, const char *policy,
@@ -269,7 +239,7 @@ START_TEST(test_windowed_equals_dense_masked)
 	int32_t *chosen = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *chosen);
 	char *json = aah_json_random(c, windows, 3, 2048, "static", 1, chosen);
 	char dir[256];
-	make_model_dir(dir, sizeof dir, ec->model, json);
+	make_model_dir(dir, sizeof dir, "check", ec->model, json);
 
 	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 2, .ctx_len = 2048,
 	                    .max_batch_tokens = ec->chunk };
@@ -331,7 +301,7 @@ START_TEST(test_large_windows_equal_full_attention)
 	const int32_t windows[] = { 1024, 2048 };
 	rng_state = 99;
 	char *json = aah_json_random(&ref.config, windows, 2, 2048, "static", 1, NULL);
-	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-a", json);
 	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 2, .ctx_len = 2048,
 	                    .max_batch_tokens = 128 };
 	engine *e;
@@ -366,7 +336,7 @@ START_TEST(test_chunking_invariant)
 	const int32_t windows[] = { 64, 128, 256 };
 	rng_state = 2024;
 	char *json = aah_json_random(&ref.config, windows, 3, 2048, "static", 1, NULL);
-	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-a", json);
 	const int32_t n = 300, V = ref.config.vocab_size;
 	int32_t ids[300];
 	for (int i = 0; i < n; i++)
@@ -420,7 +390,7 @@ START_TEST(test_measure_equals_reference)
 		full[i] = 1024;
 	rng_state = 31337;
 	char *json = aah_json_random(c, windows, 3, 1024, "static", 1, chosen);
-	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-a", json);
 	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 3, .ctx_len = 1024,
 	                    .max_batch_tokens = 128 };
 	engine *e;
@@ -505,7 +475,7 @@ START_TEST(test_measure_errors)
 	const int32_t windows[] = { 64, 128 };
 	rng_state = 5;
 	char *json = aah_json_random(&ref.config, windows, 2, 1024, "adaptive", 2, NULL);
-	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-a", json);
 	engine_params p = { .backend = test_backend(), .n_threads = 1, .max_seqs = 2, .ctx_len = 1024 };
 	engine *e;
 	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
@@ -572,7 +542,7 @@ START_TEST(test_kv_bytes_match_formula)
 	int32_t *chosen = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *chosen);
 	rng_state = 4242;
 	char *json = aah_json_random(c, windows, 4, 2048, "static", 1, chosen);
-	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-a", json);
 	engine_params p = { .backend = test_backend(), .n_threads = 1, .max_seqs = 1, .ctx_len = 2048,
 	                    .max_batch_tokens = 64 };
 	engine *e;
@@ -653,7 +623,7 @@ START_TEST(test_engine_acr_and_usage)
 	int32_t chosen[3];
 	rng_state = 777;
 	char *json = aah_json_random(&ref.config, windows, 4, 1024, "static", 1, chosen);
-	make_model_dir(dir, sizeof dir, "qwen3-small-b", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-b", json);
 	engine_params p = { .backend = test_backend(), .n_threads = 1, .max_seqs = 1, .ctx_len = 1024 };
 	engine *e;
 	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);
@@ -741,7 +711,7 @@ START_TEST(test_adaptive_in_engine)
 	const int32_t windows[] = { 32, 64, 128, 256 };
 	rng_state = 5;
 	char *json = aah_json_random(&ref.config, windows, 4, 256, "adaptive", 2, NULL);
-	make_model_dir(dir, sizeof dir, "qwen3-small-a", json);
+	make_model_dir(dir, sizeof dir, "check", "qwen3-small-a", json);
 	engine_params p = { .backend = test_backend(), .n_threads = 2, .max_seqs = 1, .ctx_len = 1024 };
 	engine *e;
 	ck_assert_msg(engine_init(&e, dir, &p, err, sizeof err) == 0, "%s", err);

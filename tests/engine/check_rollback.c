@@ -33,34 +33,6 @@ static uint32_t rnd(void)
 	return (uint32_t)(rng_state >> 16);
 }
 
-/* A temporary model directory: the reference model's files linked in, plus an aah.json we write. */
-static void make_model_dir(char *dir, size_t n, const char *model, const char *aah_json)
-{
-	snprintf(dir, n, "/tmp/aah-rollback-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
-	for (size_t i = 0; i < 4; i++) {
-		char src[2048], dst[2048], abs_src[4096];
-		snprintf(src, sizeof src, "%s/%s/%s", testdata(), model, files[i]);
-		ck_assert_ptr_nonnull(realpath(src, abs_src));
-		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-		ck_assert_int_eq(symlink(abs_src, dst), 0);
-	}
-	char p[2048];
-	snprintf(p, sizeof p, "%s/aah.json", dir);
-	FILE *f = fopen(p, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(aah_json, f);
-	fclose(f);
-}
-
-static void remove_model_dir(const char *dir)
-{
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
-}
-
 #define CTX 1024
 
 /* Two regimes over candidates 32 … 256: "s", static, each KV head its own group at 64 or 128 (so that its ring of
@@ -109,7 +81,7 @@ static void fixture_make(fixture *fx, int32_t interval)
 	fx->mc = ref.config;
 	model_files_free(&ref);
 	fx->json = aah_json_two(fx->mc.n_layers, fx->mc.n_kv_heads, interval);
-	make_model_dir(fx->dir, sizeof fx->dir, "qwen3-small-a", fx->json);
+	make_model_dir(fx->dir, sizeof fx->dir, "rollback", "qwen3-small-a", fx->json);
 }
 
 static void fixture_free(fixture *fx)

@@ -254,7 +254,7 @@ START_TEST(test_stop_strings)
 	sched_free(sa);
 	engine_free(ea);
 	tokenizer_free(tk);
-	remove_dir(dir);
+	remove_model_dir(dir);
 }
 END_TEST
 

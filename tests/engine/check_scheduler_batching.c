@@ -231,7 +231,7 @@ START_TEST(test_adaptive_split_prompt)
 	sched_free(sa);
 	engine_free(ea);
 	engine_free(er);
-	remove_dir(dir);
+	remove_model_dir(dir);
 }
 END_TEST
 
@@ -296,7 +296,7 @@ START_TEST(test_engine_fork)
 	engine_free(b);
 	free(la);
 	free(lb);
-	remove_dir(dir);
+	remove_model_dir(dir);
 }
 END_TEST
 

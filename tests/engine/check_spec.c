@@ -12,30 +12,16 @@
  * positions) and "ad" (adaptive, probes every 3 decode steps). */
 static void make_spec_dir(char *dir, size_t n)
 {
-	snprintf(dir, n, "/tmp/aah-spec-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
-	for (size_t i = 0; i < 4; i++) {
-		char src[2048], dst[2048], abs_src[4096];
-		snprintf(src, sizeof src, "%s/%s", model_dir(), files[i]);
-		ck_assert_ptr_nonnull(realpath(src, abs_src));
-		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-		ck_assert_int_eq(symlink(abs_src, dst), 0);
-	}
-	char p[2048];
-	snprintf(p, sizeof p, "%s/aah.json", dir);
-	FILE *f = fopen(p, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64,128],\"default_regime\":\"st\","
-	      "\"regimes\":{"
-	      "\"st\":{\"policy\":{\"kind\":\"static\"},\"layers\":["
-	      "{\"groups\":[{\"kv_heads\":[0],\"window\":16},{\"kv_heads\":[1],\"window\":32}]},"
-	      "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16}]}]},"
-	      "\"ad\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3,\"feature_ema\":0.5,"
-	      "\"resolution_ema\":0.5,\"coverage\":0.6},\"layers\":["
-	      "{\"groups\":[{\"kv_heads\":[0],\"window\":32,\"capacity\":64},{\"kv_heads\":[1],\"window\":64,\"capacity\":128}]},"
-	      "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16,\"capacity\":32}]}]}}}", f);
-	fclose(f);
+	make_model_dir(dir, n, "spec", "qwen3-small-a",
+	               "{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64,128],\"default_regime\":\"st\","
+	               "\"regimes\":{"
+	               "\"st\":{\"policy\":{\"kind\":\"static\"},\"layers\":["
+	               "{\"groups\":[{\"kv_heads\":[0],\"window\":16},{\"kv_heads\":[1],\"window\":32}]},"
+	               "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16}]}]},"
+	               "\"ad\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3,\"feature_ema\":0.5,"
+	               "\"resolution_ema\":0.5,\"coverage\":0.6},\"layers\":["
+	               "{\"groups\":[{\"kv_heads\":[0],\"window\":32,\"capacity\":64},{\"kv_heads\":[1],\"window\":64,\"capacity\":128}]},"
+	               "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16,\"capacity\":32}]}]}}}");
 }
 
 /* A scheduler over the model in dir, with every kind of draft available: regime drafts (two sequences a slot) under
@@ -66,9 +52,14 @@ static void rig_start(spec_rig *g, const char *dir, aah_dtype kv, const char *dr
 	ck_assert_msg(sched_init(&g->s, g->e, &ep, &sp, err, sizeof err) == 0, "%s", err);
 }
 
+/* Every request has ended by then: every sequence closed with its request, draft sequences included, and nothing
+ * holds a page (the prefix cache is off). */
 static void rig_stop(spec_rig *g)
 {
 	sched_free(g->s);
+	ck_assert_int_eq(engine_kv_pages_used(g->e), 0);
+	if (g->draft)
+		ck_assert_int_eq(engine_kv_pages_used(g->draft), 0);
 	engine_free(g->draft);
 	engine_free(g->e);
 }
@@ -189,14 +180,8 @@ START_TEST(test_same_output)
 	ck_assert(m.spec_draft_steps[SCHED_DRAFT_REGIME - SCHED_DRAFT_NGRAM] > 0);
 	ck_assert(m.spec_draft_steps[SCHED_DRAFT_MODEL - SCHED_DRAFT_NGRAM] > 0);
 	ck_assert(m.spec_draft_steps[0] == 0);   /* prompt lookup runs no model */
-	/* every draft sequence closed with its request: nothing holds a page */
-	sched_free(g.s);
-	g.s = NULL;
-	ck_assert_int_eq(engine_kv_pages_used(g.e), 0);
-	ck_assert_int_eq(engine_kv_pages_used(g.draft), 0);
-	engine_free(g.draft);
-	engine_free(g.e);
-	remove_dir(dir);
+	rig_stop(&g);
+	remove_model_dir(dir);
 }
 END_TEST
 
@@ -227,7 +212,7 @@ START_TEST(test_self_draft_accepted_whole)
 		ck_assert_int_eq(on[i].res.spec_accepted, 64);
 	}
 	rig_stop(&g);
-	remove_dir(dir);
+	remove_model_dir(dir);
 }
 END_TEST
 
@@ -382,7 +367,7 @@ START_TEST(test_chi_square)
 	run_all(g.s, &b, 1, &ob);
 	ck_assert(oa.n == 3 && ob.n == 3 && !memcmp(oa.tokens, ob.tokens, sizeof(int32_t) * 3));
 	rig_stop(&g);
-	remove_dir(dir);
+	remove_model_dir(dir);
 }
 END_TEST
 
@@ -413,13 +398,8 @@ START_TEST(test_cancel)
 		ck_assert(res.finish == SCHED_FINISH_CANCELLED || res.finish == SCHED_FINISH_LENGTH);
 		sched_request_release(r[i]);
 	}
-	sched_free(g.s);
-	g.s = NULL;
-	ck_assert_int_eq(engine_kv_pages_used(g.e), 0);
-	ck_assert_int_eq(engine_kv_pages_used(g.draft), 0);
-	engine_free(g.draft);
-	engine_free(g.e);
-	remove_dir(dir);
+	rig_stop(&g);
+	remove_model_dir(dir);
 }
 END_TEST
 
@@ -496,7 +476,7 @@ START_TEST(test_refusals)
 	ck_assert_ptr_nonnull(strstr(err, "takes back"));
 	sched_free(s);
 	engine_free(e);
-	remove_dir(dir);
+	remove_model_dir(dir);
 }
 END_TEST
 

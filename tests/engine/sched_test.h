@@ -182,33 +182,12 @@ static inline sched_result wait_end(sched_request *r)
  * copies wrapped rings and a policy that has moved. */
 static inline void make_aah_dir(char *dir, size_t n)
 {
-	snprintf(dir, n, "/tmp/aah-sched-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	const char *files[] = { "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json" };
-	for (size_t i = 0; i < 4; i++) {
-		char src[2048], dst[2048], abs_src[4096];
-		snprintf(src, sizeof src, "%s/%s", model_dir(), files[i]);
-		ck_assert_ptr_nonnull(realpath(src, abs_src));
-		snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-		ck_assert_int_eq(symlink(abs_src, dst), 0);
-	}
-	char p[2048];
-	snprintf(p, sizeof p, "%s/aah.json", dir);
-	FILE *f = fopen(p, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64,128],\"default_regime\":\"ad\","
-	      "\"regimes\":{\"ad\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3,\"feature_ema\":0.5,"
-	      "\"resolution_ema\":0.5,\"coverage\":0.6},\"layers\":["
-	      "{\"groups\":[{\"kv_heads\":[0],\"window\":32,\"capacity\":64},{\"kv_heads\":[1],\"window\":64,\"capacity\":128}]},"
-	      "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16,\"capacity\":32}]}]}}}", f);
-	fclose(f);
-}
-
-static inline void remove_dir(const char *dir)
-{
-	char cmd[4200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	make_model_dir(dir, n, "sched", "qwen3-small-a",
+	               "{\"version\":1,\"context_length\":256,\"candidate_windows\":[16,32,64,128],\"default_regime\":\"ad\","
+	               "\"regimes\":{\"ad\":{\"policy\":{\"kind\":\"adaptive\",\"control_interval\":3,\"feature_ema\":0.5,"
+	               "\"resolution_ema\":0.5,\"coverage\":0.6},\"layers\":["
+	               "{\"groups\":[{\"kv_heads\":[0],\"window\":32,\"capacity\":64},{\"kv_heads\":[1],\"window\":64,\"capacity\":128}]},"
+	               "{\"groups\":[{\"kv_heads\":[0,1],\"window\":16,\"capacity\":32}]}]}}}");
 }
 
 static inline void stats_eq(const engine_seq_stats *a, const engine_seq_stats *b)
