@@ -552,7 +552,8 @@ START_TEST(test_qpack_extremes)
 END_TEST
 
 /* The vectorized activation quantizers of the packed paths against the portable one, bit for bit: random amplitudes,
- * exact ties of both signs (scale 1), blocks of zeros, NaN, infinities and the largest floats. */
+ * exact ties of both signs (scale 1), blocks of zeros, NaN, infinities, the largest floats, and the largest magnitude
+ * at several places with both signs (the scale is the first's). */
 START_TEST(test_qpack_quantize_act_simd)
 {
 	if (!have_qtable(_i))
@@ -566,16 +567,17 @@ START_TEST(test_qpack_quantize_act_simd)
 	for (int ti = 0; ti < 3; ti++) {
 		const size_t bytes = cpu_qpack_act_row_bytes(ts[ti], n);
 		uint8_t *got = malloc(bytes), *want = malloc(bytes);
-		for (int trial = 0; trial < 60; trial++) {
+		for (int trial = 0; trial < 70; trial++) {
 			const float amp = ldexpf(1.0f, (int)(rng_u64() % 40) - 20);
 			for (int64_t i = 0; i < n; i++) {
 				x[i] = amp * rng_f();
-				switch (trial % 6) {
+				switch (trial % 7) {
 				case 1: x[i] = i % 32 ? (float)((int)(rng_u64() % 255) - 127) + (i % 2 ? 0.5f : -0.5f) : 127.0f; break;
 				case 2: x[i] = i < 64 ? 0.0f : x[i]; break;
 				case 3: x[i] = i % 7 == 0 ? NAN : i % 11 == 0 ? -INFINITY : x[i]; break;
 				case 4: x[i] = i % 3 ? FLT_MAX : -FLT_MAX; break;
 				case 5: x[i] = i % 32 == 5 ? NAN : x[i]; break;
+				case 6: x[i] = i < 256 ? -0.0f : i % 9 ? x[i] : i % 2 ? amp : -amp; break;   /* a K block of zeros; ±amp */
 				}
 			}
 			memset(got, 0xa5, bytes);
