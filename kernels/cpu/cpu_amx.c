@@ -40,10 +40,11 @@ static __thread int tile_key;
 
 /* kind 0: the int8 tiles above, K = 32; 1: K = 16 (Q6_K); 2: bf16 (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16
  * floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16 weight rows); 3: every tile full, 16 rows of 64 bytes
- * (cpu_amx_tiles_full: the peak loops of cpu_peak_amx.c). */
+ * (cpu_amx_tiles_full: the peak loops of cpu_peak_amx.c); 4: int8 at K = 64 for up to 32 rows (k_k4): C tiles 0, 1
+ * and A tile 4 for rows 0 … 15, C 2, 3 and A 5 for the rest, B 16 × 64 in tmm6 and tmm7. */
 static void tiles_configure(int nc, int kind)
 {
-	const int key = nc << 2 | kind;
+	const int key = nc << 3 | kind;
 	if (tile_key == key)
 		return;
 	tile_config cfg;
@@ -53,7 +54,14 @@ static void tiles_configure(int nc, int kind)
 		cfg.rows[t] = (uint8_t)nc;
 		cfg.colsb[t] = 64;
 	}
-	if (kind == 3) {
+	if (kind == 4) {   /* nc ≤ 32 rows at K = 64: C tiles 0, 1 and A tile 4 the first 16, 2, 3 and 5 the rest */
+		const int n0 = nc < CPU_AMX_COLS ? nc : CPU_AMX_COLS, n1 = nc - n0;
+		for (int t = 0; t < 8; t++) {
+			const int r = t == 6 || t == 7 ? 16 : t == 2 || t == 3 || t == 5 ? n1 : n0;
+			cfg.rows[t] = (uint8_t)r;
+			cfg.colsb[t] = r ? 64 : 0;   /* a tile of no rows is unconfigured: both fields zero */
+		}
+	} else if (kind == 3) {
 		for (int t = 4; t < 8; t++) {
 			cfg.rows[t] = 16;
 			cfg.colsb[t] = 64;
@@ -227,116 +235,169 @@ INLINE void k_8bit(const int NC, int nc, const int Q4, int64_t nb, int nr, float
 	store_rows(NC, nc, out, ldo, nr, acc);
 }
 
-/* Q4_K / Q5_K against cpu_qak rows, ng groups (gstride bytes apart, their outputs 16 columns apart) in one pipeline of
- * blocks: per sub-block pair p the low nibbles (sub-block 2p) and the high (2p + 1) unpacked to bytes (Q5_K: with
- * their fifth bit); the block's 8 tile products; then per row each exact sum times its six-bit scale and the mins
- * against the activations' sums of 32, all in int32 as the VNNI kernel, and its float steps. A matrix of 1024 columns
- * is 4 blocks a group: one group alone would be mostly the pipeline's filling and draining. */
-INLINE void k_k4(const int NC, int nc, const int Q5, int64_t nb, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,
-                 const char *g, const char *a, size_t as, const uint8_t *aq, size_t pf)
+/* Q4_K / Q5_K on the tiles. A block's integer sum Σ_j sc_j·Σ_{k∈j} a_k·q_k has a six-bit scale per sub-block j and
+ * weight row. A tile product per sub-block (K = 32, half a tile product) scaled per activation row with vpmulld costs
+ * more vector work than the tile saves, so the scale goes into the weights instead, split so that each part times a
+ * quant is a byte: sc = 2^S·h + l (S = 4 for Q4_K: q·l ≤ 15·15, q·h ≤ 15·3; S = 3 for Q5_K's five-bit quants: ≤ 31·7),
+ * two B tiles per 64 k holding q·l and q·h. The tiles then sum a whole block at the full K = 64, C_l = Σ a·q·l and
+ * C_h = Σ a·q·h, and per activation row the exact sum is C_l + 2^S·C_h: the integer the VNNI kernel gets. The mins
+ * (against the activations' sums of 32) stay on vpdpwssd, and the two float steps are the VNNI kernel's, in its order.
+ *
+ * Making those B tiles (unpacking, scaling, storing 8 KiB a group-block) costs more than the tile products that read
+ * them, so it is done once for a run of groups (k4_prep) and read by every call over those groups: by each chunk of
+ * 32 activation rows of a prefill. */
+
+/* Pair p (sub-blocks 2p, 2p + 1: 64 k) of the group-block at wb into bv[0] (q·l) and bv[1] (q·h): B row i the low
+ * nibbles of dword column i (sub-block 2p), row 8 + i the high (2p + 1), times the l (h) part of the row's scale, as
+ * words (the scale of dword lane r in both its words; one vpmullw per 64 bytes, as a word's high byte cannot carry). */
+INLINE void k4_prep_pair(const int Q5, uint8_t (*bv)[16][64], const char *wb, const int p, size_t pf)
+{
+	const int S = Q5 ? 3 : 4;
+	const size_t GB = Q5 ? 2880 : 2368;
+	const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10), lmask = _mm512_set1_epi32((1 << S) - 1);
+	if (pf)
+		prefetch_block(wb + pf + p * (GB / 4), GB / 4);
+	const __m512i s0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 64 + 32 * p))),
+	              s1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 80 + 32 * p)));
+	const __m512i l0 = _mm512_and_si512(s0, lmask), h0 = _mm512_srli_epi32(s0, S),
+	              l1 = _mm512_and_si512(s1, lmask), h1 = _mm512_srli_epi32(s1, S);
+	const __m512i ml0 = _mm512_or_si512(l0, _mm512_slli_epi32(l0, 16)), mh0 = _mm512_or_si512(h0, _mm512_slli_epi32(h0, 16)),
+	              ml1 = _mm512_or_si512(l1, _mm512_slli_epi32(l1, 16)), mh1 = _mm512_or_si512(h1, _mm512_slli_epi32(h1, 16));
+	UNROLL for (int i = 0; i < 8; i++) {
+		const __m512i v = _mm512_loadu_si512((const void *)(wb + 320 + 64 * (8 * p + i)));
+		__m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+		if (Q5) {   /* bit 2p of the qh byte is lo's fifth bit, 2p + 1 hi's: moved to bit 4 */
+			const __m512i h = _mm512_loadu_si512((const void *)(wb + 2368 + 64 * i));
+			const __m512i hl = p == 0 ? _mm512_slli_epi16(h, 4) : p == 1 ? _mm512_slli_epi16(h, 2)
+			                   : p == 2 ? h : _mm512_srli_epi16(h, 2);
+			const __m512i hh = p == 0 ? _mm512_slli_epi16(h, 3) : p == 1 ? _mm512_slli_epi16(h, 1)
+			                   : p == 2 ? _mm512_srli_epi16(h, 1) : _mm512_srli_epi16(h, 3);
+			lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
+			hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
+		}
+		_mm512_store_si512((void *)bv[0][i], _mm512_mullo_epi16(lo, ml0));
+		_mm512_store_si512((void *)bv[0][8 + i], _mm512_mullo_epi16(hi, ml1));
+		_mm512_store_si512((void *)bv[1][i], _mm512_mullo_epi16(lo, mh0));
+		_mm512_store_si512((void *)bv[1][8 + i], _mm512_mullo_epi16(hi, mh1));
+	}
+}
+
+/* The B tiles of a run of ng groups (gstride bytes apart), unit u = block u % nb of group u / nb at
+ * prep + 8192·u: pair p's q·l tile at + 2048·p, its q·h tile 1024 further. */
+INLINE void k4_prep(const int Q5, void *prep, int64_t nb, int ng, size_t gstride, const char *g, size_t pf)
 {
 	const size_t GB = Q5 ? 2880 : 2368;
-	const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-	_Alignas(64) int32_t sums[2][8][CPU_AMX_COLS][16];   /* [set][sub-block j] */
-	_Alignas(64) uint8_t bv[3][8][8][64];                /* [ring of 3][sub-block j]: its weights as bytes */
-	__m512 acc[CPU_AMX_COLS];
-	UNROLL for (int c = 0; c < NC; c++)
-		acc[c] = _mm512_setzero_ps();
-	/* unit u: block u % nb of group u / nb */
-#define K4_W(u) (g + (size_t)((u) / nb) * gstride + (size_t)((u) % nb) * GB)
-#define K4_PREP(u, set)                                                                                               \
+	for (int64_t u = 0; u < (int64_t)ng * nb; u++) {
+		uint8_t (*bv)[2][16][64] = (uint8_t (*)[2][16][64])((uint8_t *)prep + (size_t)u * 8192);
+		const char *wb = g + (size_t)(u / nb) * gstride + (size_t)(u % nb) * GB;
+		UNROLL for (int p = 0; p < 4; p++)
+			k4_prep_pair(Q5, bv[p], wb, p, pf);
+	}
+}
+
+/* The products of up to 32 activation rows (two A tiles: rows 0 … 15 in aq, 16 … 31 in the next chunk of the tiles'
+ * layout) with a run of ng groups made ready by k4_prep, in one pipeline of units (block u % nb of group u / nb). Each
+ * B tile serves both A tiles, and the four C tiles are four independent chains of products. */
+INLINE void k_k4(int nc, const int Q5, int64_t nb, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,
+                 const char *g, const char *a, size_t as, const uint8_t *aq, const uint8_t *prep)
+{
+	const size_t GB = Q5 ? 2880 : 2368;
+	const int S = Q5 ? 3 : 4, two = nc > CPU_AMX_COLS;
+	const uint8_t *aq1 = aq + (size_t)nb * 4096;   /* rows 16 … 31 */
+	_Alignas(64) int32_t sums[2][4][CPU_AMX_COLS][16];   /* [set][l and h of rows 0 … 15, l and h of 16 … 31] */
+	_Alignas(64) float acc[CPU_AMX_CALL_COLS][16];
+	memset(acc, 0, sizeof acc);
+	/* pair p of unit u: activations k = 64p … 64p + 63 (at + b·4096 + 64p, rows 256 apart; A tiles 4 and 5) against
+	 * both B tiles (6, 7), into C tiles 0, 1 (rows 0 … 15) and 2, 3 (16 … 31), zeroed at p = 0 */
+#define K4_TILES(u, p)                                                                                                \
 	do {                                                                                                              \
-		const char *wb_ = K4_W(u);                                                                                    \
-		for (int p = 0; p < 4; p++) {                                                                                 \
-			if (pf)                                                                                                   \
-				prefetch_block(wb_ + pf + p * (GB / 4), GB / 4);                                                      \
-			UNROLL for (int i = 0; i < 8; i++) {                                                                      \
-				const __m512i v = _mm512_loadu_si512((const void *)(wb_ + 320 + 64 * (8 * p + i)));                   \
-				__m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);             \
-				if (Q5) {   /* bit 2p of the qh byte is lo's fifth bit, 2p + 1 hi's: moved to bit 4 */                \
-					const __m512i h = _mm512_loadu_si512((const void *)(wb_ + 2368 + 64 * i));                        \
-					const __m512i hl = p == 0 ? _mm512_slli_epi16(h, 4) : p == 1 ? _mm512_slli_epi16(h, 2)            \
-					                   : p == 2 ? h : _mm512_srli_epi16(h, 2);                                        \
-					const __m512i hh = p == 0 ? _mm512_slli_epi16(h, 3) : p == 1 ? _mm512_slli_epi16(h, 1)            \
-					                   : p == 2 ? _mm512_srli_epi16(h, 1) : _mm512_srli_epi16(h, 3);                  \
-					lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));                                               \
-					hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));                                               \
-				}                                                                                                     \
-				_mm512_store_si512((void *)bv[set][2 * p][i], lo);                                                    \
-				_mm512_store_si512((void *)bv[set][2 * p + 1][i], hi);                                                \
+		const size_t ao_ = (size_t)((u) % nb) * 4096 + 64 * (p);                                                      \
+		const uint8_t *bt_ = prep + (size_t)(u) * 8192 + 2048 * (p);                                     \
+		if ((p) == 0) {                                                                                               \
+			_tile_zero(0);                                                                                            \
+			_tile_zero(1);                                                                                            \
+			if (two) {                                                                                                \
+				_tile_zero(2);                                                                                        \
+				_tile_zero(3);                                                                                        \
 			}                                                                                                         \
 		}                                                                                                             \
+		_tile_loadd(4, aq + ao_, 256);                                                                                \
+		_tile_loadd(6, bt_, 64);                                                                                      \
+		_tile_dpbsud(0, 4, 6);                                                                                        \
+		_tile_loadd(7, bt_ + 1024, 64);                                                                               \
+		_tile_dpbsud(1, 4, 7);                                                                                        \
+		if (two) {                                                                                                    \
+			_tile_loadd(5, aq1 + ao_, 256);                                                                           \
+			_tile_dpbsud(2, 5, 6);                                                                                    \
+			_tile_dpbsud(3, 5, 7);                                                                                    \
+		}                                                                                                             \
 	} while (0)
-	/* sub-blocks 2p and 2p + 1 of unit u: their activations at aq + b·4096 + 32j, rows 256 apart */
-#define K4_TILES(u, bs, set, P, T0, T1)                                                                               \
+	/* the C tiles to sums[set]: issued only once their products are done (a tile store issued while its products
+	 * run holds back everything after it, the vector work included) */
+#define K4_STORE(set)                                                                                                 \
 	do {                                                                                                              \
-		const uint8_t *ab_ = aq + (size_t)((u) % nb) * 4096 + 64 * (P);                                               \
-		TILE_DOT(T0, 4, 5, ab_, 256, bv[bs][2 * (P)], sums[set][2 * (P)]);                                            \
-		TILE_DOT(T1, 6, 7, ab_ + 32, 256, bv[bs][2 * (P) + 1], sums[set][2 * (P) + 1]);                               \
+		_tile_stored(0, sums[set][0], 64);                                                                            \
+		_tile_stored(1, sums[set][1], 64);                                                                            \
+		if (two) {                                                                                                    \
+			_tile_stored(2, sums[set][2], 64);                                                                        \
+			_tile_stored(3, sums[set][3], 64);                                                                        \
+		}                                                                                                             \
 	} while (0)
-	/* unit u's float steps for rows [C0, C1): per row, the 8 sub-block sums times their scales and the mins, in int32,
-	 * then the two float steps (one row's values in registers at a time: 16 rows' int32 sums would not fit) */
+	/* unit u's float steps for rows [C0, C1) */
 #define K4_POST(u, set, C0, C1)                                                                                       \
 	do {                                                                                                              \
 		const int64_t b_ = (u) % nb;                                                                                  \
 		UNROLL for (int c = (C0); c < (C1); c++) {                                                                    \
 			if (c >= nc)                                                                                              \
-				continue;                                                                                             \
+				break;                                                                                                \
 			const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b_;                                      \
-			__m512i is = _mm512_setzero_si512(), ms = _mm512_setzero_si512();                                         \
-			UNROLL for (int p = 0; p < 4; p++) {                                                                      \
-				const __m512i l = _mm512_load_si512((const void *)sums[set][2 * p][c]),                               \
-				              h = _mm512_load_si512((const void *)sums[set][2 * p + 1][c]);                           \
-				is = _mm512_add_epi32(is, _mm512_add_epi32(_mm512_mullo_epi32(l, scv[2 * p]),                         \
-				                                           _mm512_mullo_epi32(h, scv[2 * p + 1])));                   \
-				ms = _mm512_dpwssd_epi32(ms, mnv[p], bcast32(y->bs32 + 2 * p));                                       \
-			}                                                                                                         \
+			const int h_ = c / CPU_AMX_COLS, r_ = c % CPU_AMX_COLS;                                                   \
+			const __m512i l_ = _mm512_load_si512((const void *)sums[set][2 * h_][r_]),                                \
+			              is = _mm512_add_epi32(l_, _mm512_slli_epi32(_mm512_load_si512((const void *)sums[set][2 * h_ + 1][r_]), S)); \
+			__m512i ms = _mm512_setzero_si512();                                                                      \
+			UNROLL for (int q = 0; q < 4; q++)                                                                        \
+				ms = _mm512_dpwssd_epi32(ms, mnv[q], bcast32(y->bs32 + 2 * q));                                       \
 			const __m512 ya = _mm512_set1_ps(y->d);                                                                   \
-			acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, ya), _mm512_cvtepi32_ps(is)));             \
-			acc[c] = _mm512_sub_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dm, ya), _mm512_cvtepi32_ps(ms)));             \
+			__m512 s_ = _mm512_load_ps(acc[c]);                                                                       \
+			s_ = _mm512_add_ps(s_, _mm512_mul_ps(_mm512_mul_ps(dd, ya), _mm512_cvtepi32_ps(is)));                     \
+			s_ = _mm512_sub_ps(s_, _mm512_mul_ps(_mm512_mul_ps(dm, ya), _mm512_cvtepi32_ps(ms)));                     \
+			_mm512_store_ps(acc[c], s_);                                                                              \
 		}                                                                                                             \
 	} while (0)
 	const int64_t units = (int64_t)ng * nb;
-	K4_PREP(0, 0);
+	/* A pipeline over units: a unit's products are issued in iteration u - 2, stored at the start of iteration u - 1
+	 * (done by then) and taken through the float steps in iteration u, a quarter at a time between the next unit's
+	 * tile products. */
+	for (int p = 0; p < 4; p++)
+		K4_TILES(0, p);
+	K4_STORE(0);
 	if (units > 1)
-		K4_PREP(1, 1);
-	K4_TILES(0, 0, 0, 0, 0, 1);
-	K4_TILES(0, 0, 0, 1, 2, 3);
-	K4_TILES(0, 0, 0, 2, 0, 1);
-	K4_TILES(0, 0, 0, 3, 2, 3);
+		for (int p = 0; p < 4; p++)
+			K4_TILES(1, p);
 	for (int64_t u = 0; u < units; u++) {
-		const int set = (int)(u & 1), nx = set ^ 1, bn = (int)((u + 1) % 3);
-		const char *wb = K4_W(u);
-		__m512i scv[8], mnv[4];   /* the sub-blocks' scales (int32) and the mins (int16 pairs) of the 16 weight rows */
-		UNROLL for (int j = 0; j < 8; j++)
-			scv[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 64 + 16 * j)));
+		const int set = (int)(u & 1);
+		const char *wb = g + (size_t)(u / nb) * gstride + (size_t)(u % nb) * GB;
+		__m512i mnv[4];   /* the mins of the 16 weight rows (int16 pairs) */
 		UNROLL for (int p = 0; p < 4; p++)
 			mnv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wb + 192 + 32 * p)));
 		const __m512 dd = h16(wb), dm = h16(wb + 32);
-		if (u + 2 < units)
-			K4_PREP(u + 2, (int)((u + 2) % 3));
-		if (u + 1 < units) {
-			K4_TILES(u + 1, bn, nx, 0, 0, 1);
-			K4_POST(u, set, 0, 4);
-			K4_TILES(u + 1, bn, nx, 1, 2, 3);
-			K4_POST(u, set, 4, 8);
-			K4_TILES(u + 1, bn, nx, 2, 0, 1);
-			K4_POST(u, set, 8, 12);
-			K4_TILES(u + 1, bn, nx, 3, 2, 3);
-			K4_POST(u, set, 12, 16);
-		} else {
-			K4_POST(u, set, 0, 16);
+		if (u + 1 < units)
+			K4_STORE(set ^ 1);
+		UNROLL for (int p = 0; p < 4; p++) {
+			if (u + 2 < units)
+				K4_TILES(u + 2, p);
+			K4_POST(u, set, 8 * p, 8 * p + 8);
 		}
 		if (u % nb == nb - 1) {   /* the group's last block: its 16 columns are done */
 			const int64_t gi = u / nb, left = rows - 16 * gi;
-			store_rows(NC, nc, out + 16 * gi, ldo, left < 16 ? (int)left : 16, acc);
-			UNROLL for (int c = 0; c < NC; c++)
-				acc[c] = _mm512_setzero_ps();
+			const __mmask16 keep = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+			for (int c = 0; c < nc; c++)
+				_mm512_mask_storeu_ps(out + c * ldo + 16 * gi, keep, _mm512_load_ps(acc[c]));
+			memset(acc, 0, sizeof acc);
 		}
 	}
-#undef K4_W
-#undef K4_PREP
 #undef K4_TILES
+#undef K4_STORE
 #undef K4_POST
 }
 
@@ -467,34 +528,57 @@ void cpu_amx_act_put(aah_dtype t, void *aq, int c, const void *row, int64_t nb)
 
 /* One instantiation per type, for a whole tile of rows (NC = 16: the accumulators in registers, the loops unrolled);
  * fewer rows nc only skip the rows past nc (the tiles are configured for nc rows). 16 instantiations per type, one per
- * row count, took minutes to compile under the sanitizers for no speed: the backend uses the tiles from 12 rows. */
-#define AMX_DISPATCH(name, K16, call)                                                                             \
+ * row count, took minutes to compile under the sanitizers for no speed: the backend uses the tiles from 12 rows.
+ * Q8_0, Q4_0 and Q6_K take a call's up to 32 rows 16 at a time (their chunks of the tiles' layout are BB bytes a block),
+ * one group at a time (their pipelines run within a group, of 32 or more stages at 1024 columns). */
+#define AMX_HALVES(name, KIND, BB, k)                                                                          \
 	static void name(int64_t nb, int nc, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,        \
-	                 const void *gv, const void *av, size_t as, const void *aqv, size_t pf)                    \
+	                 const void *gv, const void *av, size_t as, const void *aqv, const void *prep, size_t pf)  \
 	{                                                                                                          \
-		const char *g = gv, *a = av;                                                                           \
-		const uint8_t *aq = aqv;                                                                               \
-		tiles_configure(nc, K16);                                                                              \
-		call(CPU_AMX_COLS);                                                                                    \
+		(void)prep;                                                                                            \
+		for (int h = 0; CPU_AMX_COLS * h < nc; h++) {                                                          \
+			const int n = nc - CPU_AMX_COLS * h < CPU_AMX_COLS ? nc - CPU_AMX_COLS * h : CPU_AMX_COLS;         \
+			const char *g = gv, *a = (const char *)av + (size_t)(CPU_AMX_COLS * h) * as;                       \
+			const uint8_t *aq = (const uint8_t *)aqv + (size_t)h * (size_t)nb * (BB);                          \
+			tiles_configure(n, KIND);                                                                          \
+			for (int gi = 0; gi < ng; gi++) {                                                                  \
+				const int64_t left = rows - 16 * gi;                                                           \
+				const int nr = left < 16 ? (int)left : 16;                                                     \
+				float *o = out + (int64_t)(CPU_AMX_COLS * h) * ldo + 16 * gi;                                  \
+				k;                                                                                             \
+			}                                                                                                  \
+		}                                                                                                      \
 	}
+AMX_HALVES(amx_q8_0, 0, CPU_AMX_Q8_BLOCK, k_8bit(CPU_AMX_COLS, n, 0, nb, nr, o, ldo, g + gi * gstride, a, as, aq, pf))
+AMX_HALVES(amx_q4_0, 0, CPU_AMX_Q8_BLOCK, k_8bit(CPU_AMX_COLS, n, 1, nb, nr, o, ldo, g + gi * gstride, a, as, aq, pf))
+AMX_HALVES(amx_q6_K, 1, 4096, k_q6_K(CPU_AMX_COLS, n, nb, nr, o, ldo, g + gi * gstride, a, as, aq, pf))
 
-/* One group at a time (Q8_0, Q4_0, Q6_K: their pipelines run within a group, of 32 or more stages at 1024 columns). */
-#define PER_GROUP(k)                                                                                           \
-	for (int gi = 0; gi < ng; gi++) {                                                                          \
-		const int64_t left = rows - 16 * gi;                                                                   \
-		k;                                                                                                     \
+/* Q4_K and Q5_K: all 32 rows at once, every group in one pipeline, from their weights made ready for the tiles
+ * (k4_prep). */
+#define AMX_K4(name, prep_name, Q5)                                                                            \
+	static void name(int64_t nb, int nc, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,        \
+	                 const void *gv, const void *av, size_t as, const void *aqv, const void *prep, size_t pf)  \
+	{                                                                                                          \
+		(void)pf;   /* the weights were read (and prefetched) by the preparation */                          \
+		tiles_configure(nc, 4);                                                                                \
+		k_k4(nc, Q5, nb, rows, ng, gstride, out, ldo, gv, av, as, aqv, prep);                                  \
+	}                                                                                                          \
+	static void prep_name(void *prep, int64_t nb, int ng, size_t gstride, const void *gv, size_t pf)           \
+	{                                                                                                          \
+		k4_prep(Q5, prep, nb, ng, gstride, gv, pf);                                                            \
 	}
-#define NR_ (left < 16 ? (int)left : 16)
-#define CALL_Q8_0(n) PER_GROUP(k_8bit(n, nc, 0, nb, NR_, out + 16 * gi, ldo, g + gi * gstride, a, as, aq, pf))
-#define CALL_Q4_0(n) PER_GROUP(k_8bit(n, nc, 1, nb, NR_, out + 16 * gi, ldo, g + gi * gstride, a, as, aq, pf))
-#define CALL_Q4_K(n) k_k4(n, nc, 0, nb, rows, ng, gstride, out, ldo, g, a, as, aq, pf)
-#define CALL_Q5_K(n) k_k4(n, nc, 1, nb, rows, ng, gstride, out, ldo, g, a, as, aq, pf)
-#define CALL_Q6_K(n) PER_GROUP(k_q6_K(n, nc, nb, NR_, out + 16 * gi, ldo, g + gi * gstride, a, as, aq, pf))
-AMX_DISPATCH(amx_q8_0, 0, CALL_Q8_0)
-AMX_DISPATCH(amx_q4_0, 0, CALL_Q4_0)
-AMX_DISPATCH(amx_q4_K, 0, CALL_Q4_K)
-AMX_DISPATCH(amx_q5_K, 0, CALL_Q5_K)
-AMX_DISPATCH(amx_q6_K, 1, CALL_Q6_K)
+AMX_K4(amx_q4_K, prep_q4_K, 0)
+AMX_K4(amx_q5_K, prep_q5_K, 1)
+
+size_t cpu_amx_prep_bytes(aah_dtype t)
+{
+	return t == AAH_DTYPE_Q4_K || t == AAH_DTYPE_Q5_K ? 8192 : 0;
+}
+
+cpu_amx_prep_fn cpu_amx_prep(aah_dtype t)
+{
+	return t == AAH_DTYPE_Q4_K ? prep_q4_K : t == AAH_DTYPE_Q5_K ? prep_q5_K : NULL;
+}
 
 cpu_amx_fn cpu_amx_kernel(aah_dtype t)
 {

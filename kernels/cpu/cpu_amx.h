@@ -19,8 +19,11 @@
 extern "C" {
 #endif
 
-/* The most activation rows one AMX kernel call takes: a tile's 16 rows. */
+/* A tile's rows: the activation rows of one chunk of the tiles' layout below. */
 #define CPU_AMX_COLS 16
+/* The most activation rows one AMX kernel call takes: two chunks, so that the K types' unpacked and scaled weights
+ * (their costly part) serve two A tiles. */
+#define CPU_AMX_CALL_COLS 32
 
 /* true when this CPU has AMX-TILE and AMX-INT8 (CPUID leaf 7) and the kernel granted this process the tile data
  * state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); asked once per process, the answer kept. */
@@ -39,13 +42,24 @@ static inline size_t cpu_amx_act_block_bytes(aah_dtype t)
 void cpu_amx_act_put(aah_dtype t, void *aq, int c, const void *row, int64_t nb);
 
 /* out[c·ldo + 16·i + r] = the dot of row r of group i (at (char *)group + i·gstride) with activation row c, for
- * i < ng, r < min(16, rows − 16·i), c < nc ≤ CPU_AMX_COLS: as cpu_qpack_fn's for each group, the rows' scales and
- * sums read from a (rows `as` apart), their quants from aq (the layout above). */
+ * i < ng, r < min(16, rows − 16·i), c < nc ≤ CPU_AMX_CALL_COLS: as cpu_qpack_fn's for each group, the rows' scales
+ * and sums read from a (rows `as` apart), their quants from aq (the layout above: rows 16 … 31 in the chunk after,
+ * nb · cpu_amx_act_block_bytes(t) bytes on). */
 typedef void (*cpu_amx_fn)(int64_t nb, int nc, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,
-                           const void *group, const void *a, size_t as, const void *aq, size_t prefetch);
+                           const void *group, const void *a, size_t as, const void *aq, const void *prep,
+                           size_t prefetch);
 
 /* The AMX kernel for packed type t, or NULL where t has none. Only to be called where cpu_amx_available() said true. */
 cpu_amx_fn cpu_amx_kernel(aah_dtype t);
+
+/* Q4_K and Q5_K: their weights made ready for the tiles once for a run of ng groups (unpacked to bytes and multiplied
+ * by their scales: two B tiles a 64 k), cpu_amx_prep_bytes(t) bytes a group-block, into prep (ng · nb of them, 64-byte
+ * aligned); every kernel call over those groups then reads them from prep (the other types' kernels ignore it and read
+ * the groups). The function for packed type t, or NULL where there is none; cpu_amx_prep_bytes 0 there. Only where
+ * cpu_amx_available(). */
+size_t cpu_amx_prep_bytes(aah_dtype t);
+typedef void (*cpu_amx_prep_fn)(void *prep, int64_t nb, int ng, size_t gstride, const void *group, size_t prefetch);
+cpu_amx_prep_fn cpu_amx_prep(aah_dtype t);
 
 /* Loads this thread's tile configuration with every tile full, 16 rows of 64 bytes (tmm0 … tmm7), through the same
  * code and per-thread record as the kernels above, so that their next call loads their own again. For the peak loops
@@ -58,6 +72,15 @@ void cpu_amx_tiles_full(void);
  * 1.39x, 1.44x); so fewer rows, a decode step's included, stay on vpdpbusd (cpu_quant_matmul.c; and
  * aah_backend_cpu_product says so). */
 #define CPU_AMX_MIN_ROWS 12
+/* The types whose weights are made ready once per run of groups (cpu_amx_prep) pay for it over the rows of a call:
+ * Q4_K on tiles against vpdpbusd, 3072 × 1024 on that Xeon, was 0.64x at 12 rows, 0.77x at 16, 1.09x at 32, 1.35x at
+ * 64 and 1.7x at 512 (docs/bench/2026-12-07-amx-kquants.md). So their products take the tiles from 32 rows a call (a
+ * token block of cpu_quant_matmul.c), and within one, each chunk from CPU_AMX_MIN_ROWS. */
+#define CPU_AMX_PREP_MIN_ROWS 32
+static inline int cpu_amx_min_rows(aah_dtype t)
+{
+	return t == AAH_DTYPE_Q4_K || t == AAH_DTYPE_Q5_K ? CPU_AMX_PREP_MIN_ROWS : CPU_AMX_MIN_ROWS;
+}
 
 /* AMX-BF16 (CPUID leaf 7 also; the same grant): true where the bf16 tile product below may run. */
 bool cpu_amx_bf16_available(void);

@@ -225,11 +225,18 @@ static void rmsnorm_worker(void *p, int32_t ti, int32_t nt)
 	for (int64_t r = lo; r < hi; r++) {
 		const float *x = j->x + r * d;
 		float *o = j->out + r * d;
-		double ss = 0;   /* a double sum keeps long rows exact to float rounding */
-		for (int64_t i = 0; i < d; i++)
-			ss += (double)x[i] * x[i];
+		/* a double sum keeps long rows exact to float rounding; eight of them, so that the additions do not wait on
+		 * each other (one chain was 5% of a prefill) */
+		double s8[8] = { 0 };
+		int64_t i = 0;
+		for (; i + 8 <= d; i += 8)
+			for (int k = 0; k < 8; k++)
+				s8[k] += (double)x[i + k] * x[i + k];
+		for (; i < d; i++)
+			s8[i % 8] += (double)x[i] * x[i];
+		const double ss = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
 		float inv = (float)(1.0 / sqrt(ss / (double)d + (double)j->eps));
-		for (int64_t i = 0; i < d; i++)
+		for (i = 0; i < d; i++)
 			o[i] = x[i] * inv * wf[i];
 	}
 }
@@ -268,18 +275,57 @@ static void cpu_rope(aah_backend *b, float *x, int32_t n_rows, int32_t n_heads, 
 	}
 }
 
-static void cpu_swiglu(aah_backend *b, float *out, const float *gate, const float *up, int64_t n)
+/* The element-wise steps: a prefill's are large (512 tokens × 3072 for the 0.6B shape's SwiGLU), so they are split
+ * among the workers (each element computed the same way wherever it runs); a decode step's stay on this thread. */
+#define ELEMENTWISE_PARALLEL 32768
+
+typedef struct elementwise_job {
+	float *out;
+	const float *a, *b;
+	int64_t n;
+} elementwise_job;
+
+static void swiglu_range(float *out, const float *gate, const float *up, int64_t lo, int64_t hi)
 {
-	for (int64_t i = 0; i < n; i++) {
+	for (int64_t i = lo; i < hi; i++) {
 		float g = gate[i];
 		out[i] = g / (1.0f + expf(-g)) * up[i];
 	}
 }
 
+static void swiglu_worker(void *p, int32_t ti, int32_t nt)
+{
+	elementwise_job *j = p;
+	int64_t lo, hi;
+	cpu_split_range(j->n, 16, ti, nt, &lo, &hi);
+	swiglu_range(j->out, j->a, j->b, lo, hi);
+}
+
+static void cpu_swiglu(aah_backend *b, float *out, const float *gate, const float *up, int64_t n)
+{
+	elementwise_job j = { out, gate, up, n };
+	if (n < ELEMENTWISE_PARALLEL)
+		swiglu_range(out, gate, up, 0, n);
+	else
+		threadpool_run(ctx_of(b)->tp, swiglu_worker, &j);
+}
+
+static void add_worker(void *p, int32_t ti, int32_t nt)
+{
+	elementwise_job *j = p;
+	int64_t lo, hi;
+	cpu_split_range(j->n, 16, ti, nt, &lo, &hi);
+	for (int64_t i = lo; i < hi; i++)
+		j->out[i] += j->a[i];
+}
+
 static void cpu_add(aah_backend *b, float *x, const float *y, int64_t n)
 {
-	for (int64_t i = 0; i < n; i++)
-		x[i] += y[i];
+	elementwise_job j = { x, y, NULL, n };
+	if (n < 4 * ELEMENTWISE_PARALLEL)
+		add_worker(&j, 0, 1);
+	else
+		threadpool_run(ctx_of(b)->tp, add_worker, &j);
 }
 
 static void cpu_split_cols(aah_backend *b, float *const *dst, const int32_t *widths, int32_t n_parts, const float *src,
@@ -503,6 +549,7 @@ static void cpu_free(aah_backend *b)
 		free(c->qrow.p);
 		free(c->xbf.p);
 		free(c->amx_act.p);
+		free(c->amx_prep.p);
 		free(c);
 	}
 	free(b);
@@ -567,13 +614,14 @@ static void cpu_qpack_select(cpu_ctx *c)
  * for AMX-BF16 tiles (the same activation rounding; vdpbf16ps where K is not a multiple of 32). */
 #define BF16DOT_DEFAULT 0
 
-/* The AMX kernels used by default: Q8_0's and Q4_0's, which beat vpdpbusd (1.2–1.4x from 16 rows on an Emerald
- * Rapids Xeon, docs/bench/2026-12-07-bf16-amx.md). The K types' tile kernels give the same bits but were slower there
- * (0.7–0.9x): each sub-block's sums leave the tile through memory and take a vpmulld per row for their scale, which
- * leaves vpdpbusd ahead; AAH_AMX=all runs them, for comparison. */
+/* The AMX kernels used by default: those that beat vpdpbusd on an Emerald Rapids Xeon (docs/bench/2026-12-07-bf16-amx.md,
+ * docs/bench/2026-12-07-amx-kquants.md): Q8_0 and Q4_0 (1.2–1.4x from 16 rows), Q4_K and Q5_K (their scales folded
+ * into weights made ready once per run of groups: 1.8x and 2.3x at 512 rows). Q6_K's tile kernel gives the same bits
+ * but is slower (0.8–0.9x: its sub-blocks of 16 each leave the tile and take a vpmulld per row for their scale);
+ * AAH_AMX=all runs it, for comparison. */
 static cpu_amx_fn amx_default_kernel(aah_dtype t)
 {
-	return t == AAH_DTYPE_Q8_0 || t == AAH_DTYPE_Q4_0 ? cpu_amx_kernel(t) : NULL;
+	return t == AAH_DTYPE_Q6_K ? NULL : cpu_amx_kernel(t);
 }
 
 /* AMX-INT8 tiles for the packed products of many rows (cpu_amx.h), where the AVX-512 VNNI kernels run and the CPU and
@@ -597,7 +645,7 @@ static void cpu_fast_select(cpu_ctx *c)
 	if (c->bf16tile)
 		c->bf16dot = false;   /* K % 32 != 0: the vdpbf16ps product, through the same branch */
 	const char *q = c->amx_kernel == cpu_amx_kernel ? "AMX-INT8 tiles for every packed type"
-	                : c->amx_kernel ? "AMX-INT8 tiles for q8_0/q4_0"
+	                : c->amx_kernel ? "AMX-INT8 tiles for q8_0/q4_0/q4_k/q5_k"
 	                : !c->qpack_kernel ? "row-major quantized dots"
 	                : !vnni512 ? "AVX2 packed products"
 	                : amx_off ? "VNNI packed products (AAH_AMX=0)" : "VNNI packed products";
@@ -664,7 +712,7 @@ aah_cpu_product aah_backend_cpu_product(const aah_backend *b, aah_dtype w, int64
 	if (c->quant_f32)   /* the dequantized reference: scalar loops */
 		return AAH_CPU_PRODUCT_OTHER;
 	if (c->qpack_kernel && c->qpack_kernel(w)) {   /* cpu_weight_import packed it; cpu_matmul_quant's choice */
-		if (c->amx_kernel && n_rows >= CPU_AMX_MIN_ROWS && c->amx_kernel(w))
+		if (c->amx_kernel && n_rows >= cpu_amx_min_rows(w) && c->amx_kernel(w))
 			return AAH_CPU_PRODUCT_AMX_INT8;
 		if (c->qpack_kernel == cpu_qpack_kernel_avx512)
 			return AAH_CPU_PRODUCT_DPBUSD_ZMM;

@@ -55,6 +55,7 @@ typedef struct cpu_ctx {
 	 * AMX, without the packed AVX-512 VNNI kernels, or with AAH_AMX=0 */
 	cpu_amx_fn (*amx_kernel)(aah_dtype t);
 	cpu_buf amx_act;    /* the activation quants as the tiles read them (cpu_amx.h), 16 rows a chunk */
+	cpu_buf amx_prep;   /* Q4_K / Q5_K weights made ready for the tiles, a run of groups per worker (cpu_amx_prep) */
 	/* bf16 weights on vdpbf16ps, the activations rounded to bf16 (cpu_bf16dot.h; AAH_CPU_BF16); false: the exact path,
 	 * f32 activations times the widened weights */
 	bool bf16dot;

@@ -25,7 +25,8 @@
  * without, cpu_qpack_avx2.c), 2 KiB measured best. */
 #define QMM_PREFETCH_BYTES 1024
 #define QPACK_PREFETCH_BYTES 2048
-/* From this many activation rows on, the packed products run on AMX tiles (cpu_amx.h says why 12). */
+/* From this many activation rows on, a chunk of a call on tiles runs on them (cpu_amx.h says why 12, and when a call
+ * does: cpu_amx_min_rows). */
 #define AMX_MIN_ROWS CPU_AMX_MIN_ROWS
 
 typedef struct qmm_job {
@@ -39,10 +40,13 @@ typedef struct qmm_job {
 	size_t w_stride;     /* bytes of a weight row; of a group of 16 with the packed layout */
 	cpu_qdot_fn dot;
 	cpu_qpack_fn kern;   /* the packed layout's kernel (cpu_qpack.h); NULL for rows of blocks */
-	int cols;            /* the most activation rows one kern call takes (CPU_QPACK_COLS, CPU_AMX_COLS) */
-	cpu_amx_fn amx;      /* or the AMX kernel (cols CPU_AMX_COLS), reading the quants also from aq: */
+	int cols;            /* the most activation rows one kern call takes (CPU_QPACK_COLS, CPU_AMX_CALL_COLS) */
+	cpu_amx_fn amx;      /* or the AMX kernel (cols CPU_AMX_CALL_COLS), reading the quants also from aq: */
 	char *aq;            /* chunk i / 16 of the activation quants as the tiles read them, aq_chunk bytes apart */
 	size_t aq_chunk;
+	cpu_amx_prep_fn prep;   /* and the weights made ready for the tiles once per run of groups (cpu_amx.h), */
+	char *prep_buf;         /* into worker ti's prep_slice bytes at prep_buf + ti · prep_slice; NULL when none */
+	size_t prep_slice;
 	int64_t row_block, token_block;   /* packed: row_block counts groups */
 	cpu_ctx *c;          /* for the f32 reference: the workers' scratch */
 } qmm_job;
@@ -128,13 +132,18 @@ static void qpack_worker(void *p, int32_t ti, int32_t nt)
 		const int64_t te = j->n - tb < j->token_block ? j->n : tb + j->token_block;
 		for (int64_t g0 = lo; g0 < hi; g0 += j->row_block) {
 			const int64_t g1 = hi - g0 < j->row_block ? hi : g0 + j->row_block;
+			/* this token block on the tiles (cpu_amx_min_rows), its run's weights made ready for them once */
+			const bool tiles = j->amx && te - tb >= cpu_amx_min_rows(j->w->type);
+			char *prep = tiles && j->prep ? j->prep_buf + (size_t)ti * j->prep_slice : NULL;
+			if (prep)
+				j->prep(prep, nb, (int)(g1 - g0), j->w_stride, w + (size_t)g0 * j->w_stride, QPACK_PREFETCH_BYTES);
 			for (int64_t i = tb; i < te; i += j->cols) {
 				const int nc = te - i < j->cols ? (int)(te - i) : j->cols;
-				if (j->amx && nc >= AMX_MIN_ROWS) {   /* the run of groups in one call; i is a multiple of CPU_AMX_COLS */
+				if (tiles && nc >= AMX_MIN_ROWS) {   /* the run of groups in one call; i a multiple of CPU_AMX_CALL_COLS */
 					const int64_t r0 = g0 * CPU_QPACK_ROWS;
 					j->amx(nb, nc, M - r0, (int)(g1 - g0), j->w_stride, j->out + i * M + r0, M, w + (size_t)g0 * j->w_stride,
 					       j->xq + (size_t)i * j->xq_stride, j->xq_stride, j->aq + (size_t)(i / CPU_AMX_COLS) * j->aq_chunk,
-					       i == tb ? QPACK_PREFETCH_BYTES : 0);
+					       prep, i == tb ? QPACK_PREFETCH_BYTES : 0);
 					continue;
 				}
 				for (int64_t g = g0; g < g1; g++) {
@@ -175,23 +184,28 @@ void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const a
 			abort();   /* the size of the activations: out of memory here is not recoverable */
 		/* a decode step's few rows: each worker's groups in one run (the one pass streams them); more: runs of about
 		 * 32 KiB of groups, each reused by every activation row while in cache */
-		cpu_amx_fn amx = c->amx_kernel && n >= AMX_MIN_ROWS ? c->amx_kernel(w->type) : NULL;
-		const int cols = amx ? CPU_AMX_COLS : CPU_QPACK_COLS;
+		cpu_amx_fn amx = c->amx_kernel && n >= cpu_amx_min_rows(w->type) ? c->amx_kernel(w->type) : NULL;
+		const int cols = amx ? CPU_AMX_CALL_COLS : CPU_QPACK_COLS;
 		const int64_t nbk = w->cols / aah_dtype_block_len(w->type);
 		const size_t aqc = amx ? (size_t)nbk * cpu_amx_act_block_bytes(w->type) : 0;
 		if (amx && !cpu_buf_reserve(&c->amx_act, (size_t)((n + CPU_AMX_COLS - 1) / CPU_AMX_COLS) * aqc))
 			abort();   /* the size of the activations: out of memory here is not recoverable */
 		int64_t gb = n <= CPU_QPACK_COLS ? INT64_MAX / 2 : (32 << 10) / (int64_t)gs,
 		        tb = (512 << 10) / (int64_t)xs / cols * cols;
+		gb = gb < 1 ? 1 : gb;
+		const cpu_amx_prep_fn prep = amx ? cpu_amx_prep(w->type) : NULL;
+		const size_t slice = prep ? (size_t)gb * (size_t)nbk * cpu_amx_prep_bytes(w->type) : 0;
+		if (prep && !cpu_buf_reserve(&c->amx_prep, (size_t)c->n_threads * slice))
+			abort();   /* a few hundred KiB a thread: out of memory here is not recoverable */
 		qmm_job j = { out, x, c->qact.p, xs, n, AAH_DTYPE_F32, w, gs, NULL, c->qpack_kernel(w->type), cols, amx,
-		              amx ? c->amx_act.p : NULL, aqc,
-		              gb < 1 ? 1 : gb, tb < cols ? cols : tb, c };
+		              amx ? c->amx_act.p : NULL, aqc, prep, prep ? c->amx_prep.p : NULL, slice,
+		              gb, tb < cols ? cols : tb, c };
 		qmm_run(c, &j, qpack_worker);
 		return;
 	}
 	if (c->quant_f32) {
 		qmm_job j = { out, x, NULL, 0, n, AAH_DTYPE_F32, w, aah_dtype_row_bytes(w->type, w->cols), NULL, NULL, 0, NULL,
-		              NULL, 0, 0, 0, c };
+		              NULL, 0, NULL, NULL, 0, 0, 0, c };
 		if (!cpu_scratch_reserve(c, (size_t)w->cols))
 			abort();   /* a row of floats: out of memory here is not recoverable */
 		threadpool_run(c->tp, qmm_f32_worker, &j);
@@ -202,7 +216,8 @@ void cpu_matmul_quant(cpu_ctx *c, float *out, const float *x, int32_t n, const a
 	if (!cpu_buf_reserve(&c->qact, (size_t)n * xs))
 		abort();   /* the size of the activations: out of memory here is not recoverable */
 	int64_t rb = (32 << 10) / (int64_t)ws, tb = (512 << 10) / (int64_t)xs / CPU_QDOT_COLS * CPU_QDOT_COLS;
-	qmm_job j = { out, x, c->qact.p, xs, n, act, w, ws, c->qk->dot[w->type], NULL, 0, NULL, NULL, 0, rb < 4 ? 4 : rb,
+	qmm_job j = { out, x, c->qact.p, xs, n, act, w, ws, c->qk->dot[w->type], NULL, 0, NULL, NULL, 0, NULL, NULL, 0,
+	              rb < 4 ? 4 : rb,
 	              tb < CPU_QDOT_COLS ? CPU_QDOT_COLS : tb, c };
 	qmm_run(c, &j, qmm_worker);
 }
