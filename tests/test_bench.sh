@@ -164,6 +164,21 @@ grep -q "^CPU attention op (.*window 512" "$out" || say_fail "--attention: no he
 timeout 30 "$BENCH" --attention --window 0 >"$out" 2>&1
 [ $? -eq 2 ] || say_fail "--attention --window 0 should exit 2"
 
+# the packed quantized products alone: a row per type and row count (7 × 5), the product each took, no output differing
+# between the VNNI kernels and the tiles (the run fails if one does); the AMX rows only where the CPU has AMX
+if ! timeout 300 "$BENCH" --products --reps 1 >"$out" 2>&1; then
+	say_fail "aah-bench --products failed"; cat "$out"
+fi
+grep -q "^packed quantized products 3072 x 1024, one thread" "$out" || say_fail "--products: no header"
+[ "$(grep -Ec '^  (q8_0|q4_0|q4_k|q5_k|q6_k) +[0-9]+ rows: vpdpbusd +[0-9.]+ ms .*default \(.*\) +[0-9.]+ ms = [0-9.]+x' "$out")" -eq 35 ] ||
+	say_fail "--products: expected 35 rows"
+if grep -q "AMX-INT8 tiles" "$out"; then
+	grep -q "^  q4_k  512 rows: .*default (AMX tdpbusd)" "$out" || say_fail "--products: q4_k at 512 rows not on tiles"
+	grep -q "^  q6_k  512 rows: .*AAH_AMX=all (AMX tdpbusd)" "$out" || say_fail "--products: no AAH_AMX=all column for q6_k"
+fi
+timeout 30 "$BENCH" --products --reps 0 >"$out" 2>&1
+[ $? -eq 2 ] || say_fail "--products --reps 0 should exit 2"
+
 # the weight-type axis: the files' bf16 weights and q8_0 quantized at load, side by side, each row labelled, the ratio
 # line; and in --context, each type's regime speed-up and the line across types
 if ! timeout 120 "$BENCH" --no-bandwidth --threads 1 --prompt 20 --gen 2 --weights bf16,q8_0 "$MODEL" >"$out" 2>&1; then

@@ -22,6 +22,7 @@
 #include "kernels/argmax.h"
 #include "models/weight_quant.h"
 #include "kernels/cpu/cpu_peak.h"
+#include "kernels/quant.h"
 #include "kernels/cpu/threadpool.h"
 #include "models/aah_config.h"
 #include "models/model_config.h"
@@ -989,6 +990,116 @@ static int bench_attention(int32_t window, int32_t reps)
 	return 0;
 }
 
+/* ---- the packed quantized products alone: vpdpbusd against the AMX tiles ---- */
+
+/* A CPU backend with AAH_AMX set to amx ("0": the VNNI kernels; NULL: the defaults; "all": tiles for every packed
+ * type), one thread. The switch is read at init, so it is set around it only. */
+static aah_backend *products_backend(const char *amx)
+{
+	const char *old = getenv("AAH_AMX");
+	char keep[32];
+	snprintf(keep, sizeof keep, "%s", old ? old : "");
+	if (amx)
+		setenv("AAH_AMX", amx, 1);
+	else
+		unsetenv("AAH_AMX");
+	aah_backend_params bp = { .n_threads = 1 };
+	aah_backend *b = aah_backend_cpu_init(&bp);
+	if (old)
+		setenv("AAH_AMX", keep, 1);
+	else
+		unsetenv("AAH_AMX");
+	return b;
+}
+
+/* For each packed weight type, a product of n activation rows with a 3072 × 1024 matrix (the 0.6B shape's gate and
+ * up; the reference quantizer's blocks of random values) on one thread, timed in its CPU time, best of `reps`
+ * alternations of the backends: the VNNI kernels (AAH_AMX=0), the defaults and, where they differ for that type, the
+ * tiles for every type (AAH_AMX=all); with the product instruction each took and the ratios. Every backend's outputs
+ * are compared: the same bits, or the run fails. */
+static int bench_products(int32_t reps)
+{
+	enum { M = 3072, K = 1024, NMAX = 512 };
+	static const aah_dtype types[] = { AAH_DTYPE_Q8_0, AAH_DTYPE_Q4_0, AAH_DTYPE_Q4_K, AAH_DTYPE_Q5_K, AAH_DTYPE_Q6_K };
+	static const int32_t rows[] = { 1, 5, 12, 16, 32, 64, 512 };
+	const char *amx[3] = { "0", NULL, "all" };
+	aah_backend *b[3];
+	for (int i = 0; i < 3; i++)
+		if (!(b[i] = products_backend(amx[i]))) {
+			fprintf(stderr, "aah-bench: no CPU backend\n");
+			return 1;
+		}
+	float *w = malloc(sizeof(float) * M * K), *x = malloc(sizeof(float) * NMAX * K);
+	float *out[3] = { malloc(sizeof(float) * NMAX * M), malloc(sizeof(float) * NMAX * M),
+	                  malloc(sizeof(float) * NMAX * M) };
+	void *q = malloc(aah_dtype_row_bytes(AAH_DTYPE_Q8_0, K) * M);   /* the largest of the types */
+	if (!w || !x || !out[0] || !out[1] || !out[2] || !q) {
+		fprintf(stderr, "aah-bench: out of memory\n");
+		return 1;
+	}
+	uint64_t r = 0x9e3779b97f4a7c15u;
+	for (int64_t i = 0; i < (int64_t)M * K; i++) {
+		r = r * 6364136223846793005u + 1442695040888963407u;
+		w[i] = (float)((int64_t)(r >> 40) % 2001 - 1000) / 8000.0f;
+	}
+	for (int64_t i = 0; i < (int64_t)NMAX * K; i++) {
+		r = r * 6364136223846793005u + 1442695040888963407u;
+		x[i] = (float)((int64_t)(r >> 40) % 2001 - 1000) / 500.0f;
+	}
+	printf("packed quantized products %d x %d, one thread, thread CPU time, best of %d; %s; load average %.2f\n", M, K,
+	       reps, aah_backend_cpu_paths(b[1]), load_average());
+	int rc = 0;
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		const aah_dtype t = types[ti];
+		const size_t rb = aah_dtype_row_bytes(t, K);
+		for (int64_t m = 0; m < M; m++)
+			aah_quantize_row_ref(t, (char *)q + m * rb, w + m * K, K);
+		aah_tensor wt[3];
+		for (int i = 0; i < 3; i++)
+			if (b[i]->iface.weight_import(b[i], &wt[i], q, t, M, K) != 0) {
+				fprintf(stderr, "aah-bench: %s: the backend refused the matrix\n", aah_dtype_name(t));
+				return 1;
+			}
+		for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+			const int32_t n = rows[ri];
+			/* AAH_AMX=all only where it runs another kernel than the defaults */
+			const int n_b = aah_backend_cpu_product(b[2], t, K, n) != aah_backend_cpu_product(b[1], t, K, n) ? 3 : 2;
+			double best[3] = { 1e30, 1e30, 1e30 };
+			for (int32_t rep = 0; rep < reps; rep++)
+				for (int i = 0; i < n_b; i++) {
+					const double t0 = thread_cpu_s();
+					b[i]->iface.matmul(b[i], out[i], x, n, &wt[i]);
+					const double d = thread_cpu_s() - t0;
+					best[i] = d < best[i] ? d : best[i];
+				}
+			for (int i = 1; i < n_b; i++)
+				if (memcmp(out[0], out[i], sizeof(float) * (size_t)n * M)) {
+					fprintf(stderr, "aah-bench: %s, %d rows: AAH_AMX=%s's products differ from the VNNI kernels'\n",
+					        aah_dtype_name(t), n, amx[i] ? amx[i] : "(default)");
+					rc = 1;
+				}
+			const double gop = 2.0 * M * K * n / 1e9;
+			printf("  %-5s %3d rows: vpdpbusd %8.3f ms (%6.1f GOP/s); default (%s) %8.3f ms = %.2fx", aah_dtype_name(t),
+			       n, best[0] * 1e3, gop / best[0], cpu_peak_name(aah_backend_cpu_product(b[1], t, K, n)),
+			       best[1] * 1e3, best[0] / best[1]);
+			if (n_b == 3)
+				printf("; AAH_AMX=all (%s) %8.3f ms = %.2fx", cpu_peak_name(aah_backend_cpu_product(b[2], t, K, n)),
+				       best[2] * 1e3, best[0] / best[2]);
+			printf("\n");
+		}
+		for (int i = 0; i < 3; i++)
+			b[i]->iface.weight_release(b[i], &wt[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		b[i]->iface.free(b[i]);
+		free(out[i]);
+	}
+	free(w);
+	free(x);
+	free(q);
+	return rc;
+}
+
 /* ---- shared prefixes: many requests with one long beginning, the prefix cache off and on ---- */
 
 typedef struct prefix_run {
@@ -1737,6 +1848,7 @@ static void usage(FILE *f)
 	           "[--no-peak] [--measure] MODEL_DIR...\n"
 	           "       aah-bench --context [--kv-dtype LIST] [--regime NAME] [--threads N] [--gen N] MODEL_DIR\n"
 	           "       aah-bench --attention [--kv-dtype LIST] [--window W] [--reps N]\n"
+	           "       aah-bench --products [--reps N]\n"
 	           "       aah-bench --shared-prefix [--prefix N] [--tail LIST] [--requests N] [--kv-budget BYTES] "
 	           "[--regime NAME] [--threads N] MODEL_DIR\n"
 	           "       aah-bench --shared-prefix --fill LIST [--prefix N] [--tail N] [--rounds N] [--regime NAME] MODEL_DIR\n"
@@ -1761,6 +1873,10 @@ static void usage(FILE *f)
 	           "at 512 positions with full\n"
 	           "attention; the second (optional, with aah.json) at 512 and 4096 with full attention and --regime\n"
 	           "(default: its default regime), with the sequences each admits and the ratios.\n"
+	           "--products [--reps N]: the packed quantized products alone (q8_0, q4_0, q4_k, q5_k, q6_k; 3072 x 1024;\n"
+	           "1 to 512 activation rows; one thread, thread CPU time, best of --reps, default 3): the VNNI kernels\n"
+	           "(AAH_AMX=0) against the defaults (AMX tiles where they are faster) and, where it differs, AAH_AMX=all;\n"
+	           "every output compared bit for bit.\n"
 	           "--attention [--window W] [--reps N]: the CPU attention op alone (one thread, thread CPU time): a 512-row\n"
 	           "prompt chunk and a decode row at about 3k positions, window W (default 4096), for every --kv-dtype.\n"
 	           "--shared-prefix: --requests N (default 16) prompts of one --prefix N (default 1024) tokens and a different\n"
@@ -1813,7 +1929,8 @@ int main(int argc, char **argv)
 	int spec = 0, prompt_set = 0, requests_set = 0;     /* --spec [--spec-k N] [--draft-regime NAME] [--spec-prompts FILE] */
 	int32_t spec_k = 4;
 	const char *draft_regime = NULL, *spec_prompts = NULL;
-	int no_bw = 0, no_peak = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0;
+	int no_bw = 0, no_peak = 0, context = 0, gen_set = 0, batch = 0, measure = 0, attention = 0, shared_prefix = 0,
+	    products = 0;
 	int32_t sp_prefix = 1024, sp_requests = 16, sp_rounds = 3;   /* --spec: --requests prompts (at most 16) */
 	int32_t sp_tails[8] = { 20, 200, 1000 }, sp_n_tails = 3;
 	double sp_fills[8];
@@ -1831,6 +1948,7 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, 0, 'R' }, { "backend", required_argument, 0, 'x' },
 		{ "measure", no_argument, 0, 'm' }, { "kv-dtype", required_argument, 0, 'K' },
 		{ "attention", no_argument, 0, 'a' }, { "window", required_argument, 0, 'w' },
+		{ "products", no_argument, 0, 'U' },
 		{ "cpu-time", no_argument, 0, 'C' }, { "shared-prefix", no_argument, 0, 'S' },
 		{ "prefix", required_argument, 0, 'P' }, { "tail", required_argument, 0, 'T' },
 		{ "fill", required_argument, 0, 'F' }, { "rounds", required_argument, 0, 'O' },
@@ -1863,6 +1981,7 @@ int main(int argc, char **argv)
 		case 'Q': no_peak = 1; break;
 		case 'm': measure = 1; break;
 		case 'a': attention = 1; break;
+		case 'U': products = 1; break;
 		case 'C': bench_clock = CLOCK_PROCESS_CPUTIME_ID; break;
 		case 'w': window = int_arg("window", optarg, 1, 4096); break;
 		case 'S': shared_prefix = 1; break;
@@ -1922,6 +2041,13 @@ int main(int argc, char **argv)
 	if (bench_clock != CLOCK_MONOTONIC)
 		printf("speeds in this process's CPU time (--cpu-time), %d thread%s; load average %.2f\n", threads,
 		       threads == 1 ? "" : "s (the workers' spinning counts too)", load_average());
+	if (products) {
+		if (reps < 1 || optind != argc) {
+			usage(stderr);
+			return 2;
+		}
+		return bench_products(reps);
+	}
 	if (attention) {
 		if (window < 1 || window > 4096 || reps < 1 || optind != argc) {
 			usage(stderr);
