@@ -157,7 +157,7 @@ static int alloc_scratch(engine *e, char *err, size_t err_len)
 
 /* The backend p.backend names: "cuda" or fail; "cpu"; "auto" (or NULL) CUDA when the runtime sees a device, else the
  * CPU. e->desc says which, e.g. "cuda (NVIDIA H200, 132 SMs, bf16 tensor-core matmul)" or
- * "cpu (avx512; AMX-INT8 tiles for q8_0/q4_0/q4_k/q5_k, bf16 exact)". */
+ * "cpu (avx512; AMX-INT8 tiles for every packed type, bf16 exact)". */
 static int backend_open(engine *e, char *err, size_t err_len)
 {
 	/* NULL is the CPU: a library caller (a test, a tool) gets the exact reference unless it asks; the daemon passes

@@ -61,8 +61,8 @@ static const config_row rows[] = {
 	{ "threads", INT(threads, 0, 1024), "0", "CPU threads of the engine; 0: every online core" },
 	{ "cpu_amx", ENUM(cpu_amx, amx_modes), "auto",
 	  "CPU backend, quantized products on AMX-INT8 tiles (where the CPU and kernel allow them; the same bits either "
-	  "way): auto (the environment's AAH_AMX if set, else q8_0/q4_0 on tiles from 12 rows), off, all (every packed "
-	  "type); a value other than auto overrides AAH_AMX" },
+	  "way): auto (the environment's AAH_AMX if set, else every packed type on tiles from the row count where they "
+	  "are faster), off, all (the same as the default); a value other than auto overrides AAH_AMX" },
 	{ "cpu_bf16", ENUM(cpu_bf16, bf16_modes), "auto",
 	  "CPU backend, bf16 weights' products: auto (the environment's AAH_CPU_BF16 if set, else f32), f32 (exact: f32 "
 	  "activations times the widened weights), bf16 (vdpbf16ps, activations rounded to bf16, where the CPU has "

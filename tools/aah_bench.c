@@ -992,8 +992,8 @@ static int bench_attention(int32_t window, int32_t reps)
 
 /* ---- the packed quantized products alone: vpdpbusd against the AMX tiles ---- */
 
-/* A CPU backend with AAH_AMX set to amx ("0": the VNNI kernels; NULL: the defaults; "all": tiles for every packed
- * type), one thread. The switch is read at init, so it is set around it only. */
+/* A CPU backend with AAH_AMX set to amx ("0": the VNNI kernels; NULL: the defaults), one thread. The switch is read
+ * at init, so it is set around it only. */
 static aah_backend *products_backend(const char *amx)
 {
 	const char *old = getenv("AAH_AMX");
@@ -1014,26 +1014,23 @@ static aah_backend *products_backend(const char *amx)
 
 /* For each packed weight type, a product of n activation rows with a 3072 × 1024 matrix (the 0.6B shape's gate and
  * up; the reference quantizer's blocks of random values) on one thread, timed in its CPU time, best of `reps`
- * alternations of the backends: the VNNI kernels (AAH_AMX=0), the defaults and, where they differ for that type, the
- * tiles for every type (AAH_AMX=all); with the product instruction each took and the ratios. Every backend's outputs
+ * alternations of the two backends: the VNNI kernels (AAH_AMX=0) and the defaults (AMX tiles where the CPU has them,
+ * from the row count each type's tiles start at); with the product instruction each took and the ratio. The outputs
  * are compared: the same bits, or the run fails. */
 static int bench_products(int32_t reps)
 {
 	enum { M = 3072, K = 1024, NMAX = 512 };
 	static const aah_dtype types[] = { AAH_DTYPE_Q8_0, AAH_DTYPE_Q4_0, AAH_DTYPE_Q4_K, AAH_DTYPE_Q5_K, AAH_DTYPE_Q6_K };
 	static const int32_t rows[] = { 1, 5, 12, 16, 32, 64, 512 };
-	const char *amx[3] = { "0", NULL, "all" };
-	aah_backend *b[3];
-	for (int i = 0; i < 3; i++)
-		if (!(b[i] = products_backend(amx[i]))) {
-			fprintf(stderr, "aah-bench: no CPU backend\n");
-			return 1;
-		}
+	aah_backend *b[2] = { products_backend("0"), products_backend(NULL) };
+	if (!b[0] || !b[1]) {
+		fprintf(stderr, "aah-bench: no CPU backend\n");
+		return 1;
+	}
 	float *w = malloc(sizeof(float) * M * K), *x = malloc(sizeof(float) * NMAX * K);
-	float *out[3] = { malloc(sizeof(float) * NMAX * M), malloc(sizeof(float) * NMAX * M),
-	                  malloc(sizeof(float) * NMAX * M) };
+	float *out[2] = { malloc(sizeof(float) * NMAX * M), malloc(sizeof(float) * NMAX * M) };
 	void *q = malloc(aah_dtype_row_bytes(AAH_DTYPE_Q8_0, K) * M);   /* the largest of the types */
-	if (!w || !x || !out[0] || !out[1] || !out[2] || !q) {
+	if (!w || !x || !out[0] || !out[1] || !q) {
 		fprintf(stderr, "aah-bench: out of memory\n");
 		return 1;
 	}
@@ -1054,43 +1051,37 @@ static int bench_products(int32_t reps)
 		const size_t rb = aah_dtype_row_bytes(t, K);
 		for (int64_t m = 0; m < M; m++)
 			aah_quantize_row_ref(t, (char *)q + m * rb, w + m * K, K);
-		aah_tensor wt[3];
-		for (int i = 0; i < 3; i++)
+		aah_tensor wt[2];
+		for (int i = 0; i < 2; i++)
 			if (b[i]->iface.weight_import(b[i], &wt[i], q, t, M, K) != 0) {
 				fprintf(stderr, "aah-bench: %s: the backend refused the matrix\n", aah_dtype_name(t));
 				return 1;
 			}
 		for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
 			const int32_t n = rows[ri];
-			/* AAH_AMX=all only where it runs another kernel than the defaults */
-			const int n_b = aah_backend_cpu_product(b[2], t, K, n) != aah_backend_cpu_product(b[1], t, K, n) ? 3 : 2;
-			double best[3] = { 1e30, 1e30, 1e30 };
+			double best[2] = { 1e30, 1e30 };
 			for (int32_t rep = 0; rep < reps; rep++)
-				for (int i = 0; i < n_b; i++) {
+				for (int i = 0; i < 2; i++) {
 					const double t0 = thread_cpu_s();
 					b[i]->iface.matmul(b[i], out[i], x, n, &wt[i]);
 					const double d = thread_cpu_s() - t0;
 					best[i] = d < best[i] ? d : best[i];
 				}
-			for (int i = 1; i < n_b; i++)
-				if (memcmp(out[0], out[i], sizeof(float) * (size_t)n * M)) {
-					fprintf(stderr, "aah-bench: %s, %d rows: AAH_AMX=%s's products differ from the VNNI kernels'\n",
-					        aah_dtype_name(t), n, amx[i] ? amx[i] : "(default)");
-					rc = 1;
-				}
+			if (memcmp(out[0], out[1], sizeof(float) * (size_t)n * M)) {
+				fprintf(stderr, "aah-bench: %s, %d rows: the default products differ from the VNNI kernels'\n",
+				        aah_dtype_name(t), n);
+				rc = 1;
+			}
 			const double gop = 2.0 * M * K * n / 1e9;
-			printf("  %-5s %3d rows: vpdpbusd %8.3f ms (%6.1f GOP/s); default (%s) %8.3f ms = %.2fx", aah_dtype_name(t),
-			       n, best[0] * 1e3, gop / best[0], cpu_peak_name(aah_backend_cpu_product(b[1], t, K, n)),
-			       best[1] * 1e3, best[0] / best[1]);
-			if (n_b == 3)
-				printf("; AAH_AMX=all (%s) %8.3f ms = %.2fx", cpu_peak_name(aah_backend_cpu_product(b[2], t, K, n)),
-				       best[2] * 1e3, best[0] / best[2]);
-			printf("\n");
+			printf("  %-5s %3d rows: vpdpbusd %8.3f ms (%6.1f GOP/s); default (%s) %8.3f ms (%6.1f GOP/s) = %.2fx\n",
+			       aah_dtype_name(t), n, best[0] * 1e3, gop / best[0],
+			       cpu_peak_name(aah_backend_cpu_product(b[1], t, K, n)), best[1] * 1e3, gop / best[1],
+			       best[0] / best[1]);
 		}
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < 2; i++)
 			b[i]->iface.weight_release(b[i], &wt[i]);
 	}
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 2; i++) {
 		b[i]->iface.free(b[i]);
 		free(out[i]);
 	}
@@ -1875,8 +1866,8 @@ static void usage(FILE *f)
 	           "(default: its default regime), with the sequences each admits and the ratios.\n"
 	           "--products [--reps N]: the packed quantized products alone (q8_0, q4_0, q4_k, q5_k, q6_k; 3072 x 1024;\n"
 	           "1 to 512 activation rows; one thread, thread CPU time, best of --reps, default 3): the VNNI kernels\n"
-	           "(AAH_AMX=0) against the defaults (AMX tiles where they are faster) and, where it differs, AAH_AMX=all;\n"
-	           "every output compared bit for bit.\n"
+	           "(AAH_AMX=0) against the defaults (AMX tiles where the CPU has them and they are faster); every output\n"
+	           "compared bit for bit.\n"
 	           "--attention [--window W] [--reps N]: the CPU attention op alone (one thread, thread CPU time): a 512-row\n"
 	           "prompt chunk and a decode row at about 3k positions, window W (default 4096), for every --kv-dtype.\n"
 	           "--shared-prefix: --requests N (default 16) prompts of one --prefix N (default 1024) tokens and a different\n"

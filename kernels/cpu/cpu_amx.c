@@ -31,14 +31,14 @@ typedef struct tile_config {
 } tile_config;
 _Static_assert(sizeof(tile_config) == 64, "ldtilecfg reads 64 bytes");
 
-/* Two configurations, by the activation rows nc and the sub-block length:
+/* The configurations, by the activation rows nc and the kind of kernel (below); Q8_0 and Q4_0's (kind 0):
  *   tmm0 … tmm3  C: nc × 16 int32 (a lane per weight row), used in turn so that products do not wait on each other
- *   tmm4, tmm6   A: nc × 32 activation quants (Q6_K: nc × 16)
- *   tmm5, tmm7   B: 8 × 64 bytes, 32 k of 16 weight rows (Q6_K: 4 × 64)
+ *   tmm4, tmm6   A: nc × 32 activation quants
+ *   tmm5, tmm7   B: 8 × 64 bytes, 32 k of 16 weight rows
  * The configuration is thread state: each thread loads it when the one it needs changes. */
 static __thread int tile_key;
 
-/* kind 0: the int8 tiles above, K = 32; 1: K = 16 (Q6_K); 2: bf16 (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16
+/* kind 0: the int8 tiles above, K = 32; 1: Q6_K at K = 64 (k_q6): C tiles 0 … 2, A 3 (nc × 64), B 4 … 7; 2: bf16 (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16
  * floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16 weight rows); 3: every tile full, 16 rows of 64 bytes
  * (cpu_amx_tiles_full: the peak loops of cpu_peak_amx.c); 4: int8 at K = 64 for up to 32 rows (k_k4): C tiles 0, 1
  * and A tile 4 for rows 0 … 15, C 2, 3 and A 5 for the rest, B 16 × 64 in tmm6 and tmm7. */
@@ -71,12 +71,16 @@ static void tiles_configure(int nc, int kind)
 		cfg.colsb[4] = 64;
 		cfg.rows[5] = cfg.rows[6] = 16;
 		cfg.colsb[5] = cfg.colsb[6] = 64;
+	} else if (kind == 1) {   /* Q6_K at K = 64: C tiles 0 … 2 and A 3 as above, B 4 … 7 */
+		for (int t = 4; t < 8; t++) {
+			cfg.rows[t] = 16;
+			cfg.colsb[t] = 64;
+		}
 	} else {
-		const int k16 = kind == 1;
 		for (int t = 4; t < 8; t += 2) {
 			cfg.rows[t] = (uint8_t)nc;
-			cfg.colsb[t] = k16 ? 16 : 32;
-			cfg.rows[t + 1] = k16 ? 4 : 8;
+			cfg.colsb[t] = 32;
+			cfg.rows[t + 1] = 8;
 			cfg.colsb[t + 1] = 64;
 		}
 	}
@@ -401,112 +405,132 @@ INLINE void k_k4(int nc, const int Q5, int64_t nb, int64_t rows, int ng, size_t 
 #undef K4_POST
 }
 
-/* Q6_K against cpu_qak rows, half a block (8 sub-blocks of 16 values) a stage: sub-block j unpacked to 6-bit bytes
- * (4 B rows; the VNNI kernel's bit moves) and multiplied on a K = 16 tile (activations at aq + b·4096 + 16j, rows 256
- * apart); then −32 × its activation sum added and its int8 scale applied; after the second half, the block's float
- * step. */
-INLINE void k_q6_K(const int NC, int nc, int64_t nb, int nr, float *out, int64_t ldo, const char *g, const char *a, size_t as,
-                   const uint8_t *aq, size_t pf)
+/* Q6_K on the tiles. Its scales are signed bytes per sub-block of 16 values and its quants six bits, so no split of
+ * the scale keeps a quant times a part in a byte; both are split instead. With v = q − 32 = 16·vh + ql (ql = q & 15,
+ * vh = (q >> 4) − 2 ∈ [−2, 1]) and sc = 16·sh + sl (sl = sc & 15, sh = sc >> 4 ∈ [−8, 7]):
+ *   v·sc = ql·sl + 16·(ql·sh + vh·sl) + 256·vh·sh,
+ * four products that each fit a byte (ql·sl ∈ [0, 225] unsigned; ql·sh ∈ [−120, 105], vh·sl ∈ [−30, 15] and
+ * vh·sh ∈ [−14, 16] signed), so four B tiles a 64 k, multiplied into three C tiles (tdpbsud for the first, tdpbssd for
+ * the others; the two middle ones into one), and per activation row the exact block sum is C1 + 16·C16 + 256·C256:
+ * Σ_j sc_j·(Σ_{k∈j} a_k·q_k − 32·Σ a_k), the integer the VNNI kernel gets. Then the VNNI kernel's float step. The
+ * q − 32 is in the weights, so the activations' sums are not needed. Made ready once per run of groups (q6_prep, 16
+ * KiB a group-block) like the Q4_K tiles; 16 activation rows at a time (three C tiles, one A and four B fill the
+ * eight). */
+
+/* Pair P (sub-blocks 4P … 4P + 3: 64 k) of the group-block at wb into bt[0 … 3] (ql·sl, ql·sh, vh·sl, vh·sh): B rows
+ * 0 … 7 quarter q0 = 2·(P & 1) of half P >> 1, rows 8 … 15 quarter q0 + 1 (cpu_qpack.h's columns: values
+ * 128n + 32q + 4i + t are L[i + 8·(q & 1)]'s low (q < 2) or high nibble, with bits 2q, 2q + 1 of H[i] above them).
+ * Products by vpmullw on words holding two bytes, with unsigned factors that cannot carry into the high byte: a signed
+ * factor s is taken as (s + 8) and 8·x taken off after, and vh·y as q_h·y − 2y, all byte arithmetic modulo 256. */
+INLINE void q6_prep_pair(uint8_t (*bt)[16][64], const char *wb, const int P, size_t pf)
 {
 	const size_t GB = 3360;
-	const __m512i m4 = _mm512_set1_epi8(0x0F);
-	_Alignas(64) int32_t sums[2][8][CPU_AMX_COLS][16];   /* [set][sub-block s of the half] */
-	_Alignas(64) uint8_t bv[3][8][4][64];   /* a ring of 3 halves */
-	__m512 acc[CPU_AMX_COLS];
-	__m512i isum[CPU_AMX_COLS];
-	UNROLL for (int c = 0; c < NC; c++) {
-		acc[c] = _mm512_setzero_ps();
-		isum[c] = _mm512_setzero_si512();
+	const int n = P >> 1, q0 = 2 * (P & 1);
+	const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x03), mlo = _mm512_set1_epi32(0xFF);
+	if (pf)
+		prefetch_block(wb + pf + P * (GB / 4), GB / 4);
+	/* per sub-block 4P + s: sl and sh + 8 in both words of each row's dword, 2·sl and 2·sh in its four bytes */
+	__m512i msl[4], msh[4], tsl[4], tsh[4];
+	UNROLL for (int s = 0; s < 4; s++) {
+		const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wb + 32 + 16 * (4 * P + s))));
+		const __m512i sl = _mm512_and_si512(sc, _mm512_set1_epi32(15)), sh = _mm512_srai_epi32(sc, 4),
+		              sh8 = _mm512_add_epi32(sh, _mm512_set1_epi32(8));
+		msl[s] = _mm512_or_si512(sl, _mm512_slli_epi32(sl, 16));
+		msh[s] = _mm512_or_si512(sh8, _mm512_slli_epi32(sh8, 16));
+		__m512i a2 = _mm512_slli_epi32(sl, 1), b2 = _mm512_and_si512(_mm512_slli_epi32(sh, 1), mlo);
+		a2 = _mm512_or_si512(a2, _mm512_slli_epi32(a2, 8));
+		b2 = _mm512_or_si512(b2, _mm512_slli_epi32(b2, 8));
+		tsl[s] = _mm512_or_si512(a2, _mm512_slli_epi32(a2, 16));
+		tsh[s] = _mm512_or_si512(b2, _mm512_slli_epi32(b2, 16));
 	}
-	/* half u = 2b + n of the matrix's blocks */
-#define Q6_PREP(u, set)                                                                                               \
-	do {                                                                                                              \
-		const char *wb_ = g + (size_t)((u) >> 1) * GB;                                                                \
-		const int n_ = (int)((u) & 1);                                                                                \
-		if (pf)                                                                                                       \
-			prefetch_block(wb_ + pf + (size_t)n_ * (GB / 2), GB / 2);                                                 \
-		for (int s = 0; s < 8; s++) {   /* sub-block j = 8n + s: quarter s / 2, columns i = 4·(s & 1) … + 3 */       \
-			const int q = s / 2;                                                                                      \
-			UNROLL for (int ii = 0; ii < 4; ii++) {                                                                   \
-				const int i = 4 * (s & 1) + ii;                                                                       \
-				const __m512i L = _mm512_loadu_si512((const void *)(wb_ + 288 + 64 * (16 * n_ + i + 8 * (q & 1)))),   \
-				              H = _mm512_loadu_si512((const void *)(wb_ + 2336 + 64 * (8 * n_ + i)));                 \
-				const __m512i hm = _mm512_and_si512(H, _mm512_set1_epi8((char)(3 << (2 * q))));                      \
-				const __m512i hs = q == 0 ? _mm512_slli_epi16(hm, 4) : q == 1 ? _mm512_slli_epi16(hm, 2)              \
-				                   : q == 2 ? hm : _mm512_srli_epi16(hm, 2);                                          \
-				_mm512_store_si512((void *)bv[set][s][ii],                                                            \
-				                   _mm512_ternarylogic_epi32(q < 2 ? L : _mm512_srli_epi16(L, 4), hs, m4, 0xEC));     \
-			}                                                                                                         \
-		}                                                                                                             \
-	} while (0)
-#define Q6_TILES(u, bs, set, S, T0, T1)                                                                               \
-	do {                                                                                                              \
-		const uint8_t *ab_ = aq + (size_t)((u) >> 1) * 4096 + 16 * (8 * ((u) & 1) + (S));                             \
-		TILE_DOT(T0, 4, 5, ab_, 256, bv[bs][S], sums[set][S]);                                                        \
-		TILE_DOT(T1, 6, 7, ab_ + 16, 256, bv[bs][(S) + 1], sums[set][(S) + 1]);                                       \
-	} while (0)
-#define Q6_POST(u, set, S)                                                                                            \
-	do {                                                                                                              \
-		const int64_t b_ = (u) >> 1;                                                                                  \
-		const char *wb_ = g + (size_t)b_ * GB;                                                                        \
-		for (int s = (S); s < (S) + 2; s++) {                                                                         \
-			const int j = 8 * (int)((u) & 1) + s;                                                                     \
-			const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wb_ + 32 + 16 * j)));         \
-			UNROLL for (int c = 0; c < NC; c++) {                                                                     \
-				if (c >= nc)                                                                                          \
-					continue;                                                                                         \
-				const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b_;                                  \
-				const __m512i ss = _mm512_add_epi32(_mm512_set1_epi32(y->b32[j]),                                     \
-				                                    _mm512_load_si512((const void *)sums[set][s][c]));                \
-				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(ss, scv));                                     \
-			}                                                                                                         \
-		}                                                                                                             \
-	} while (0)
-	const int64_t halves = 2 * nb;
-	Q6_PREP(0, 0);
-	Q6_PREP(1, 1);
-	Q6_TILES(0, 0, 0, 0, 0, 1);
-	Q6_TILES(0, 0, 0, 2, 2, 3);
-	Q6_TILES(0, 0, 0, 4, 0, 1);
-	Q6_TILES(0, 0, 0, 6, 2, 3);
-	for (int64_t u = 0; u < halves; u++) {
-		const int set = (int)(u & 1), nx = set ^ 1, bn = (int)((u + 1) % 3);
-		if (!(u & 1))
-			UNROLL for (int c = 0; c < NC; c++)
-				isum[c] = _mm512_setzero_si512();
-		if (u + 2 < halves)
-			Q6_PREP(u + 2, (int)((u + 2) % 3));
-		if (u + 1 < halves) {
-			Q6_TILES(u + 1, bn, nx, 0, 0, 1);
-			Q6_POST(u, set, 0);
-			Q6_TILES(u + 1, bn, nx, 2, 2, 3);
-			Q6_POST(u, set, 2);
-			Q6_TILES(u + 1, bn, nx, 4, 0, 1);
-			Q6_POST(u, set, 4);
-			Q6_TILES(u + 1, bn, nx, 6, 2, 3);
-			Q6_POST(u, set, 6);
-		} else {
-			Q6_POST(u, set, 0);
-			Q6_POST(u, set, 2);
-			Q6_POST(u, set, 4);
-			Q6_POST(u, set, 6);
+	UNROLL for (int e = 0; e < 2; e++) {
+		const int q = q0 + e;
+		UNROLL for (int i = 0; i < 8; i++) {
+			const int s = 2 * e + (i >> 2);   /* sub-block 8n + 2q + i / 4 = 4P + s */
+			const __m512i L = _mm512_loadu_si512((const void *)(wb + 288 + 64 * (16 * n + i + 8 * e))),
+			              H = _mm512_loadu_si512((const void *)(wb + 2336 + 64 * (8 * n + i)));
+			const __m512i ql = q < 2 ? _mm512_and_si512(L, m4) : _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+			const __m512i qh = _mm512_and_si512(q ? _mm512_srli_epi16(H, 2 * q) : H, m3);
+			const int r = 8 * e + i;
+			_mm512_store_si512((void *)bt[0][r], _mm512_mullo_epi16(ql, msl[s]));
+			_mm512_store_si512((void *)bt[1][r], _mm512_sub_epi8(_mm512_mullo_epi16(ql, msh[s]), _mm512_slli_epi16(ql, 3)));
+			_mm512_store_si512((void *)bt[2][r], _mm512_sub_epi8(_mm512_mullo_epi16(qh, msl[s]), tsl[s]));
+			_mm512_store_si512((void *)bt[3][r], _mm512_sub_epi8(_mm512_sub_epi8(_mm512_mullo_epi16(qh, msh[s]),
+			                                                                      _mm512_slli_epi16(qh, 3)), tsh[s]));
 		}
-		if (u & 1) {
-			const int64_t b = u >> 1;
-			const __m512 dd = h16(g + (size_t)b * GB);
+	}
+}
+
+/* The B tiles of a run of ng groups: unit u (block u % nb of group u / nb) at prep + 16384·u, pair P's four at
+ * + 4096·P. */
+INLINE void q6_prep(void *prep, int64_t nb, int ng, size_t gstride, const char *g, size_t pf)
+{
+	const size_t GB = 3360;
+	for (int64_t u = 0; u < (int64_t)ng * nb; u++) {
+		uint8_t (*bt)[4][16][64] = (uint8_t (*)[4][16][64])((uint8_t *)prep + (size_t)u * 16384);
+		const char *wb = g + (size_t)(u / nb) * gstride + (size_t)(u % nb) * GB;
+		UNROLL for (int P = 0; P < 4; P++)
+			q6_prep_pair(bt[P], wb, P, pf);
+	}
+}
+
+/* The products of up to 16 activation rows (aq: one chunk of the tiles' layout) with a run of ng groups made ready by
+ * q6_prep. Iteration u stores unit u − 1's C tiles, issues unit u's sixteen tile products and then takes unit u − 1
+ * through its float step while they run. */
+INLINE void k_q6(const int NC, int nc, int64_t nb, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo,
+                 const char *g, const char *a, size_t as, const uint8_t *aq, const uint8_t *prep)
+{
+	const size_t GB = 3360;
+	_Alignas(64) int32_t sums[3][CPU_AMX_COLS][16];   /* C1, C16, C256 */
+	__m512 acc[CPU_AMX_COLS];
+	UNROLL for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	const int64_t units = (int64_t)ng * nb;
+	for (int64_t u = 0; u <= units; u++) {
+		if (u > 0) {
+			_tile_stored(0, sums[0], 64);
+			_tile_stored(1, sums[1], 64);
+			_tile_stored(2, sums[2], 64);
+		}
+		if (u < units) {
+			const uint8_t *bt = prep + (size_t)u * 16384, *ab = aq + (size_t)(u % nb) * 4096;
+			_tile_zero(0);
+			_tile_zero(1);
+			_tile_zero(2);
+			UNROLL for (int P = 0; P < 4; P++) {
+				_tile_loadd(3, ab + 64 * P, 256);
+				_tile_loadd(4, bt + 4096 * P, 64);
+				_tile_dpbsud(0, 3, 4);
+				_tile_loadd(5, bt + 4096 * P + 1024, 64);
+				_tile_dpbssd(1, 3, 5);
+				_tile_loadd(6, bt + 4096 * P + 2048, 64);
+				_tile_dpbssd(1, 3, 6);
+				_tile_loadd(7, bt + 4096 * P + 3072, 64);
+				_tile_dpbssd(2, 3, 7);
+			}
+		}
+		if (u > 0) {   /* unit u − 1's float step */
+			const int64_t v = u - 1, b = v % nb;
+			const __m512 dd = h16(g + (size_t)(v / nb) * gstride + (size_t)b * GB);
 			UNROLL for (int c = 0; c < NC; c++) {
 				if (c >= nc)
 					continue;
 				const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
+				const __m512i is = _mm512_add_epi32(
+					_mm512_add_epi32(_mm512_load_si512((const void *)sums[0][c]),
+				                     _mm512_slli_epi32(_mm512_load_si512((const void *)sums[1][c]), 4)),
+					_mm512_slli_epi32(_mm512_load_si512((const void *)sums[2][c]), 8));
 				acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd, _mm512_set1_ps(y->d)),
-				                                             _mm512_cvtepi32_ps(isum[c])));
+				                                             _mm512_cvtepi32_ps(is)));
+			}
+			if (b == nb - 1) {   /* the group's last block: its 16 columns are done */
+				const int64_t gi = v / nb, left = rows - 16 * gi;
+				store_rows(NC, nc, out + 16 * gi, ldo, left < 16 ? (int)left : 16, acc);
+				UNROLL for (int c = 0; c < NC; c++)
+					acc[c] = _mm512_setzero_ps();
 			}
 		}
 	}
-#undef Q6_PREP
-#undef Q6_TILES
-#undef Q6_POST
-	store_rows(NC, nc, out, ldo, nr, acc);
 }
 
 /* cpu_amx_act_put: row c's quants, block by block, into their tile rows. */
@@ -551,7 +575,7 @@ void cpu_amx_act_put(aah_dtype t, void *aq, int c, const void *row, int64_t nb)
 	}
 AMX_HALVES(amx_q8_0, 0, CPU_AMX_Q8_BLOCK, k_8bit(CPU_AMX_COLS, n, 0, nb, nr, o, ldo, g + gi * gstride, a, as, aq, pf))
 AMX_HALVES(amx_q4_0, 0, CPU_AMX_Q8_BLOCK, k_8bit(CPU_AMX_COLS, n, 1, nb, nr, o, ldo, g + gi * gstride, a, as, aq, pf))
-AMX_HALVES(amx_q6_K, 1, 4096, k_q6_K(CPU_AMX_COLS, n, nb, nr, o, ldo, g + gi * gstride, a, as, aq, pf))
+
 
 /* Q4_K and Q5_K: all 32 rows at once, every group in one pipeline, from their weights made ready for the tiles
  * (k4_prep). */
@@ -570,14 +594,33 @@ AMX_HALVES(amx_q6_K, 1, 4096, k_q6_K(CPU_AMX_COLS, n, nb, nr, o, ldo, g + gi * g
 AMX_K4(amx_q4_K, prep_q4_K, 0)
 AMX_K4(amx_q5_K, prep_q5_K, 1)
 
+/* Q6_K: 16 rows at a time (k_q6), every group in one pipeline, from its weights made ready (q6_prep). */
+static void amx_q6_K(int64_t nb, int nc, int64_t rows, int ng, size_t gstride, float *out, int64_t ldo, const void *gv,
+                     const void *av, size_t as, const void *aqv, const void *prep, size_t pf)
+{
+	(void)pf;   /* the weights were read (and prefetched) by the preparation */
+	for (int h = 0; CPU_AMX_COLS * h < nc; h++) {
+		const int n = nc - CPU_AMX_COLS * h < CPU_AMX_COLS ? nc - CPU_AMX_COLS * h : CPU_AMX_COLS;
+		tiles_configure(n, 1);
+		k_q6(CPU_AMX_COLS, n, nb, rows, ng, gstride, out + (int64_t)(CPU_AMX_COLS * h) * ldo, ldo, gv,
+		     (const char *)av + (size_t)(CPU_AMX_COLS * h) * as, as, (const uint8_t *)aqv + (size_t)h * (size_t)nb * 4096,
+		     prep);
+	}
+}
+
+static void prep_q6_K(void *prep, int64_t nb, int ng, size_t gstride, const void *gv, size_t pf)
+{
+	q6_prep(prep, nb, ng, gstride, gv, pf);
+}
+
 size_t cpu_amx_prep_bytes(aah_dtype t)
 {
-	return t == AAH_DTYPE_Q4_K || t == AAH_DTYPE_Q5_K ? 8192 : 0;
+	return t == AAH_DTYPE_Q4_K || t == AAH_DTYPE_Q5_K ? 8192 : t == AAH_DTYPE_Q6_K ? 16384 : 0;
 }
 
 cpu_amx_prep_fn cpu_amx_prep(aah_dtype t)
 {
-	return t == AAH_DTYPE_Q4_K ? prep_q4_K : t == AAH_DTYPE_Q5_K ? prep_q5_K : NULL;
+	return t == AAH_DTYPE_Q4_K ? prep_q4_K : t == AAH_DTYPE_Q5_K ? prep_q5_K : t == AAH_DTYPE_Q6_K ? prep_q6_K : NULL;
 }
 
 cpu_amx_fn cpu_amx_kernel(aah_dtype t)

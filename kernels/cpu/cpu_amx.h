@@ -52,11 +52,11 @@ typedef void (*cpu_amx_fn)(int64_t nb, int nc, int64_t rows, int ng, size_t gstr
 /* The AMX kernel for packed type t, or NULL where t has none. Only to be called where cpu_amx_available() said true. */
 cpu_amx_fn cpu_amx_kernel(aah_dtype t);
 
-/* Q4_K and Q5_K: their weights made ready for the tiles once for a run of ng groups (unpacked to bytes and multiplied
- * by their scales: two B tiles a 64 k), cpu_amx_prep_bytes(t) bytes a group-block, into prep (ng · nb of them, 64-byte
- * aligned); every kernel call over those groups then reads them from prep (the other types' kernels ignore it and read
- * the groups). The function for packed type t, or NULL where there is none; cpu_amx_prep_bytes 0 there. Only where
- * cpu_amx_available(). */
+/* The K types: their weights made ready for the tiles once for a run of ng groups (unpacked to bytes and multiplied by
+ * their scales: Q4_K and Q5_K two B tiles a 64 k, Q6_K four), cpu_amx_prep_bytes(t) bytes a group-block, into prep
+ * (ng · nb of them, 64-byte aligned); every kernel call over those groups then reads them from prep (Q8_0's and
+ * Q4_0's kernels ignore it and read the groups). The function for packed type t, or NULL where there is none;
+ * cpu_amx_prep_bytes 0 there. Only where cpu_amx_available(). */
 size_t cpu_amx_prep_bytes(aah_dtype t);
 typedef void (*cpu_amx_prep_fn)(void *prep, int64_t nb, int ng, size_t gstride, const void *group, size_t prefetch);
 cpu_amx_prep_fn cpu_amx_prep(aah_dtype t);
@@ -72,14 +72,18 @@ void cpu_amx_tiles_full(void);
  * 1.39x, 1.44x); so fewer rows, a decode step's included, stay on vpdpbusd (cpu_quant_matmul.c; and
  * aah_backend_cpu_product says so). */
 #define CPU_AMX_MIN_ROWS 12
-/* The types whose weights are made ready once per run of groups (cpu_amx_prep) pay for it over the rows of a call:
- * Q4_K on tiles against vpdpbusd, 3072 × 1024 on that Xeon, was 0.64x at 12 rows, 0.77x at 16, 1.09x at 32, 1.35x at
- * 64 and 1.7x at 512 (docs/bench/2026-12-07-amx-kquants.md). So their products take the tiles from 32 rows a call (a
- * token block of cpu_quant_matmul.c), and within one, each chunk from CPU_AMX_MIN_ROWS. */
+/* The K types, whose weights are made ready once per run of groups (cpu_amx_prep), pay for it over the rows of a call:
+ * on that Xeon, 3072 × 1024 (aah-bench --products, docs/bench/2026-12-07-amx-kquants.md), Q4_K on tiles against
+ * vpdpbusd was 0.99x at 16 rows, 1.10x at 32, 1.42x at 64 and 1.84x at 512; Q6_K (four B tiles a 64 k) 0.64x at 16,
+ * 0.83x at 32, 1.12x at 64, 1.58x at 512. So their products take the tiles from 32 (Q6_K: 64) rows a call (a token
+ * block of cpu_quant_matmul.c), and within one, each chunk from CPU_AMX_MIN_ROWS. */
 #define CPU_AMX_PREP_MIN_ROWS 32
+#define CPU_AMX_Q6_MIN_ROWS 64
 static inline int cpu_amx_min_rows(aah_dtype t)
 {
-	return t == AAH_DTYPE_Q4_K || t == AAH_DTYPE_Q5_K ? CPU_AMX_PREP_MIN_ROWS : CPU_AMX_MIN_ROWS;
+	return t == AAH_DTYPE_Q4_K || t == AAH_DTYPE_Q5_K ? CPU_AMX_PREP_MIN_ROWS
+	       : t == AAH_DTYPE_Q6_K                     ? CPU_AMX_Q6_MIN_ROWS
+	                                                 : CPU_AMX_MIN_ROWS;
 }
 
 /* AMX-BF16 (CPUID leaf 7 also; the same grant): true where the bf16 tile product below may run. */

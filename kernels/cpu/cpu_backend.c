@@ -614,38 +614,27 @@ static void cpu_qpack_select(cpu_ctx *c)
  * for AMX-BF16 tiles (the same activation rounding; vdpbf16ps where K is not a multiple of 32). */
 #define BF16DOT_DEFAULT 0
 
-/* The AMX kernels used by default: those that beat vpdpbusd on an Emerald Rapids Xeon (docs/bench/2026-12-07-bf16-amx.md,
- * docs/bench/2026-12-07-amx-kquants.md): Q8_0 and Q4_0 (1.2–1.4x from 16 rows), Q4_K and Q5_K (their scales folded
- * into weights made ready once per run of groups: 1.8x and 2.3x at 512 rows). Q6_K's tile kernel gives the same bits
- * but is slower (0.8–0.9x: its sub-blocks of 16 each leave the tile and take a vpmulld per row for their scale);
- * AAH_AMX=all runs it, for comparison. */
-static cpu_amx_fn amx_default_kernel(aah_dtype t)
-{
-	return t == AAH_DTYPE_Q6_K ? NULL : cpu_amx_kernel(t);
-}
-
 /* AMX-INT8 tiles for the packed products of many rows (cpu_amx.h), where the AVX-512 VNNI kernels run and the CPU and
- * kernel allow tiles; AAH_AMX=0 turns them off, AAH_AMX=all on for every packed type (the results are the same bits
- * either way). And bf16 weights on
+ * kernel allow tiles: every packed type, each from the row count where its tiles beat vpdpbusd (cpu_amx_min_rows;
+ * docs/bench/2026-12-07-amx-kquants.md); AAH_AMX=0 turns them off (the results are the same bits either way), and
+ * AAH_AMX=all, which once added the K types to Q8_0 and Q4_0, is the default's other name. And bf16 weights on
  * vdpbf16ps where the AVX-512 table runs on a CPU with AVX-512 BF16, as AAH_CPU_BF16 and BF16DOT_DEFAULT say. What it
  * chose goes into c->paths, which the engine's backend description carries (aahd's start-up log line, /metrics'
  * aahd_backend_info, aah-bench's header). */
 static void cpu_fast_select(cpu_ctx *c)
 {
 	const char *amx = getenv("AAH_AMX"), *bf = getenv("AAH_CPU_BF16");
-	const bool amx_off = amx && !strcmp(amx, "0"), amx_all = amx && !strcmp(amx, "all"),
-	           vnni512 = c->qpack_kernel == cpu_qpack_kernel_avx512;
+	const bool amx_off = amx && !strcmp(amx, "0"), vnni512 = c->qpack_kernel == cpu_qpack_kernel_avx512;
 	const bool bf_tile = bf && !strcmp(bf, "amx"),
 	           bf_want = bf && !strcmp(bf, "f32") ? false : bf && (!strcmp(bf, "bf16") || bf_tile) ? true : BF16DOT_DEFAULT;
 	if (!amx_off && vnni512 && cpu_amx_available())
-		c->amx_kernel = amx_all ? cpu_amx_kernel : amx_default_kernel;
+		c->amx_kernel = cpu_amx_kernel;
 	const bool bf_can = c->k == &cpu_kernels_avx512 && cpu_bf16dot_available();
 	c->bf16dot = bf_want && bf_can;
 	c->bf16tile = c->bf16dot && bf_tile && cpu_amx_bf16_available();
 	if (c->bf16tile)
 		c->bf16dot = false;   /* K % 32 != 0: the vdpbf16ps product, through the same branch */
-	const char *q = c->amx_kernel == cpu_amx_kernel ? "AMX-INT8 tiles for every packed type"
-	                : c->amx_kernel ? "AMX-INT8 tiles for q8_0/q4_0/q4_k/q5_k"
+	const char *q = c->amx_kernel ? "AMX-INT8 tiles for every packed type"
 	                : !c->qpack_kernel ? "row-major quantized dots"
 	                : !vnni512 ? "AVX2 packed products"
 	                : amx_off ? "VNNI packed products (AAH_AMX=0)" : "VNNI packed products";

@@ -99,9 +99,9 @@ static void amx_check(aah_dtype t, const uint8_t *w, int nr, const float *x, int
 	const size_t aqc = (size_t)nb * cpu_amx_act_block_bytes(t);
 	uint8_t *aq1 = aligned_alloc(64, NC * aqc), *aqn = aligned_alloc(64, NC * aqc);
 	cpu_qpack_group(t, g, w, rb, nr, K);
-	/* the weights made ready for the tiles (all but Q6_K), once for every call below */
+	/* the weights made ready for the tiles (the K types), once for every call below */
 	const cpu_amx_prep_fn prep = cpu_amx_prep(t);
-	uint8_t *pb = aligned_alloc(64, (size_t)nb * 8192);   /* the most any type's preparation takes */
+	uint8_t *pb = aligned_alloc(64, (size_t)nb * (cpu_amx_prep_bytes(t) ? cpu_amx_prep_bytes(t) : 64));
 	if (prep)
 		prep(pb, nb, 1, 0, g, 256);
 	for (int c = 0; c < NC; c++) {

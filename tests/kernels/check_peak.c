@@ -132,8 +132,8 @@ static aah_backend *backend_with(const char *isa, const char *amx, const char *b
 }
 
 /* aah_backend_cpu_product follows the backend's choices: the table's width for f32 products, vdpbf16ps or AMX-BF16 as
- * AAH_CPU_BF16 asks, AMX-INT8 for q8_0/q4_0 from CPU_AMX_MIN_ROWS rows and q4_k/q5_k from CPU_AMX_PREP_MIN_ROWS (q6_k
- * too with AAH_AMX=all) */
+ * AAH_CPU_BF16 asks, AMX-INT8 for q8_0/q4_0 from CPU_AMX_MIN_ROWS rows, q4_k/q5_k from CPU_AMX_PREP_MIN_ROWS and q6_k
+ * from CPU_AMX_Q6_MIN_ROWS */
 START_TEST(test_product_paths)
 {
 	const bool avx512 = cpu_kernels_by_name("avx512") != NULL, vnni = avx512 && cpu_peak_loop(AAH_CPU_PRODUCT_DPBUSD_ZMM),
@@ -159,11 +159,14 @@ START_TEST(test_product_paths)
 		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q8_0, 64, CPU_AMX_MIN_ROWS - 1), AAH_CPU_PRODUCT_DPBUSD_ZMM);
 		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q4_K, 256, 512),
 		                 amx ? AAH_CPU_PRODUCT_AMX_INT8 : AAH_CPU_PRODUCT_DPBUSD_ZMM);
-		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q6_K, 256, 512), AAH_CPU_PRODUCT_DPBUSD_ZMM);
-		/* the K types' tiles from CPU_AMX_PREP_MIN_ROWS rows */
+		/* the K types' tiles from CPU_AMX_PREP_MIN_ROWS rows, Q6_K's from CPU_AMX_Q6_MIN_ROWS */
 		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q4_K, 256, CPU_AMX_PREP_MIN_ROWS - 1),
 		                 AAH_CPU_PRODUCT_DPBUSD_ZMM);
 		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q5_K, 256, CPU_AMX_PREP_MIN_ROWS),
+		                 amx ? AAH_CPU_PRODUCT_AMX_INT8 : AAH_CPU_PRODUCT_DPBUSD_ZMM);
+		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q6_K, 256, CPU_AMX_Q6_MIN_ROWS - 1),
+		                 AAH_CPU_PRODUCT_DPBUSD_ZMM);
+		ck_assert_int_eq(aah_backend_cpu_product(b, AAH_DTYPE_Q6_K, 256, CPU_AMX_Q6_MIN_ROWS),
 		                 amx ? AAH_CPU_PRODUCT_AMX_INT8 : AAH_CPU_PRODUCT_DPBUSD_ZMM);
 	}
 	b->iface.free(b);
