@@ -1,15 +1,20 @@
-/* kernels/cpu/cpu_amx.c — the packed products (cpu_qpack.h) on AMX-INT8 tiles: up to 16 activation rows against
+/* kernels/cpu/cpu_amx.c — the packed products (cpu_qpack.h) on AMX-INT8 tiles: up to 32 activation rows a call against
  * groups of 16 weight rows; and the bf16 panels on AMX-BF16 tiles (the end). Compiled with the AMX and AVX-512 flags
  * (Makefile); called only where cpu_amx_available() (cpu_amx_bf16_available()).
  *
  * The packed group's dword columns (dword i of each of the 16 rows) are exactly AMX's "VNNI" layout of a B tile: B row
  * k/4 holds for each of 16 columns (our weight rows) 4 consecutive k. The activation quants of a block, 16 rows in
- * the tiles' layout (cpu_amx_act_put), are an A tile. So tdpbsud (A signed: activations; B unsigned: nibbles) or
- * tdpbssd (Q8_0, Q4_0: the weights made signed) gives C[c][r] = the exact integer sum that vpdpbusd gives the VNNI
- * kernels, lane r of row c; and each lane then runs cpu_qpack_avx512vnni.c's float operations in its order: the same
- * bits (cpu_amx.h). One tile product per block (Q8_0, Q4_0: K = 32), per sub-block (Q4_K, Q5_K: K = 32; Q6_K: K =
- * 16), since each has its own scale; the weights are copied or unpacked to bytes in a small buffer first, once for all
- * the rows. */
+ * the tiles' layout (cpu_amx_act_put), are an A tile. So tdpbsud (A signed: activations; B unsigned) or tdpbssd (both
+ * signed) gives C[c][r] an exact integer sum, lane r of row c, and each lane then runs cpu_qpack_avx512vnni.c's float
+ * operations in its order on the same integer the VNNI kernel has: the same bits (cpu_amx.h). Q8_0 and Q4_0: one tile
+ * product per block (K = 32: each block has its own float scale), the weights copied to bytes in a small buffer first.
+ * The K types: their integer scales folded into the weights, split so that every product fits a byte, whole blocks
+ * summed at K = 64, and those weights made ready once per run of groups for every call (k4_prep, q6_prep).
+ *
+ * What this machine taught (docs/bench/2026-12-07-amx-kquants.md): the tile products do not overlap with vector work
+ * that keeps the ports busy (the time of the two adds up), and a tile store issued while its products still run holds
+ * back everything after it; so the vector work per product is what decides, and each kernel stores a unit's sums only
+ * after its products are done. */
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,10 +43,11 @@ _Static_assert(sizeof(tile_config) == 64, "ldtilecfg reads 64 bytes");
  * The configuration is thread state: each thread loads it when the one it needs changes. */
 static __thread int tile_key;
 
-/* kind 0: the int8 tiles above, K = 32; 1: Q6_K at K = 64 (k_q6): C tiles 0 … 2, A 3 (nc × 64), B 4 … 7; 2: bf16 (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16
- * floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16 weight rows); 3: every tile full, 16 rows of 64 bytes
- * (cpu_amx_tiles_full: the peak loops of cpu_peak_amx.c); 4: int8 at K = 64 for up to 32 rows (k_k4): C tiles 0, 1
- * and A tile 4 for rows 0 … 15, C 2, 3 and A 5 for the rest, B 16 × 64 in tmm6 and tmm7. */
+/* kind 0: the int8 tiles above, K = 32; 1: Q6_K at K = 64 (k_q6): C tiles 0 … 2, A 3 (nc × 64), B 4 … 7; 2: bf16
+ * (cpu_amx_bf16_panel_mm): tmm0 … tmm3 C (nc × 16 floats), tmm4 A (nc × 32 bf16), tmm5, tmm6 B (16 k pairs × 16
+ * weight rows); 3: every tile full, 16 rows of 64 bytes (cpu_amx_tiles_full: the peak loops of cpu_peak_amx.c); 4:
+ * int8 at K = 64 for up to 32 rows (k_k4): C tiles 0, 1 and A tile 4 for rows 0 … 15, C 2, 3 and A 5 for the rest, B
+ * 16 × 64 in tmm6 and tmm7. */
 static void tiles_configure(int nc, int kind)
 {
 	const int key = nc << 3 | kind;
