@@ -20,7 +20,7 @@ typedef struct aahd_config {
 	char *reasoning_parser;         /* qwen3: <think> blocks of chat answers go to reasoning_content; none: off */
 	char *tool_call_parser;         /* auto, hermes, llama3_json, mistral, none (server/tool_calls.h) */
 	char *backend;                  /* auto, cpu, cuda */
-	char *cpu_amx;                  /* auto (AAH_AMX as set, else q8_0/q4_0 on tiles), off, all */
+	char *cpu_amx;                  /* auto (AAH_AMX as set, else every packed type on tiles), off, all */
 	char *cpu_bf16;                 /* auto (AAH_CPU_BF16 as set, else exact), f32, bf16, amx */
 	int64_t threads;                /* 0 = online cores */
 	int64_t max_batch;              /* sequences running at once */

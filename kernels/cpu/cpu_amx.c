@@ -558,7 +558,8 @@ void cpu_amx_act_put(aah_dtype t, void *aq, int c, const void *row, int64_t nb)
 
 /* One instantiation per type, for a whole tile of rows (NC = 16: the accumulators in registers, the loops unrolled);
  * fewer rows nc only skip the rows past nc (the tiles are configured for nc rows). 16 instantiations per type, one per
- * row count, took minutes to compile under the sanitizers for no speed: the backend uses the tiles from 12 rows.
+ * row count, took minutes to compile under the sanitizers for no speed: the backend uses the tiles from the row count
+ * cpu_amx_min_rows gives (12 for Q8_0 and Q4_0, 32 for Q4_K and Q5_K, 64 for Q6_K).
  * Q8_0, Q4_0 and Q6_K take a call's up to 32 rows 16 at a time (their chunks of the tiles' layout are BB bytes a block),
  * one group at a time (their pipelines run within a group, of 32 or more stages at 1024 columns). */
 #define AMX_HALVES(name, KIND, BB, k)                                                                          \

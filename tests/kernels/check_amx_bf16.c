@@ -4,7 +4,7 @@
  * AMX: each kernel against a naive reference (dequantized weights times the dequantized activation quants, in double),
  * bit for bit against the portable dot and the AVX-512 VNNI kernel, and bit for bit the same for every activation row
  * count 1 … 16 and every place of a row among them; through the backend, every row of an n-row product (AMX from
- * 12 rows on) the same bits as the row alone (vpdpbusd) and as a backend with AAH_AMX=0.
+ * cpu_amx_min_rows on) the same bits as the row alone (vpdpbusd) and as a backend with AAH_AMX=0.
  * BF16 dot (vdpbf16ps) and AMX-BF16 tiles: the activation rounding against cpu_f32_to_bf16, the products against a
  * naive reference of the rounded activations, and every row of an n-row product the same bits as the row alone.
  *
@@ -222,8 +222,8 @@ START_TEST(test_amx_extremes)
 }
 END_TEST
 
-/* A CPU backend of the avx512 table and `threads` threads, AMX on for every packed type (AAH_AMX=all: by default the
- * K types stay on vpdpbusd) or off (AAH_AMX=0). */
+/* A CPU backend of the avx512 table and `threads` threads, AMX on for every packed type (AAH_AMX=all, the default's
+ * other name) or off (AAH_AMX=0). */
 static aah_backend *backend_amx(int threads, int amx)
 {
 	setenv("AAH_CPU_ISA", "avx512", 1);
