@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_amx.h"
+#include "kernels/cpu/cpu_q45k_avx512.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -264,7 +265,7 @@ INLINE void k4_prep_pair(const int Q5, uint8_t (*bv)[16][64], const char *wb, co
 {
 	const int S = Q5 ? 3 : 4;
 	const size_t GB = Q5 ? 2880 : 2368;
-	const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10), lmask = _mm512_set1_epi32((1 << S) - 1);
+	const __m512i lmask = _mm512_set1_epi32((1 << S) - 1);
 	if (pf)
 		prefetch_block(wb + pf + p * (GB / 4), GB / 4);
 	const __m512i s0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + 64 + 32 * p))),
@@ -274,17 +275,8 @@ INLINE void k4_prep_pair(const int Q5, uint8_t (*bv)[16][64], const char *wb, co
 	const __m512i ml0 = _mm512_or_si512(l0, _mm512_slli_epi32(l0, 16)), mh0 = _mm512_or_si512(h0, _mm512_slli_epi32(h0, 16)),
 	              ml1 = _mm512_or_si512(l1, _mm512_slli_epi32(l1, 16)), mh1 = _mm512_or_si512(h1, _mm512_slli_epi32(h1, 16));
 	UNROLL for (int i = 0; i < 8; i++) {
-		const __m512i v = _mm512_loadu_si512((const void *)(wb + 320 + 64 * (8 * p + i)));
-		__m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-		if (Q5) {   /* bit 2p of the qh byte is lo's fifth bit, 2p + 1 hi's: moved to bit 4 */
-			const __m512i h = _mm512_loadu_si512((const void *)(wb + 2368 + 64 * i));
-			const __m512i hl = p == 0 ? _mm512_slli_epi16(h, 4) : p == 1 ? _mm512_slli_epi16(h, 2)
-			                   : p == 2 ? h : _mm512_srli_epi16(h, 2);
-			const __m512i hh = p == 0 ? _mm512_slli_epi16(h, 3) : p == 1 ? _mm512_slli_epi16(h, 1)
-			                   : p == 2 ? _mm512_srli_epi16(h, 1) : _mm512_srli_epi16(h, 3);
-			lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
-			hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
-		}
+		__m512i lo, hi;
+		cpu_q45k_unpack(wb, Q5, p, i, &lo, &hi);
 		_mm512_store_si512((void *)bv[0][i], _mm512_mullo_epi16(lo, ml0));
 		_mm512_store_si512((void *)bv[0][8 + i], _mm512_mullo_epi16(hi, ml1));
 		_mm512_store_si512((void *)bv[1][i], _mm512_mullo_epi16(lo, mh0));

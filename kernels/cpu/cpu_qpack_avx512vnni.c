@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_q45k_avx512.h"
 #include "kernels/cpu/cpu_qpack.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -120,7 +121,6 @@ INLINE void k_k4(const int NC, const int Q5, int64_t nb, int nr, float *out, int
 {
 	const size_t GB = Q5 ? 2880 : 2368;
 	const int HALF = Q5 ? 8 : 4;   /* columns per chain */
-	const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
 	__m512 acc[CPU_QPACK_COLS];
 	UNROLL for (int c = 0; c < NC; c++)
 		acc[c] = _mm512_setzero_ps();
@@ -139,17 +139,8 @@ INLINE void k_k4(const int NC, const int Q5, int64_t nb, int nr, float *out, int
 				UNROLL for (int c = 0; c < NC; c++)
 					slo[c] = shi[c] = _mm512_setzero_si512();
 				UNROLL for (int i = i0; i < i0 + HALF; i++) {
-					const __m512i v = _mm512_loadu_si512((const void *)(wb + 320 + 64 * (8 * p + i)));
-					__m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-					if (Q5) {   /* bit 2p of the qh byte is lo's fifth bit, 2p + 1 hi's: moved to bit 4 */
-						const __m512i h = _mm512_loadu_si512((const void *)(wb + 2368 + 64 * i));
-						const __m512i hl = p == 0 ? _mm512_slli_epi16(h, 4) : p == 1 ? _mm512_slli_epi16(h, 2)
-						                   : p == 2 ? h : _mm512_srli_epi16(h, 2);
-						const __m512i hh = p == 0 ? _mm512_slli_epi16(h, 3) : p == 1 ? _mm512_slli_epi16(h, 1)
-						                   : p == 2 ? _mm512_srli_epi16(h, 1) : _mm512_srli_epi16(h, 3);
-						lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
-						hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
-					}
+					__m512i lo, hi;
+					cpu_q45k_unpack(wb, Q5, p, i, &lo, &hi);
 					UNROLL for (int c = 0; c < NC; c++) {
 						const cpu_qak *y = (const cpu_qak *)(const void *)(a + c * as) + b;
 						slo[c] = dpbusd_rows(NC, slo[c], lo, y->qs + 64 * p + 4 * i);
