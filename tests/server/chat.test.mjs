@@ -305,42 +305,35 @@ describe('with a configured template (--chat-template conf/chat-template.jinja)'
       assert.equal(tool.json.error.param, 'tools');
     });
 
-  test('chat requests are counted by status in aahd_chat_requests_total, in aahd_requests_total and /v1/stats', async () => {
+  test('chat requests are counted by status in aahd_chat_requests_total, in aahd_requests_total and /v1/stats', async (t) => {
     // a server of its own: a request is counted when libmicrohttpd reports it completed, which may come after its
     // client has read the answer, so on a busy machine the last request of an earlier test here was counted after
     // a baseline taken now (seen: 2 chat 400s where 1 was sent)
     const srv = await startServer(['--ctx-len', String(CTX), '--chat-template', TEMPLATE]);
-    try {
-      await countedByStatus(srv);
-    } finally {
+    t.after(async () => {
       const r = await srv.stop();
       assert.equal(r.code, 0, srv.log());
-    }
+    });
+    const m0 = await metrics(srv.port);
+    const get = (m, k) => m.get(k) ?? 0;
+    await post(srv, { messages: CONVERSATIONS[0], max_tokens: 1 });
+    await post(srv, { messages: 7 });
+    await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 1 });
+    // wait for the counts to arrive, then check them exactly
+    const d = (m, k) => get(m, k) - get(m0, k);
+    let m1;
+    await until(async () => {
+      m1 = await metrics(srv.port);
+      return d(m1, 'aahd_requests_total{status="200"}') >= 2 && d(m1, 'aahd_chat_requests_total{status="400"}') >= 1;
+    }, 10000, 'the requests counted');
+    assert.equal(get(m1, 'aahd_chat_requests_total{status="200"}') - get(m0, 'aahd_chat_requests_total{status="200"}'), 1);
+    assert.equal(get(m1, 'aahd_chat_requests_total{status="400"}') - get(m0, 'aahd_chat_requests_total{status="400"}'), 1);
+    assert.equal(get(m1, 'aahd_requests_total{status="200"}') - get(m0, 'aahd_requests_total{status="200"}'), 2);
+    const st = await request(srv.port, 'GET', '/v1/stats');
+    assert.equal(st.json.requests.chat_by_status['200'], m1.get('aahd_chat_requests_total{status="200"}'));
+    assert.equal(st.json.requests.chat_by_status['400'], m1.get('aahd_chat_requests_total{status="400"}'));
   });
 });
-
-// Three requests on a fresh server: one chat 200, one chat 400, one completion 200, each counted once.
-async function countedByStatus(srv) {
-  const m0 = await metrics(srv.port);
-  const get = (m, k) => m.get(k) ?? 0;
-  await post(srv, { messages: CONVERSATIONS[0], max_tokens: 1 });
-  await post(srv, { messages: 7 });
-  await request(srv.port, 'POST', '/v1/completions', { prompt: 'x', max_tokens: 1 });
-  // a request is counted when libmicrohttpd reports it completed, which may come just after its client has read the
-  // last byte: wait for the counts to arrive, then check them exactly
-  const d = (m, k) => get(m, k) - get(m0, k);
-  let m1;
-  await until(async () => {
-    m1 = await metrics(srv.port);
-    return d(m1, 'aahd_requests_total{status="200"}') >= 2 && d(m1, 'aahd_chat_requests_total{status="400"}') >= 1;
-  }, 10000, 'the requests counted');
-  assert.equal(get(m1, 'aahd_chat_requests_total{status="200"}') - get(m0, 'aahd_chat_requests_total{status="200"}'), 1);
-  assert.equal(get(m1, 'aahd_chat_requests_total{status="400"}') - get(m0, 'aahd_chat_requests_total{status="400"}'), 1);
-  assert.equal(get(m1, 'aahd_requests_total{status="200"}') - get(m0, 'aahd_requests_total{status="200"}'), 2);
-  const st = await request(srv.port, 'GET', '/v1/stats');
-  assert.equal(st.json.requests.chat_by_status['200'], m1.get('aahd_chat_requests_total{status="200"}'));
-  assert.equal(st.json.requests.chat_by_status['400'], m1.get('aahd_chat_requests_total{status="400"}'));
-}
 
 // Qwen3's own template (the Qwen3 tokenizer's tokenizer_config.json, which `make test` fetches into the cache) served
 // over the test model: namespace(), messages[::-1], string methods, tojson of the tools, enable_thinking.
